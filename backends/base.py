@@ -1,0 +1,81 @@
+"""The backend contract.
+
+A backend is an object with a name, the devices and dtypes it supports,
+conversion to and from NumPy, and one function per spec function, found in a
+module named as the spec says (``attention``, ``positional``, ``norm``...).
+Functions take inputs as keyword arguments named as in the spec pages,
+attributes as keyword arguments, parameters as ``params={canonical path:
+array}`` in the canonical layout (``y = x @ W + b``, W of shape (in, out)), and
+composites also ``trace=`` (see :mod:`attnspec.spec.trace`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from attnspec.spec.errors import DeviceError, DTypeError, NotImplementedComponent
+
+
+@runtime_checkable
+class BackendProtocol(Protocol):
+    name: str
+
+    def devices(self) -> list[str]: ...
+    def dtypes(self, device: str) -> list[str]: ...
+    def asarray(self, x: np.ndarray, *, dtype: str | None, device: str) -> Any: ...
+    def to_numpy(self, x: Any) -> np.ndarray: ...
+    def function(self, name: str, module: str) -> Callable: ...
+    def versions(self) -> dict[str, str]: ...
+
+
+class Backend:
+    """Shared machinery: function lookup by module, device and dtype checks.
+
+    Subclasses set ``name`` and ``package`` (where the component modules live)
+    and implement ``devices``, ``dtypes``, ``asarray``, ``to_numpy``, ``versions``.
+    """
+
+    name = "base"
+    package = ""
+
+    def __init__(self, **options):
+        self.options = options
+
+    def function(self, name: str, module: str) -> Callable:
+        try:
+            mod = importlib.import_module(f"{self.package}.{module}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{self.package}.{module}":
+                raise
+            raise NotImplementedComponent(
+                f"backend {self.name!r} has no module {module!r} (for {name})") from None
+        fn = getattr(mod, name, None)
+        if fn is None:
+            raise NotImplementedComponent(f"backend {self.name!r} does not implement {name!r} "
+                                          f"(expected in {self.package}.{module})")
+        return fn
+
+    def check_device(self, device: str) -> str:
+        if device not in self.devices():
+            raise DeviceError(f"backend {self.name!r} has no device {device!r} here; "
+                              f"available: {self.devices()}")
+        return device
+
+    def check_dtype(self, dtype: str, device: str) -> str:
+        if dtype not in self.dtypes(device):
+            raise DTypeError(f"backend {self.name!r} does not support dtype {dtype!r} on "
+                             f"{device!r}; supported: {self.dtypes(device)}")
+        return dtype
+
+    def synchronize(self, device: str) -> None:
+        """Wait for queued work on ``device`` (benchmarks); a no-op for eager CPU backends."""
+
+    def describe(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"<attnspec backend {self.name}>"

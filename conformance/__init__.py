@@ -1,0 +1,1 @@
+"""attnspec.conformance: the pytest plugin, the suite and the command line."""

@@ -1,0 +1,42 @@
+"""Calling a backend with NumPy data, for property and differential tests.
+
+``ops.sdpa(q=..., k=..., v=...)`` converts the NumPy inputs to the backend's
+arrays at the dtype under test, calls the backend's ``sdpa`` and converts the
+results back, returning a tuple (or the single output). Parameters go in as
+``params={path: ndarray}``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnspec.spec.compare import DEFAULT_TOLERANCES
+
+from .runner import call
+
+
+class Ops:
+    def __init__(self, backend, spec, device: str, dtype: str):
+        self.backend, self.spec, self.device, self.dtype = backend, spec, device, dtype
+        self.tol = DEFAULT_TOLERANCES[dtype]
+
+    def __call__(self, name: str, *, params=None, trace: bool = False, **kwargs):
+        fn = self.spec.functions[name]
+        inputs = {k: v for k, v in kwargs.items() if k in fn.inputs and v is not None}
+        attributes = {k: v for k, v in kwargs.items() if k not in fn.inputs}
+        outputs, inter = call(self.backend, fn, inputs, attributes, params, self.dtype,
+                              self.device, trace=trace)
+        values = tuple(outputs[r] for r in fn.returns)
+        result = values[0] if len(values) == 1 else values
+        return (result, inter) if trace else result
+
+    def __getattr__(self, name: str):
+        if name.startswith("_") or name not in self.spec.functions:
+            raise AttributeError(name)
+        return lambda **kw: self(name, **kw)
+
+    def assert_close(self, actual, desired, *, scale: float = 1.0, what: str = "") -> None:
+        """Equal within the dtype's default tolerance (times ``scale``)."""
+        np.testing.assert_allclose(
+            np.asarray(actual, dtype=np.float64), np.asarray(desired, dtype=np.float64),
+            rtol=self.tol["rtol"] * scale, atol=self.tol["atol"] * scale, err_msg=what)

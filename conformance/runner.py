@@ -1,0 +1,147 @@
+"""Running one vector on one backend, and judging the result.
+
+Shared by the pytest suite, ``attnspec check`` and the project's own tests,
+so a vector means the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from attnspec.spec.compare import compare
+from attnspec.spec.errors import ERROR_CLASSES, NotImplementedComponent
+from attnspec.spec.tensor import round_to
+from attnspec.spec.trace import Trace
+from attnspec.spec.vectors import Function, Spec, Vector
+
+
+@dataclass
+class Result:
+    id: str
+    dtype: str
+    status: str  # pass | fail | error | missing
+    max_abs_err: float | None = None
+    max_ulp: float | None = None
+    messages: list[str] = field(default_factory=list)
+    component: str = ""
+
+    def as_json(self) -> dict:
+        return {"id": self.id, "component": self.component, "dtype": self.dtype,
+                "status": self.status, "max_abs_err": _finite_or_none(self.max_abs_err),
+                "max_ulp": _finite_or_none(self.max_ulp), "message": "\n".join(self.messages)}
+
+
+def _finite_or_none(x):
+    return None if x is None or not np.isfinite(x) else float(x)
+
+
+def convert_inputs(backend, arrays: dict, dtype: str, device: str) -> dict:
+    """Float arrays go to ``dtype`` (rounded first, so bf16 inputs are exact); ints and
+    bools keep theirs."""
+    out = {}
+    for k, a in arrays.items():
+        a = np.asarray(a)
+        if a.dtype.kind == "f":
+            out[k] = backend.asarray(round_to(a, dtype), dtype=dtype, device=device)
+        else:
+            out[k] = backend.asarray(a, dtype=None, device=device)
+    return out
+
+
+def call(backend, fn: Function, inputs: dict, attributes: dict, params: dict | None,
+         dtype: str, device: str, trace: bool = True):
+    """Call one spec function with NumPy data; returns ({output: ndarray}, {name: ndarray})."""
+    impl = backend.function(fn.name, fn.module)
+    kwargs = convert_inputs(backend, inputs, dtype, device)
+    kwargs.update(attributes)
+    if fn.params:
+        kwargs["params"] = convert_inputs(backend, params or {}, dtype, device)
+    tr = Trace() if (fn.trace and trace) else None
+    if tr is not None:
+        kwargs["trace"] = tr
+    result = impl(**kwargs)
+    if len(fn.returns) == 1:
+        result = (result,)
+    if not isinstance(result, (tuple, list)) or len(result) != len(fn.returns):
+        raise TypeError(f"{fn.name} must return {len(fn.returns)} value(s) "
+                        f"{fn.returns}, got {type(result).__name__}")
+    outputs = {name: backend.to_numpy(r) for name, r in zip(fn.returns, result)}
+    inter = {k: backend.to_numpy(v) for k, v in tr.items()} if tr is not None else {}
+    return outputs, inter
+
+
+def run_vector(backend, spec: Spec, v: Vector, dtype: str, device: str) -> Result:
+    fn = spec.functions[v.function]
+    res = Result(v.id, dtype, "pass", component=v.component)
+    try:
+        if v.expect == "error":
+            return _run_error(backend, fn, v, dtype, device, res)
+        outputs, inter = call(backend, fn, v.inputs, v.attributes, v.params, dtype, device)
+    except NotImplementedComponent as exc:
+        res.status, res.messages = "missing", [f"missing: {exc}"]
+        return res
+    except Exception as exc:  # noqa: BLE001 - any crash is a reported error
+        res.status = "error"
+        res.messages = [f"raised {type(exc).__name__}: {exc}"]
+        return res
+    return judge(v, dtype, outputs, inter, res)
+
+
+def judge(v: Vector, dtype: str, outputs: dict, inter: dict, res: Result) -> Result:
+    tol = v.tolerances[dtype]
+    worst_abs, worst_ulp = 0.0, 0.0
+    failures = []
+    for name, expected in v.outputs.items():
+        c = compare(outputs[name], expected, dtype, tol)
+        worst_abs, worst_ulp = max(worst_abs, c.max_abs_err), max(worst_ulp, c.max_ulp)
+        if not c.ok:
+            failures.append(c.describe(f"output {name!r}"))
+    first_bad = None
+    for name, expected in v.intermediates.items():
+        if name not in inter:
+            failures.append(f"intermediate {name!r} was not recorded (trace)")
+            first_bad = first_bad or name
+            continue
+        c = compare(inter[name], expected, dtype, tol)
+        if not c.ok:
+            first_bad = first_bad or name
+            failures.append(c.describe(f"intermediate {name!r}"))
+    res.max_abs_err, res.max_ulp = worst_abs, worst_ulp
+    if failures:
+        res.status = "fail"
+        head = (f"{v.id} [{dtype}] differs from the spec (rtol={tol['rtol']}, "
+                f"atol={tol['atol']})")
+        if first_bad:
+            head += f"; first diverging intermediate: {first_bad!r}"
+        res.messages = [head, *failures]
+    return res
+
+
+def _run_error(backend, fn, v: Vector, dtype, device, res: Result) -> Result:
+    want = ERROR_CLASSES[v.error]
+    try:
+        call(backend, fn, v.inputs, v.attributes, v.params, dtype, device)
+    except NotImplementedComponent:
+        raise
+    except want as exc:
+        msg = str(exc)
+        absent = [m for m in v.error_mentions if m not in msg]
+        if absent:
+            res.status = "fail"
+            res.messages = [f"{v.id}: raised {type(exc).__name__} as expected, but the message "
+                            f"does not mention {absent}: {msg!r}"]
+        return res
+    except Exception as exc:  # noqa: BLE001
+        res.status = "fail"
+        res.messages = [f"{v.id}: expected {v.error}, got {type(exc).__name__}: {exc}"]
+        return res
+    res.status = "fail"
+    res.messages = [f"{v.id}: expected {v.error}, but nothing was raised"]
+    return res
+
+
+def error_dtype(backend, device: str) -> str:
+    """Error vectors run once, at the most precise dtype the device supports."""
+    return backend.dtypes(device)[0]

@@ -1,0 +1,2 @@
+"""The conformance suite. Run with ``attnspec verify`` or
+``pytest --pyargs attnspec.conformance.suite --backend NAME``."""

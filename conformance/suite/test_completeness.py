@@ -1,0 +1,40 @@
+"""The backend imports, the device exists, the dtypes are supported, and every
+spec function is implemented. None of these is ever a skip."""
+
+import pytest
+
+from attnspec.spec.errors import NotImplementedComponent
+
+
+def test_backend_and_device(attnspec_session):
+    s = attnspec_session
+    assert s.device in s.backend.devices()
+    unsupported = [d for d in s.dtypes if d not in s.backend.dtypes(s.device)]
+    assert not unsupported, (f"backend {s.backend_name!r} does not support {unsupported} on "
+                             f"{s.device!r}; it supports {s.backend.dtypes(s.device)}")
+
+
+def test_conversion_round_trip(backend, device, attnspec_session):
+    import numpy as np
+
+    x = np.array([[0.5, -1.25], [3.0, 0.0]])
+    for dtype in attnspec_session.dtypes:
+        y = backend.to_numpy(backend.asarray(x, dtype=dtype, device=device))
+        assert y.shape == x.shape and np.array_equal(y.astype(np.float64), x), dtype
+    ids = np.array([[1, 2, 0]], dtype=np.int64)
+    assert np.array_equal(backend.to_numpy(backend.asarray(ids, dtype=None, device=device)), ids)
+
+
+def test_every_function_implemented(backend, spec):
+    missing = []
+    for fn in spec.functions.values():
+        try:
+            impl = backend.function(fn.name, fn.module)
+        except NotImplementedComponent as exc:
+            missing.append(f"{fn.component}.{fn.name}: {exc}")
+            continue
+        if not callable(impl):
+            missing.append(f"{fn.component}.{fn.name}: not callable")
+    if missing:
+        pytest.fail(f"{len(missing)} spec function(s) missing:\n" + "\n".join(missing),
+                    pytrace=False)

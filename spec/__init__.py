@@ -1,0 +1,7 @@
+"""attnspec.spec: the normative part (documents, golden vectors, the oracle).
+
+Importing this package is cheap: it imports neither mpmath nor any framework.
+"""
+
+SPEC_VERSION = "1.0.0"
+__version__ = SPEC_VERSION

@@ -1,0 +1,80 @@
+"""softmax: numerically stable, along an axis, with an optional boolean mask."""
+
+import numpy as np
+
+from ..oracle.softmax import softmax as oracle
+from ._build import Component, Fn, error, value
+
+COMPONENT = Component("softmax", {
+    "softmax": Fn(module="attention", inputs=["x", "mask"], optional=["mask"],
+                  attributes={"axis": -1}, returns=["y"], oracle=oracle),
+})
+
+F64_ONLY = ["float64"]
+
+
+def cases(rng):
+    yield value("softmax/basic-001", "softmax", "A (2, 5) batch of logits in [-2, 2], last axis.",
+                inputs={"x": rng.uniform((2, 5))}, flags=["basic"])
+    yield value("softmax/axis-001", "softmax",
+                "Softmax along axis 0 of a (4, 3) matrix; an implementation that ignores "
+                "`axis` and normalises rows fails.",
+                inputs={"x": rng.uniform((4, 3), -3, 3)}, attributes={"axis": 0},
+                flags=["axis", "wrong-axis"])
+    yield value("softmax/large-001", "softmax",
+                "Logits around +1000 (exact in bfloat16): exp overflows unless the max is "
+                "subtracted first.",
+                inputs={"x": np.array([[1000.0, 996.0, 992.0, 984.0],
+                                       [1000.0, 1000.0, 1000.0, 1000.0]])},
+                flags=["overflow", "stability"])
+    yield value("softmax/large-002", "softmax",
+                "Logits around -1000: exp underflows to 0 for every entry unless the max is "
+                "subtracted first (0/0 = NaN).",
+                inputs={"x": np.array([[-1000.0, -1004.0, -996.0, -1008.0]])},
+                flags=["underflow", "stability"])
+    yield value("softmax/tiny-diff-001", "softmax",
+                "Logits 1 + k*2**-27 (differences ~7.5e-9): the weights differ from uniform in "
+                "the 9th digit.",
+                inputs={"x": 1.0 + np.array([[0.0, 1.0, 2.0, 3.0]]) * 2.0**-27},
+                dtypes=F64_ONLY,
+                dtype_note="differences of 2**-27 are not representable in float32, float16 "
+                           "or bfloat16 around 1",
+                flags=["precision"])
+    yield value("softmax/mask-001", "softmax",
+                "A (3, 5) mask with some False entries: masked weights are exactly 0 and the "
+                "rest renormalise.",
+                inputs={"x": rng.uniform((3, 5)),
+                        "mask": np.array([[1, 1, 0, 1, 0], [0, 1, 1, 1, 1], [1, 0, 0, 0, 0]],
+                                         dtype=bool)},
+                flags=["mask", "mask-polarity"])
+    yield value("softmax/fully-masked-001", "softmax",
+                "The second row is fully masked: its weights are all 0 (filling with -1e9 "
+                "gives a uniform row instead, and -inf gives NaN).",
+                inputs={"x": rng.uniform((2, 4)),
+                        "mask": np.array([[1, 0, 1, 1], [0, 0, 0, 0]], dtype=bool)},
+                flags=["mask", "fully-masked"])
+    yield value("softmax/broadcast-001", "softmax",
+                "x of shape (2, 3, 4) with a (2, 1, 4) mask that broadcasts over the middle axis.",
+                inputs={"x": rng.uniform((2, 3, 4)),
+                        "mask": np.array([[[1, 1, 0, 1]], [[0, 1, 1, 0]]], dtype=bool)},
+                flags=["mask", "broadcast", "batch"])
+    yield value("softmax/single-001", "softmax",
+                "A length-1 axis: every weight is exactly 1, whatever the logit.",
+                inputs={"x": np.array([[-1000.0], [0.5], [1000.0]])}, flags=["single-key"])
+    yield value("softmax/neg-inf-001", "softmax",
+                "Entries equal to -inf get weight 0 like masked ones; a row of only -inf is all 0.",
+                inputs={"x": np.array([[0.5, -np.inf, 1.5], [-np.inf, -np.inf, -np.inf]])},
+                flags=["non-finite", "fully-masked"])
+    yield error("softmax/bad-axis-001", "softmax", "axis 2 on a rank-2 input.",
+                inputs={"x": rng.uniform((2, 3))}, attributes={"axis": 2},
+                error="ConfigError", mentions=["axis"])
+    yield error("softmax/bad-mask-001", "softmax", "A (2, 4) mask for a (2, 3) input.",
+                inputs={"x": rng.uniform((2, 3)), "mask": np.ones((2, 4), dtype=bool)},
+                error="ShapeError", mentions=["mask", "(2, 4)"])
+    yield error("softmax/scalar-001", "softmax", "A rank-0 input has no axis to normalise.",
+                inputs={"x": np.array(0.5)}, error="ShapeError", mentions=["x"])
+    yield error("softmax/int-mask-001", "softmax",
+                "An integer 0/1 mask is refused: masks are boolean (True = may attend), so "
+                "polarity is never guessed.",
+                inputs={"x": rng.uniform((2, 3)), "mask": np.ones((2, 3), dtype=np.int64)},
+                error="DTypeError", mentions=["mask"])

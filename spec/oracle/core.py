@@ -1,0 +1,108 @@
+"""Arbitrary-precision building blocks: arrays of mpf and plain loops over them.
+
+Arrays are NumPy object arrays whose elements are ``mpmath.mpf``; NumPy is used
+only as a container (indexing, shapes), never for arithmetic shortcuts with
+rounding of its own. Every sum is ``mp.fsum`` (exact, then rounded once to the
+working precision).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import mpmath
+import numpy as np
+
+mp = mpmath.mp
+mp.dps = 50  # working precision; results are rounded once to float64 at the end
+
+
+def mpa(x) -> np.ndarray:
+    """float64 / int / bool array -> object array of exact mpf values."""
+    a = np.asarray(x)
+    out = np.empty(a.shape, dtype=object)
+    for idx in np.ndindex(a.shape):
+        out[idx] = mpmath.mpf(float(a[idx]))
+    return out
+
+
+def zeros(shape) -> np.ndarray:
+    out = np.empty(shape, dtype=object)
+    for idx in np.ndindex(out.shape):
+        out[idx] = mpmath.mpf(0)
+    return out
+
+
+def tofloat(a) -> np.ndarray:
+    """Round each mpf once to the nearest float64 (``float(mpf)`` rounds correctly)."""
+    a = np.asarray(a, dtype=object)
+    out = np.empty(a.shape, dtype=np.float64)
+    for idx in np.ndindex(a.shape):
+        out[idx] = float(a[idx])
+    return out
+
+
+def emap(f, a) -> np.ndarray:
+    """Apply a scalar function to every element."""
+    a = np.asarray(a, dtype=object)
+    out = np.empty(a.shape, dtype=object)
+    for idx in np.ndindex(a.shape):
+        out[idx] = f(a[idx])
+    return out
+
+
+def matmul(a, b) -> np.ndarray:
+    """(..., n, m) @ (..., m, p) with broadcast batch dimensions, exact sums."""
+    a, b = np.asarray(a, dtype=object), np.asarray(b, dtype=object)
+    if b.ndim == 1:
+        return matmul(a, b[:, None])[..., 0]
+    if a.ndim == 1:
+        return matmul(a[None, :], b)[..., 0, :]
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = np.broadcast_to(a, batch + a.shape[-2:])
+    b = np.broadcast_to(b, batch + b.shape[-2:])
+    n, m, p = a.shape[-2], a.shape[-1], b.shape[-1]
+    out = np.empty(batch + (n, p), dtype=object)
+    for bi in np.ndindex(batch):
+        for i, j in itertools.product(range(n), range(p)):
+            out[bi + (i, j)] = mp.fsum(a[bi + (i, k)] * b[bi + (k, j)] for k in range(m))
+    return out
+
+
+def add(a, b) -> np.ndarray:
+    """Elementwise sum with broadcasting (object arrays add their mpf elements)."""
+    return np.asarray(a, dtype=object) + np.asarray(b, dtype=object)
+
+
+def softmax_row(scores, keep=None) -> list:
+    """softmax over one row; entries with keep False get weight 0; all masked -> zeros.
+
+    exp(s_j - max) / sum_k exp(s_k - max) over the kept entries. With 50 digits
+    the subtraction of the max is not needed for accuracy, only for range.
+    """
+    n = len(scores)
+    keep = [True] * n if keep is None else [bool(k) for k in keep]
+    kept = [scores[j] for j in range(n) if keep[j] and scores[j] != -mpmath.inf]
+    if not kept:
+        return [mpmath.mpf(0)] * n
+    m = max(kept)
+    e = [mpmath.exp(scores[j] - m) if keep[j] and scores[j] != -mpmath.inf else mpmath.mpf(0)
+         for j in range(n)]
+    total = mp.fsum(e)
+    return [ej / total for ej in e]
+
+
+def softmax(x, axis=-1, keep=None) -> np.ndarray:
+    """Softmax of an object array along ``axis`` with an optional boolean keep mask."""
+    x = np.asarray(x, dtype=object)
+    keep = np.ones(x.shape, dtype=bool) if keep is None else np.broadcast_to(keep, x.shape)
+    xm = np.moveaxis(x, axis, -1)
+    km = np.moveaxis(keep, axis, -1)
+    out = np.empty(xm.shape, dtype=object)
+    for idx in np.ndindex(xm.shape[:-1]):
+        out[idx] = softmax_row(list(xm[idx]), list(km[idx]))
+    return np.moveaxis(out, -1, axis)
+
+
+def transpose_last(a) -> np.ndarray:
+    return np.swapaxes(np.asarray(a, dtype=object), -1, -2)
