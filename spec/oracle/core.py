@@ -18,12 +18,23 @@ mp.dps = 50  # working precision; results are rounded once to float64 at the end
 
 
 def mpa(x) -> np.ndarray:
-    """float64 / int / bool array -> object array of exact mpf values."""
+    """float64 / int / bool array -> object array of exact mpf values.
+
+    An object array of mpf (a composite passing on an intermediate) is kept as it is,
+    never rounded.
+    """
     a = np.asarray(x)
     out = np.empty(a.shape, dtype=object)
     for idx in np.ndindex(a.shape):
-        out[idx] = mpmath.mpf(float(a[idx]))
+        e = a[idx]
+        out[idx] = e if isinstance(e, mpmath.mpf) else mpmath.mpf(float(e))
     return out
+
+
+def sub(params: dict, prefix: str) -> dict:
+    """The parameters under ``prefix.``, with the prefix removed: sub(p, "layers.1")."""
+    head = prefix + "."
+    return {k[len(head):]: v for k, v in params.items() if k.startswith(head)}
 
 
 def zeros(shape) -> np.ndarray:
