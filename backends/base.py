@@ -71,6 +71,19 @@ class Backend:
                              f"{device!r}; supported: {self.dtypes(device)}")
         return dtype
 
+    def extra_checks(self, device: str) -> list[tuple[str, Callable]]:
+        """Backend-specific conformance checks run by the suite (``test_extras.py``).
+
+        Each is ``(name, check)``; ``check(spec)`` raises AssertionError on failure.
+        A framework backend uses this for agreement with the framework's own
+        built-ins (through its converters) and for gradient checks.
+        """
+        return []
+
+    def describe_paths(self) -> dict[str, str]:
+        """Which code paths ran, for the report header (e.g. ``{"attention": "fused"}``)."""
+        return {}
+
     def synchronize(self, device: str) -> None:
         """Wait for queued work on ``device`` (benchmarks); a no-op for eager CPU backends."""
 

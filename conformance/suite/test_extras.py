@@ -1,0 +1,28 @@
+"""Backend-specific checks the backend declares (``Backend.extra_checks``):
+agreement with the framework's own built-ins, gradients, execution modes.
+A backend that declares none runs one test that says so (and passes)."""
+
+import pytest
+
+
+def _checks(config):
+    from attnspec.conformance.plugin import session
+
+    s = session(config)
+    if s.backend is None or s.backend_problem:
+        return []
+    return s.backend.extra_checks(s.device)
+
+
+def pytest_generate_tests(metafunc):
+    if "extra_check" in metafunc.fixturenames:
+        checks = _checks(metafunc.config)
+        metafunc.parametrize("extra_check", [pytest.param(c, id=c[0]) for c in checks]
+                             or [pytest.param(None, id="none-declared")])
+
+
+def test_extra(extra_check, spec):
+    if extra_check is None:
+        return
+    _, check = extra_check
+    check(spec)
