@@ -74,6 +74,8 @@ def cmd_verify(args) -> int:
         return int(code) or 1
     print()
     print(summary_table(doc))
+    for problem in doc.get("problems", []):
+        print(f"attnspec verify: PROBLEM: {problem}", file=sys.stderr)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=1)

@@ -68,7 +68,7 @@ def compare(got, expected: np.ndarray, dtype: str, tol: dict) -> Comparison:
         ulp = err / spacing(np.maximum(np.abs(np.where(finite, exp, 0.0)), floor), dtype)
     if err.size == 0:
         return Comparison(True, 0.0, 0.0)
-    worst = np.unravel_index(int(np.argmax(err - bound)), err.shape)
+    worst = np.unravel_index(int(np.argmax(err / bound)), err.shape)
     ok = bool(np.all(err <= bound))
     return Comparison(ok, float(np.max(err)), float(np.max(ulp)), tuple(int(i) for i in worst),
                       float(exp[worst]), float(got[worst]))
