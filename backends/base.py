@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
-
 from attnspec.spec.errors import DeviceError, DTypeError, NotImplementedComponent
 
 
@@ -30,6 +29,20 @@ class BackendProtocol(Protocol):
     def to_numpy(self, x: Any) -> np.ndarray: ...
     def function(self, name: str, module: str) -> Callable: ...
     def versions(self) -> dict[str, str]: ...
+
+
+def missing(fn: Callable) -> Callable:
+    """Mark a scaffolded function as not implemented yet: calling it raises
+    NotImplementedComponent (status ``missing``), and the completeness test
+    lists it. Delete the decorator when the body is written."""
+    import functools
+
+    @functools.wraps(fn)
+    def stub(*args, **kwargs):
+        raise NotImplementedComponent(f"{fn.__name__} is not implemented yet (scaffold stub)")
+
+    stub.attnspec_stub = True
+    return stub
 
 
 class Backend:
@@ -79,6 +92,17 @@ class Backend:
         built-ins (through its converters) and for gradient checks.
         """
         return []
+
+    def known_failures_file(self):
+        """``known_failures.txt`` beside the backend's package, if there is one."""
+        from pathlib import Path
+
+        try:
+            mod = importlib.import_module(self.package)
+        except ImportError:
+            return None
+        path = Path(mod.__file__).parent / "known_failures.txt"
+        return path if path.is_file() else None
 
     def describe_paths(self) -> dict[str, str]:
         """Which code paths ran, for the report header (e.g. ``{"attention": "fused"}``)."""

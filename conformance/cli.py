@@ -5,6 +5,10 @@
   attnspec generate [--check]            regenerate the vector files from the oracle
   attnspec show ID                       a vector, readably
   attnspec cite ID [--format text|bibtex]
+  attnspec check FILE.py:NAME --component C [--framework numpy] [--dtype float64]
+  attnspec export ID [--format npz|json]
+  attnspec new-backend NAME [--path DIR]
+  attnspec report --backends numpy,torch,tensorflow --out DIR
 """
 
 from __future__ import annotations
@@ -83,24 +87,26 @@ def cmd_verify(args) -> int:
 
 
 def summary_table(doc: dict) -> str:
-    per = defaultdict(lambda: {"n": 0, "pass": 0, "fail": 0, "error": 0, "missing": 0, "ulp": 0.0})
+    per = defaultdict(lambda: {"n": 0, "pass": 0, "fail": 0, "error": 0, "missing": 0,
+                               "known": 0, "ulp": 0.0})
     for r in doc["results"]:
         row = per[(r["component"], r["dtype"])]
         row["n"] += 1
-        row[r["status"]] += 1
+        row["known" if r.get("known_failure") else r["status"]] += 1
         if r["max_ulp"] is not None:
             row["ulp"] = max(row["ulp"], r["max_ulp"])
     head = (f"{'component':22s} {'dtype':9s} {'vectors':>7s} {'passed':>7s} {'failed':>7s} "
-            f"{'error':>6s} {'missing':>7s} {'max ULP':>9s}")
+            f"{'error':>6s} {'missing':>7s} {'known':>6s} {'max ULP':>9s}")
     lines = [f"attnspec {doc.get('spec_version')} · backend {doc['backend']} · device "
              f"{doc['device']}", head, "-" * len(head)]
     for (comp, dtype), r in sorted(per.items()):
         lines.append(f"{comp:22s} {dtype:9s} {r['n']:7d} {r['pass']:7d} {r['fail']:7d} "
-                     f"{r['error']:6d} {r['missing']:7d} {r['ulp']:9.3g}")
-    total = {k: sum(r[k] for r in per.values()) for k in ("n", "pass", "fail", "error", "missing")}
+                     f"{r['error']:6d} {r['missing']:7d} {r['known']:6d} {r['ulp']:9.3g}")
+    keys = ("n", "pass", "fail", "error", "missing", "known")
+    total = {k: sum(r[k] for r in per.values()) for k in keys}
     lines.append("-" * len(head))
     lines.append(f"{'total':32s} {total['n']:7d} {total['pass']:7d} {total['fail']:7d} "
-                 f"{total['error']:6d} {total['missing']:7d}")
+                 f"{total['error']:6d} {total['missing']:7d} {total['known']:6d}")
     return "\n".join(lines)
 
 
@@ -156,6 +162,29 @@ def cmd_cite(args) -> int:
     return 0
 
 
+def cmd_check(args) -> int:
+    from .check import run_check
+
+    return run_check(args.target, args.component, _spec(args), args.framework, args.dtype,
+                     args.function, args.errors)
+
+
+def cmd_export(args) -> int:
+    from .export import export
+
+    path = export(_spec(args), args.id, args.format, args.out)
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_new_backend(args) -> int:
+    from .scaffold import scaffold
+
+    root = scaffold(_spec(args), args.name, args.path)
+    print(f"created {root}\nnext: pip install -e {root} && attnspec verify --backend {args.name}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="attnspec", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -194,6 +223,26 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("id")
     s.add_argument("--format", choices=["text", "bibtex"], default="text")
     s.set_defaults(func=cmd_cite)
+
+    s = sub.add_parser("check", help="check your own function or class against a component")
+    s.add_argument("target", metavar="FILE.py:NAME")
+    s.add_argument("--component", required=True)
+    s.add_argument("--function", help="which function of the component (default: its own name)")
+    s.add_argument("--framework", default="numpy", help="numpy, torch, tensorflow (any backend)")
+    s.add_argument("--dtype", default="float64")
+    s.add_argument("--errors", action="store_true", help="also expect an exception on error vectors")
+    s.set_defaults(func=cmd_check)
+
+    s = sub.add_parser("export", help="write a vector as .npz or .json for other languages")
+    s.add_argument("id")
+    s.add_argument("--format", choices=["npz", "json"], default="npz")
+    s.add_argument("--out", help="output file (default: <component>-<case>.<format>)")
+    s.set_defaults(func=cmd_export)
+
+    s = sub.add_parser("new-backend", help="scaffold an installable backend package")
+    s.add_argument("name")
+    s.add_argument("--path", default=".")
+    s.set_defaults(func=cmd_new_backend)
 
     for s in sub.choices.values():
         s.add_argument("--vectors-dir", default=None, help=argparse.SUPPRESS)

@@ -9,7 +9,6 @@ results back, returning a tuple (or the single output). Parameters go in as
 from __future__ import annotations
 
 import numpy as np
-
 from attnspec.spec.compare import DEFAULT_TOLERANCES
 
 from .runner import call

@@ -65,6 +65,8 @@ class Session:
         self.options = dict(kv.split("=", 1) for kv in opt("backend_option"))
         self.vectors_dir = opt("vectors_dir") or os.environ.get("ATTNSPEC_VECTORS_DIR")
         self.json_path = opt("attnspec_json")
+        self.known_path = opt("known_failures") or os.environ.get("ATTNSPEC_KNOWN_FAILURES")
+        self.known: list = []
         self.results: list = []
         self.backend = None
         self.backend_problem = None
@@ -89,6 +91,13 @@ class Session:
                     f"{self.backend.devices()})")
         except Exception as exc:
             self.backend_problem = f"{type(exc).__name__}: {exc}"
+        if self.known_path is None and self.backend is not None:
+            found = self.backend.known_failures_file()
+            self.known_path = str(found) if found else None
+        if self.known_path:
+            from .known import parse
+
+            self.known = parse(self.known_path)
 
     @property
     def dtypes(self) -> list[str]:
@@ -115,6 +124,9 @@ class Session:
             versions = dict(self.backend.versions())
             versions["python"] = platform.python_version()
             lines.append("attnspec: versions " + ", ".join(f"{k} {v}" for k, v in versions.items()))
+            if self.known_path:
+                lines.append(f"attnspec: known failures: {self.known_path} "
+                             f"({len(self.known)} pattern(s))")
             describe = self.backend.describe()
             if describe != self.backend_name:
                 lines.append(f"attnspec: {describe}")
@@ -207,10 +219,18 @@ def ops(attnspec_session):
 
 @pytest.fixture
 def record_result(request):
+    """Record a runner Result; a failure matching a known-failure pattern becomes xfail."""
     s = session(request.config)
 
     def record(result):
+        from .known import match
+
         s.results.append(result)
+        if result.status != "pass":
+            known = match(s.known, result.id, result.dtype)
+            if known is not None:
+                result.known_failure = known.reason
+                pytest.xfail(f"known failure ({s.known_path}:{known.line}): {known.reason}")
         return result
 
     return record

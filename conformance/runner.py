@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-
 from attnspec.spec.compare import compare
 from attnspec.spec.errors import ERROR_CLASSES, NotImplementedComponent
 from attnspec.spec.tensor import round_to
@@ -26,11 +25,13 @@ class Result:
     max_ulp: float | None = None
     messages: list[str] = field(default_factory=list)
     component: str = ""
+    known_failure: str | None = None
 
     def as_json(self) -> dict:
         return {"id": self.id, "component": self.component, "dtype": self.dtype,
                 "status": self.status, "max_abs_err": _finite_or_none(self.max_abs_err),
-                "max_ulp": _finite_or_none(self.max_ulp), "message": "\n".join(self.messages)}
+                "max_ulp": _finite_or_none(self.max_ulp), "message": "\n".join(self.messages),
+                **({"known_failure": self.known_failure} if self.known_failure else {})}
 
 
 def _finite_or_none(x):

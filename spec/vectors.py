@@ -35,6 +35,7 @@ class Function:
     params: bool  # takes ``params=`` (canonical path -> array)
     trace: bool  # takes ``trace=`` and records named intermediates
     returns: tuple[str, ...]  # output names, in return order
+    required_attributes: tuple[str, ...] = ()  # keyword attributes without a default
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,8 @@ def read_file(path: Path, expected_sha: str) -> dict:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise VectorFileError(f"vector file {path} listed in the manifest cannot be read: {exc}")
+        raise VectorFileError(
+            f"vector file {path} listed in the manifest cannot be read: {exc}") from exc
     actual = hashlib.sha256(data).hexdigest()
     if actual != expected_sha:
         raise VectorFileError(
@@ -99,7 +101,7 @@ def functions_of(doc: dict) -> dict[str, Function]:
         out[name] = Function(name, doc["component"], f["module"], tuple(f["inputs"]),
                              tuple(f.get("optional", ())), dict(f.get("attributes", {})),
                              bool(f.get("params", False)), bool(f.get("trace", False)),
-                             tuple(f["returns"]))
+                             tuple(f["returns"]), tuple(f.get("required_attributes", ())))
     return out
 
 

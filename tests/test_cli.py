@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-
 from attnspec.spec.vectors import VECTORS_DIR, default_spec
 
 

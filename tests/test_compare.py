@@ -1,7 +1,6 @@
 """The judging rule of spec/compare.py."""
 
 import numpy as np
-
 from attnspec.spec.compare import DEFAULT_TOLERANCES, compare
 from attnspec.spec.tensor import spacing
 

@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-
 from attnspec.backends.numpy import attention
 
 from .mutants import assert_rejected, mutant

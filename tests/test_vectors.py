@@ -5,7 +5,6 @@ import shutil
 
 import numpy as np
 import pytest
-
 from attnspec.spec import tensor
 from attnspec.spec.errors import VectorFileError
 from attnspec.spec.vectors import VECTORS_DIR, default_spec, load

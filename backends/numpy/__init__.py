@@ -8,7 +8,6 @@ like every other backend.
 from __future__ import annotations
 
 import numpy as np
-
 from attnspec.spec.errors import DTypeError
 
 from ..base import Backend

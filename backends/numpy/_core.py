@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-
 from attnspec.spec.errors import DTypeError
 
 FLOATS = (np.float32, np.float64)

@@ -2,7 +2,6 @@
 spec function is implemented. None of these is ever a skip."""
 
 import pytest
-
 from attnspec.spec.errors import NotImplementedComponent
 
 
@@ -35,6 +34,19 @@ def test_every_function_implemented(backend, spec):
             continue
         if not callable(impl):
             missing.append(f"{fn.component}.{fn.name}: not callable")
+        elif getattr(impl, "attnspec_stub", False):
+            missing.append(f"{fn.component}.{fn.name}: still a scaffold stub (@missing)")
     if missing:
         pytest.fail(f"{len(missing)} spec function(s) missing:\n" + "\n".join(missing),
                     pytrace=False)
+
+
+def test_known_failure_patterns_all_match_a_vector(attnspec_session):
+    """A pattern in the known-failures file that matches no vector is reported."""
+    from attnspec.conformance.known import unmatched
+
+    s = attnspec_session
+    ids = [v.id for v in s.spec.vectors]
+    stale = unmatched(s.known, ids, s.dtypes)
+    assert not stale, "known-failure patterns that match no vector:\n" + "\n".join(
+        f"{s.known_path}:{k.line}: {k.pattern}" for k in stale)

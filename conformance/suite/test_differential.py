@@ -10,12 +10,11 @@ so vectors with integer or boolean outputs are not parametrised here.
 
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 from attnspec.backends import get_backend
 from attnspec.conformance.runner import call
 from attnspec.spec.errors import AttnSpecError
+from hypothesis import given
+from hypothesis import strategies as st
 
 _REFERENCE = {}
 

@@ -2,7 +2,6 @@
 names the argument or parameter path."""
 
 import pytest
-
 from attnspec.conformance.runner import run_vector
 
 

@@ -1,7 +1,6 @@
 """Every value vector, at every dtype the device supports and the vector lists."""
 
 import pytest
-
 from attnspec.conformance.runner import run_vector
 
 

@@ -26,15 +26,18 @@ class Fn:
     inputs: list[str]
     returns: list[str]
     optional: list[str] = field(default_factory=list)
-    attributes: dict = field(default_factory=dict)
+    attributes: dict = field(default_factory=dict)  # optional attributes and their defaults
+    required: list[str] = field(default_factory=list)  # attributes without a default
     params: bool = False
     trace: bool = False
     oracle: Callable | None = None  # (**inputs, **attributes[, params=]) -> {name: mp array}
 
     def header(self) -> dict:
-        h = {"module": self.module, "inputs": self.inputs, "optional": self.optional,
-             "attributes": self.attributes, "params": self.params, "trace": self.trace,
-             "returns": self.returns}
+        h = {"module": self.module, "inputs": self.inputs, "optional": self.optional}
+        if self.required:
+            h["required_attributes"] = self.required
+        h.update({"attributes": self.attributes, "params": self.params, "trace": self.trace,
+                  "returns": self.returns})
         return h
 
 
