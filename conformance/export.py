@@ -38,5 +38,5 @@ def export(spec, vid: str, fmt: str = "npz", out: str | None = None) -> Path:
 def _fn_header(spec, v) -> dict:
     fn = spec.functions[v.function]
     return {"module": fn.module, "inputs": list(fn.inputs), "optional": list(fn.optional),
-            "required_attributes": list(fn.required_attributes), "attributes": fn.attributes, "params": fn.params, "trace": fn.trace,
-            "returns": list(fn.returns)}
+            "required_attributes": list(fn.required_attributes), "attributes": fn.attributes,
+            "params": fn.params, "trace": fn.trace, "returns": list(fn.returns)}
