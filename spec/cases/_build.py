@@ -32,6 +32,10 @@ class Fn:
     trace: bool = False
     oracle: Callable | None = None  # (**inputs, **attributes[, params=]) -> {name: mp array}
 
+    def __post_init__(self):
+        # an attribute listed as required has no default, whatever `attributes` says
+        self.attributes = {k: v for k, v in self.attributes.items() if k not in self.required}
+
     def header(self) -> dict:
         h = {"module": self.module, "inputs": self.inputs, "optional": self.optional}
         if self.required:

@@ -1,0 +1,111 @@
+"""Positions: sinusoidal and learned absolute encodings, Shaw et al. relative
+attention, rotary position embedding (RoPE)."""
+
+from __future__ import annotations
+
+import numpy as np
+from attnspec.spec.errors import ConfigError, DomainError, ShapeError
+
+from .. import _checks as check
+from ._core import boolean, floating, integers
+
+
+def sinusoidal_pe(*, length, d_model, offset=0):
+    """PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(pos / 10000^(2i/D)).
+
+    pos = offset + row; column c uses i = c // 2 and the actual D (odd D: the last
+    column is a sin without a cos partner). Returned in float64.
+    """
+    length = check.integer("length", length, lo=0)
+    d_model = check.integer("d_model", d_model, lo=1)
+    offset = check.integer("offset", offset, lo=0)
+    pos = np.arange(offset, offset + length, dtype=np.float64)[:, None]  # (length, 1)
+    i = np.arange(d_model) // 2  # (D,)
+    angle = pos / 10000.0 ** (2.0 * i / d_model)  # (length, D)
+    return np.where(np.arange(d_model) % 2 == 0, np.sin(angle), np.cos(angle))
+
+
+def learned_pe(positions, *, params):
+    """pe[...] = table[positions[...]], table of shape (max_len, D)."""
+    table = floating("table", check.params_of(params).require("table", (None, None)))
+    positions = integers("positions", positions)
+    max_len = table.shape[0]
+    if positions.size and (positions.min() < 0 or positions.max() >= max_len):
+        raise DomainError(f"positions must be in [0, max_len) with max_len={max_len} "
+                          f"(table {table.shape}), got values in "
+                          f"[{positions.min()}, {positions.max()}]")
+    return table[positions]  # (..., D)
+
+
+def _relative_rows(t: int, s: int, m: int) -> np.ndarray:
+    """clip(j - i, -m, m) + m for query i in 0..T-1 and key j in 0..S-1."""
+    return np.clip(np.arange(s)[None, :] - np.arange(t)[:, None], -m, m) + m  # (T, S)
+
+
+def relative_attention(q, k, v, mask=None, *, max_distance, scale=None, params):
+    """e_ij = q_i . (k_j + a^K_ij) * scale,  z_i = sum_j softmax_j(e_ij) (v_j + a^V_ij).
+
+    a^K_ij = rel_k[clip(j - i, -m, m) + m], a^V_ij likewise from rel_v (Shaw et al. 2018);
+    query i is at position i, key j at position j; scale defaults to 1/sqrt(K).
+    """
+    q, k, v = floating("q", q), floating("k", k), floating("v", v)
+    b, t, kw = check.rank("q", q, min_rank=3, max_rank=3)
+    _, s, _ = check.rank("k", k, min_rank=3, max_rank=3)
+    check.rank("v", v, min_rank=3, max_rank=3)
+    check.same("batch size", **{"q.shape[0]": b, "k.shape[0]": k.shape[0],
+                                "v.shape[0]": v.shape[0]})
+    check.same("key width", **{"q.shape[-1]": kw, "k.shape[-1]": k.shape[-1]})
+    check.same("key length", **{"k.shape[1]": s, "v.shape[1]": v.shape[1]})
+    vw = v.shape[-1]
+    m = check.integer("max_distance", max_distance, lo=0)
+    p = check.params_of(params)
+    rel_k = floating("rel_k", p.require("rel_k", (2 * m + 1, kw)))
+    rel_v = floating("rel_v", p.require("rel_v", (2 * m + 1, vw)))
+    keep = np.ones((b, t, s), dtype=bool)
+    if mask is not None:
+        mask = boolean("mask", mask)
+        check.broadcastable("mask", mask, (b, t, s))
+        keep = np.broadcast_to(mask, (b, t, s))
+    scale = 1.0 / np.sqrt(kw) if scale is None else scale
+    rows = _relative_rows(t, s, m)
+    a_k, a_v = rel_k[rows], rel_v[rows]  # (T, S, K), (T, S, V)
+    e = (q @ np.swapaxes(k, -1, -2) + np.einsum("btk,tsk->bts", q, a_k)) * q.dtype.type(scale)
+    alpha = _masked_softmax(e, keep)  # (B, T, S)
+    z = alpha @ v + np.einsum("bts,tsv->btv", alpha, a_v)  # (B, T, V)
+    return z, alpha
+
+
+def _masked_softmax(e, keep):
+    m = np.max(np.where(keep, e, -np.inf), axis=-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0)
+    w = np.where(keep, np.exp(np.where(keep, e - m, 0)), 0)
+    total = np.sum(w, axis=-1, keepdims=True)
+    return w / np.where(total > 0, total, 1)
+
+
+def rope(x, *, offset=0, base=10000.0, convention="interleaved"):
+    """Rotate feature pairs (a, b) of row t by p * theta_i, p = offset + t,
+    theta_i = base^(-2i/K):  y_a = x_a cos - x_b sin,  y_b = x_a sin + x_b cos.
+
+    "interleaved" pairs (2i, 2i+1) (RoFormer, GPT-J); "half" pairs (i, i + K/2)
+    (GPT-NeoX, Hugging Face rotate_half).
+    """
+    x = floating("x", x)
+    *_, t, kw = check.rank("x", x, min_rank=2)
+    if kw % 2:
+        raise ShapeError(f"rope needs an even feature width, x has shape {x.shape}")
+    offset = check.integer("offset", offset, lo=0)
+    convention = check.choice("convention", convention, ("interleaved", "half"))
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 0:
+        raise ConfigError(f"base must be a positive number, got {base!r}")
+    theta = float(base) ** (-2.0 * np.arange(kw // 2) / kw)  # (K/2,)
+    angle = np.arange(offset, offset + t, dtype=np.float64)[:, None] * theta  # (T, K/2)
+    cos, sin = np.cos(angle).astype(x.dtype), np.sin(angle).astype(x.dtype)
+    if convention == "interleaved":
+        xa, xb = x[..., 0::2], x[..., 1::2]
+    else:
+        xa, xb = x[..., : kw // 2], x[..., kw // 2:]
+    ya, yb = xa * cos - xb * sin, xa * sin + xb * cos
+    if convention == "interleaved":
+        return np.stack([ya, yb], axis=-1).reshape(x.shape)
+    return np.concatenate([ya, yb], axis=-1)

@@ -1,0 +1,88 @@
+"""The spec's own numbers: `attnspec verify` wall time on NumPy, `attnspec generate`
+wall time and byte-identity on a rerun, and the NumPy backend's max error per
+component in float64 and float32.
+
+    python benchmarks/bench_spec.py [--skip-generate]
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+
+def run(*args: str) -> tuple[float, subprocess.CompletedProcess]:
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "attnspec.conformance.cli", *args],
+                       capture_output=True, text=True)
+    return time.perf_counter() - t0, p
+
+
+def machine() -> str:
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, " \
+           f"Python {platform.python_version()}"
+
+
+def bench_verify() -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "numpy.json"
+        wall, p = run("verify", "--backend", "numpy", "--json", str(out))
+        if p.returncode != 0:
+            print(p.stdout[-4000:], p.stderr[-2000:])
+            raise SystemExit("attnspec verify failed")
+        doc = json.loads(out.read_text())
+    per = defaultdict(lambda: {"float64": [0.0, 0.0], "float32": [0.0, 0.0]})
+    for r in doc["results"]:
+        if r["max_ulp"] is not None and r["dtype"] in ("float64", "float32"):
+            cell = per[r["component"]][r["dtype"]]
+            cell[0] = max(cell[0], r["max_ulp"])
+            cell[1] = max(cell[1], r["max_abs_err"] or 0.0)
+    print(f"attnspec verify --backend numpy (float64 + float32, every vector, property, "
+          f"differential and error test): {wall:.1f} s wall, {len(doc['results'])} vector runs")
+    print(f"\n{'component':22s} {'f64 max ULP':>12s} {'f64 max abs':>12s} "
+          f"{'f32 max ULP':>12s} {'f32 max abs':>12s}")
+    for comp, cells in sorted(per.items()):
+        (u64, a64), (u32, a32) = cells["float64"], cells["float32"]
+        print(f"{comp:22s} {u64:12.3g} {a64:12.3g} {u32:12.3g} {a32:12.3g}")
+    return {"verify_s": wall}
+
+
+def bench_generate() -> dict:
+    from attnspec.spec.vectors import VECTORS_DIR
+
+    with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
+        w1, p1 = run("generate", "--dir", d1)
+        w2, p2 = run("generate", "--dir", d2)
+        if p1.returncode or p2.returncode:
+            raise SystemExit(p1.stderr + p2.stderr)
+        names = sorted(p.name for p in Path(d1).glob("*.json"))
+        same_runs = all(filecmp.cmp(Path(d1) / n, Path(d2) / n, shallow=False) for n in names)
+        same_repo = all(filecmp.cmp(Path(d1) / n, VECTORS_DIR / n, shallow=False) for n in names)
+    print(f"\nattnspec generate (all {len(names) - 1} components, 2 processes): "
+          f"{w1:.1f} s and {w2:.1f} s; reruns byte-identical: {same_runs}; "
+          f"identical to the committed files: {same_repo}")
+    return {"generate_s": min(w1, w2), "identical": same_runs and same_repo}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--skip-generate", action="store_true")
+    args = ap.parse_args()
+    print(f"machine: {machine()}")
+    bench_verify()
+    if not args.skip_generate:
+        bench_generate()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

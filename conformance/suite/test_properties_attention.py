@@ -1,0 +1,205 @@
+"""Invariants of masks, sdpa, topk_attention and attention_entropy (hypothesis).
+
+Each test name is the invariant; each uses only ``ops`` so it runs on any backend.
+"""
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+# multiples of 2**-6 in [-2, 2]: exact at every dtype, so both sides start equal
+exact = st.integers(-128, 128).map(lambda i: i * 2.0**-6)
+sizes = st.integers(1, 5)
+batches = st.lists(st.integers(1, 3), min_size=0, max_size=2).map(tuple)
+
+
+def arrays(shape):
+    return hnp.arrays(np.float64, shape, elements=exact)
+
+
+@st.composite
+def qkv(draw, min_t=1):
+    batch, t, s = draw(batches), draw(st.integers(min_t, 5)), draw(sizes)
+    kw, vw = draw(sizes), draw(sizes)
+    q = draw(arrays(batch + (t, kw)))
+    k = draw(arrays(batch + (s, kw)))
+    v = draw(arrays(batch + (s, vw)))
+    return q, k, v
+
+
+# -- sdpa ----------------------------------------------------------------------
+
+
+@given(x=qkv(), data=st.data())
+def test_sdpa_key_value_permutation_invariance(ops, x, data):
+    """Permuting keys and values (and the mask columns) together leaves the output unchanged."""
+    q, k, v = x
+    s = k.shape[-2]
+    perm = np.array(data.draw(st.permutations(range(s))))
+    mask = data.draw(hnp.arrays(np.bool_, (q.shape[-2], s)))
+    out, w = ops.sdpa(q=q, k=k, v=v, mask=mask)
+    out_p, w_p = ops.sdpa(q=q, k=k[..., perm, :], v=v[..., perm, :], mask=mask[:, perm])
+    ops.assert_close(out_p, out, scale=8)
+    ops.assert_close(w_p, w[..., perm], scale=8)
+
+
+@given(x=qkv(), data=st.data())
+def test_sdpa_query_permutation_equivariance(ops, x, data):
+    """Permuting the queries permutes the output rows and nothing else."""
+    q, k, v = x
+    perm = np.array(data.draw(st.permutations(range(q.shape[-2]))))
+    out, w = ops.sdpa(q=q, k=k, v=v)
+    out_p, w_p = ops.sdpa(q=q[..., perm, :], k=k, v=v)
+    ops.assert_close(out_p, out[..., perm, :], scale=8)
+    ops.assert_close(w_p, w[..., perm, :], scale=8)
+
+
+@given(x=qkv(), data=st.data())
+def test_sdpa_boolean_mask_equals_minus_inf_bias(ops, x, data):
+    """mask False is the same as an additive bias of -inf (fully masked rows: zeros both ways)."""
+    q, k, v = x
+    mask = data.draw(hnp.arrays(np.bool_, (q.shape[-2], k.shape[-2])))
+    bias = np.where(mask, 0.0, -np.inf)
+    out_m, w_m = ops.sdpa(q=q, k=k, v=v, mask=mask)
+    out_b, w_b = ops.sdpa(q=q, k=k, v=v, bias=bias)
+    ops.assert_close(out_b, out_m)
+    ops.assert_close(w_b, w_m)
+    assert np.all(w_m[..., ~mask] == 0) and np.all(w_b[..., ~mask] == 0)
+
+
+@given(x=qkv(), data=st.data())
+def test_sdpa_weights_rows_sum_to_one_or_zero(ops, x, data):
+    """Each weight row is >= 0 and sums to 1, or is all 0 exactly when fully masked."""
+    q, k, v = x
+    mask = data.draw(hnp.arrays(np.bool_, (q.shape[-2], k.shape[-2])))
+    out, w = ops.sdpa(q=q, k=k, v=v, mask=mask)
+    assert np.all(w >= 0) and np.all(np.isfinite(out))
+    kept = np.broadcast_to(mask.any(axis=-1), w.shape[:-1])
+    sums = w.sum(axis=-1)
+    ops.assert_close(sums[kept], np.ones(int(kept.sum())), scale=4)
+    assert np.all(sums[~kept] == 0) and np.all(out[~kept] == 0)
+
+
+@given(x=qkv(), n=st.integers(1, 5), extra=st.integers(1, 3))
+def test_sdpa_causal_prefix_invariance(ops, x, n, extra):
+    """Under a causal mask, appending later positions does not change earlier outputs."""
+    q, k, v = x
+    t = q.shape[-2]
+    k = np.concatenate([k, q] * 2, axis=-2)[..., :t + extra, :]  # any keys, T + extra of them
+    v = np.concatenate([v] * (t + extra), axis=-2)[..., :t + extra, :]
+    # full sequence: queries are the last t of t+extra positions (bottom-right alignment)
+    full = ops.causal_mask(t=t, s=t + extra)
+    out, _ = ops.sdpa(q=q, k=k, v=v, mask=full)
+    m = min(n, t)  # a prefix: the first m queries see keys up to position m - 1 + extra
+    head = ops.causal_mask(t=m, s=m + extra)
+    out_head, _ = ops.sdpa(q=q[..., :m, :], k=k[..., :m + extra, :], v=v[..., :m + extra, :],
+                           mask=head)
+    ops.assert_close(out_head, out[..., :m, :], scale=8)
+
+
+@given(x=qkv(), e=st.integers(-3, 3))
+def test_sdpa_scale_equals_scaled_queries(ops, x, e):
+    """sdpa(q, k, v, scale=c) == sdpa(c q, k, v, scale=1) (c a power of 2, so c q is exact)."""
+    q, k, v = x
+    c = 2.0**e
+    ops.assert_close(ops.sdpa(q=q, k=k, v=v, scale=c)[0],
+                     ops.sdpa(q=q * c, k=k, v=v, scale=1.0)[0], scale=8)
+
+
+@given(x=qkv())
+def test_sdpa_default_scale_is_inverse_sqrt_key_width(ops, x):
+    """scale=None equals scale=1/sqrt(K), K = q.shape[-1]."""
+    q, k, v = x
+    ops.assert_close(ops.sdpa(q=q, k=k, v=v)[0],
+                     ops.sdpa(q=q, k=k, v=v, scale=float(1 / np.sqrt(q.shape[-1])))[0], scale=8)
+
+
+@given(x=qkv(), data=st.data())
+def test_sdpa_masked_keys_do_not_affect_output(ops, x, data):
+    """Changing the keys and values at masked positions leaves the output unchanged."""
+    q, k, v = x
+    mask = data.draw(hnp.arrays(np.bool_, (k.shape[-2],)))
+    k2, v2 = k.copy(), v.copy()
+    k2[..., ~mask, :] += 1.0
+    v2[..., ~mask, :] -= 1.0
+    ops.assert_close(ops.sdpa(q=q, k=k2, v=v2, mask=mask)[0],
+                     ops.sdpa(q=q, k=k, v=v, mask=mask)[0])
+
+
+# -- masks ---------------------------------------------------------------------
+
+
+@given(t=st.integers(0, 7), s=st.integers(0, 7))
+def test_causal_mask_is_bottom_right_aligned(ops, t, s):
+    """Row i of causal_mask(t, s) allows exactly the keys 0 .. i + s - t."""
+    mask = np.asarray(ops.causal_mask(t=t, s=s))
+    assert mask.shape == (t, s) and mask.dtype == np.bool_
+    for i in range(t):
+        want = np.arange(s) <= i + s - t
+        assert np.array_equal(mask[i], want), (i, mask[i])
+
+
+@given(ids=hnp.arrays(np.int64, hnp.array_shapes(min_dims=2, max_dims=2, max_side=5),
+                      elements=st.integers(0, 3)),
+       pad_id=st.integers(0, 3), t=st.integers(0, 5), h=st.integers(1, 3),
+       causal=st.booleans())
+def test_combined_mask_is_padding_and_causal(ops, ids, pad_id, t, h, causal):
+    """combined_mask == padding_mask & causal_mask, materialised to (B, H, T, S)."""
+    b, s = ids.shape
+    got = np.asarray(ops.combined_mask(ids=ids, pad_id=pad_id, t=t, num_heads=h, causal=causal))
+    pad = np.asarray(ops.padding_mask(ids=ids, pad_id=pad_id))
+    assert pad.shape == (b, 1, 1, s) and np.array_equal(pad[:, 0, 0], ids != pad_id)
+    cau = np.asarray(ops.causal_mask(t=t, s=s)) if causal else np.ones((t, s), dtype=bool)
+    assert got.shape == (b, h, t, s)
+    assert np.array_equal(got, np.broadcast_to(pad & cau, (b, h, t, s)))
+
+
+# -- topk_attention ------------------------------------------------------------
+
+
+@given(x=qkv())
+def test_topk_attention_with_all_keys_equals_sdpa(ops, x):
+    """top_k = S keeps every key: the same as sdpa."""
+    q, k, v = x
+    out_k, w_k = ops.topk_attention(q=q, k=k, v=v, top_k=k.shape[-2])
+    out, w = ops.sdpa(q=q, k=k, v=v)
+    ops.assert_close(out_k, out, scale=4)
+    ops.assert_close(w_k, w, scale=4)
+
+
+@given(x=qkv(), data=st.data())
+def test_topk_attention_keeps_at_most_top_k_unmasked_keys(ops, x, data):
+    """At most top_k weights per row are non-zero, all on unmasked keys; rows sum to 1 or 0."""
+    q, k, v = x
+    s = k.shape[-2]
+    top_k = data.draw(st.integers(1, s))
+    mask = data.draw(hnp.arrays(np.bool_, (q.shape[-2], s)))
+    _, w = ops.topk_attention(q=q, k=k, v=v, mask=mask, top_k=top_k)
+    assert np.all((w > 0).sum(axis=-1) <= top_k)
+    assert np.all(w[..., ~mask] == 0)
+    kept = np.broadcast_to(mask.any(axis=-1), w.shape[:-1])
+    ops.assert_close(w.sum(axis=-1)[kept], np.ones(int(kept.sum())), scale=4)
+
+
+# -- attention_entropy ---------------------------------------------------------
+
+
+@given(x=qkv(), data=st.data())
+def test_attention_entropy_between_zero_and_log_kept_keys(ops, x, data):
+    """For weights from sdpa: 0 <= H <= ln(number of unmasked keys) (0 for a masked row)."""
+    q, k, v = x
+    mask = data.draw(hnp.arrays(np.bool_, (q.shape[-2], k.shape[-2])))
+    _, w = ops.sdpa(q=q, k=k, v=v, mask=mask)
+    h = np.asarray(ops.attention_entropy(weights=w), dtype=np.float64)
+    n = np.broadcast_to(mask.sum(axis=-1), h.shape)
+    slack = 10 * ops.tol["atol"]
+    assert np.all(h >= -slack)
+    assert np.all(h <= np.log(np.maximum(n, 1)) + slack)
+
+
+@given(n=st.integers(1, 9))
+def test_attention_entropy_of_uniform_is_log_n(ops, n):
+    """Uniform weights 1/n over n keys have entropy ln n (in nats)."""
+    w = np.full((2, n), 1.0 / n)
+    ops.assert_close(ops.attention_entropy(weights=w), np.full(2, np.log(n)), scale=4)

@@ -1,0 +1,163 @@
+"""Invariants of the positional components (hypothesis). Each test name is the invariant."""
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+unit = st.floats(-2, 2, allow_nan=False, width=32)
+even_width = st.integers(1, 8).map(lambda h: 2 * h)
+
+
+def arrays(shape):
+    return hnp.arrays(np.float64, shape, elements=unit)
+
+
+# -- sinusoidal_pe --------------------------------------------------------------------
+
+
+@given(d=even_width, length=st.integers(1, 6), offset=st.integers(0, 60), k=st.integers(0, 9))
+def test_sinusoidal_pe_shift_by_k_is_a_fixed_block_rotation(ops, d, length, offset, k):
+    """PE(pos + k) = R(k) PE(pos), R(k) block-diagonal rotations by k * 10000^(-2i/D),
+    the same for every pos."""
+    pe = ops.sinusoidal_pe(length=length + k, d_model=d, offset=offset)
+    w = k * 10000.0 ** (-2.0 * np.arange(d // 2) / d)  # (D/2,)
+    s, c = pe[:length, 0::2], pe[:length, 1::2]  # sin, cos of pos * omega_i
+    # sin(a + b) = sin a cos b + cos a sin b,  cos(a + b) = cos a cos b - sin a sin b
+    shifted = np.stack([s * np.cos(w) + c * np.sin(w), c * np.cos(w) - s * np.sin(w)], -1)
+    ops.assert_close(pe[k:], shifted.reshape(length, d), scale=4)
+
+
+@given(d=st.integers(1, 16), length=st.integers(0, 6), offset=st.integers(0, 40))
+def test_sinusoidal_pe_offset_equals_slice_of_longer_table(ops, d, length, offset):
+    longer = ops.sinusoidal_pe(length=offset + length, d_model=d)
+    ops.assert_close(ops.sinusoidal_pe(length=length, d_model=d, offset=offset),
+                     longer[offset:])
+
+
+@given(d=st.integers(1, 16), length=st.integers(1, 8), offset=st.integers(0, 10**5))
+def test_sinusoidal_pe_values_in_unit_interval(ops, d, length, offset):
+    pe = ops.sinusoidal_pe(length=length, d_model=d, offset=offset)
+    assert pe.shape == (length, d)
+    assert np.all(np.abs(pe) <= 1)
+
+
+@given(d=even_width, length=st.integers(1, 6), offset=st.integers(0, 60))
+def test_sinusoidal_pe_sin_cos_pairs_have_unit_norm(ops, d, length, offset):
+    pe = ops.sinusoidal_pe(length=length, d_model=d, offset=offset)
+    ops.assert_close(pe[:, 0::2] ** 2 + pe[:, 1::2] ** 2, np.ones((length, d // 2)), scale=4)
+
+
+# -- learned_pe -----------------------------------------------------------------------
+
+
+@given(max_len=st.integers(1, 9), d=st.integers(1, 8), data=st.data())
+def test_learned_pe_equals_table_row_lookup(ops, max_len, d, data):
+    table = data.draw(arrays((max_len, d)))
+    positions = data.draw(hnp.arrays(np.int64, hnp.array_shapes(min_dims=0, max_dims=3,
+                                                                max_side=4),
+                                     elements=st.integers(0, max_len - 1)))
+    pe = ops.learned_pe(positions=positions, params={"table": table})
+    assert pe.shape == positions.shape + (d,)
+    for idx in np.ndindex(positions.shape):
+        ops.assert_close(pe[idx], table[positions[idx]])
+
+
+# -- rope -------------------------------------------------------------------------------
+
+conventions = st.sampled_from(["interleaved", "half"])
+
+
+@given(k=even_width, t=st.integers(1, 5), offset=st.integers(0, 100), convention=conventions,
+       data=st.data())
+def test_rope_preserves_norms_of_feature_pairs(ops, k, t, offset, convention, data):
+    x = data.draw(arrays((2, t, k)))
+    y = ops.rope(x=x, offset=offset, convention=convention)
+
+    def pair_norms(a):
+        if convention == "interleaved":
+            return a[..., 0::2] ** 2 + a[..., 1::2] ** 2
+        return a[..., : k // 2] ** 2 + a[..., k // 2:] ** 2
+
+    ops.assert_close(pair_norms(y), pair_norms(x), scale=4)
+    ops.assert_close(np.linalg.norm(y, axis=-1), np.linalg.norm(x, axis=-1), scale=4)
+
+
+@given(k=even_width, p=st.integers(0, 40), p2=st.integers(0, 40), c=st.integers(0, 40),
+       convention=conventions, data=st.data())
+def test_rope_scores_depend_only_on_relative_position(ops, k, p, p2, c, convention, data):
+    """<rope(q, p), rope(k, p')> == <rope(q, p + c), rope(k, p' + c)>."""
+    q, kk = data.draw(arrays((1, k))), data.draw(arrays((1, k)))
+
+    def score(pq, pk):
+        return float(np.sum(ops.rope(x=q, offset=pq, convention=convention)
+                            * ops.rope(x=kk, offset=pk, convention=convention)))
+
+    bound = float(np.linalg.norm(q) * np.linalg.norm(kk))
+    ops.assert_close(score(p + c, p2 + c), score(p, p2), scale=8 * max(bound, 1))
+
+
+@given(k=even_width, t=st.integers(1, 5), offset=st.integers(0, 60), data=st.data())
+def test_rope_conventions_equal_up_to_feature_permutation(ops, k, t, offset, data):
+    """half(x[..., P]) == interleaved(x)[..., P] with P = (0, 2, 4, ..., 1, 3, 5, ...)."""
+    x = data.draw(arrays((t, k)))
+    perm = np.concatenate([np.arange(0, k, 2), np.arange(1, k, 2)])
+    ops.assert_close(ops.rope(x=x[..., perm], offset=offset, convention="half"),
+                     ops.rope(x=x, offset=offset, convention="interleaved")[..., perm], scale=4)
+
+
+@given(k=even_width, convention=conventions, data=st.data())
+def test_rope_at_position_zero_is_identity(ops, k, convention, data):
+    x = data.draw(arrays((3, 1, k)))
+    ops.assert_close(ops.rope(x=x, convention=convention), x)
+
+
+# -- relative_attention -----------------------------------------------------------------
+
+dims = st.tuples(st.integers(1, 2), st.integers(1, 5), st.integers(1, 5), st.integers(1, 6),
+                 st.integers(1, 6), st.integers(0, 4))  # B, T, S, K, V, m
+
+
+def _qkv_mask(data, b, t, s, kw, vw):
+    q, k, v = data.draw(arrays((b, t, kw))), data.draw(arrays((b, s, kw))), \
+        data.draw(arrays((b, s, vw)))
+    mask = data.draw(hnp.arrays(np.bool_, (b, t, s)))
+    return q, k, v, mask
+
+
+@given(shape=dims, data=st.data())
+def test_relative_attention_with_zero_tables_equals_sdpa(ops, shape, data):
+    b, t, s, kw, vw, m = shape
+    q, k, v, mask = _qkv_mask(data, b, t, s, kw, vw)
+    zero = {"rel_k": np.zeros((2 * m + 1, kw)), "rel_v": np.zeros((2 * m + 1, vw))}
+    out, w = ops.relative_attention(q=q, k=k, v=v, mask=mask, max_distance=m, params=zero)
+    out_ref, w_ref = ops.sdpa(q=q, k=k, v=v, mask=mask)
+    ops.assert_close(w, w_ref, scale=4)
+    ops.assert_close(out, out_ref, scale=4)
+
+
+@given(shape=dims, data=st.data())
+def test_relative_attention_with_constant_tables_equals_sdpa_on_shifted_keys_and_values(
+        ops, shape, data):
+    """Every row of rel_k equal to a, of rel_v equal to c: attention over k + a and v + c."""
+    b, t, s, kw, vw, m = shape
+    q, k, v, _ = _qkv_mask(data, b, t, s, kw, vw)
+    a, c = data.draw(arrays((kw,))), data.draw(arrays((vw,)))
+    tables = {"rel_k": np.tile(a, (2 * m + 1, 1)), "rel_v": np.tile(c, (2 * m + 1, 1))}
+    out, w = ops.relative_attention(q=q, k=k, v=v, max_distance=m, params=tables)
+    out_ref, w_ref = ops.sdpa(q=q, k=k + a, v=v + c)
+    ops.assert_close(w, w_ref, scale=4)
+    ops.assert_close(out, out_ref, scale=8)
+
+
+@given(shape=dims, data=st.data())
+def test_relative_attention_weights_are_a_masked_distribution(ops, shape, data):
+    b, t, s, kw, vw, m = shape
+    q, k, v, mask = _qkv_mask(data, b, t, s, kw, vw)
+    tables = {"rel_k": data.draw(arrays((2 * m + 1, kw))),
+              "rel_v": data.draw(arrays((2 * m + 1, vw)))}
+    out, w = ops.relative_attention(q=q, k=k, v=v, mask=mask, max_distance=m, params=tables)
+    assert np.all(w >= 0) and np.all(w[~mask] == 0)
+    kept = mask.any(axis=-1)
+    ops.assert_close(w.sum(-1)[kept], np.ones(int(kept.sum())), scale=4)
+    assert np.all(out[~kept] == 0)

@@ -1,0 +1,77 @@
+"""additive_attention: Bahdanau's v . tanh(q W_q + k W_k) alignment scores."""
+
+import numpy as np
+
+from ..oracle.additive_attention import additive_attention as oracle
+from ._build import Component, Fn, error, value
+
+COMPONENT = Component("additive_attention", {
+    "additive_attention": Fn(module="alignment", inputs=["query", "keys", "values", "mask"],
+                             optional=["values", "mask"], params=True,
+                             returns=["context", "weights"], oracle=oracle),
+})
+
+
+def add_params(rng, d_q, d_k, a):
+    return {"w_q": rng.weights((d_q, a)), "w_k": rng.weights((d_k, a)),
+            "v": rng.weights((a,), 2.0)}
+
+
+def cases(rng):
+    yield value("additive_attention/basic-001", "additive_attention",
+                "B=2, T=3, S=4, Dq=4 != Dk=5, A=6, values omitted (= keys), no mask.",
+                inputs={"query": rng.uniform((2, 3, 4)), "keys": rng.uniform((2, 4, 5))},
+                params=add_params(rng, 4, 5, 6), flags=["basic", "default-values"])
+    yield value("additive_attention/values-001", "additive_attention",
+                "Separate values (Dv=3), Dq=Dk=4 so a swap of w_q and w_k still runs (and "
+                "must give other numbers).",
+                inputs={"query": rng.uniform((2, 2, 4)), "keys": rng.uniform((2, 5, 4)),
+                        "values": rng.uniform((2, 5, 3))},
+                params=add_params(rng, 4, 4, 5), flags=["values", "projection-order"])
+    yield value("additive_attention/padding-001", "additive_attention",
+                "A (B, 1, S) source padding mask: padded positions get weight 0.",
+                inputs={"query": rng.uniform((2, 3, 4)), "keys": rng.uniform((2, 4, 4)),
+                        "mask": np.array([[[1, 1, 1, 0]], [[1, 1, 0, 0]]], dtype=bool)},
+                params=add_params(rng, 4, 4, 4), flags=["mask", "padding", "broadcast"])
+    yield value("additive_attention/fully-masked-001", "additive_attention",
+                "A (B, T, S) mask with a fully masked query row: zero weights and zero context.",
+                inputs={"query": rng.uniform((1, 3, 3)), "keys": rng.uniform((1, 3, 4)),
+                        "values": rng.uniform((1, 3, 2)),
+                        "mask": np.array([[[1, 0, 1], [0, 0, 0], [0, 1, 1]]], dtype=bool)},
+                params=add_params(rng, 3, 4, 4), flags=["mask", "fully-masked"])
+    yield value("additive_attention/decoder-step-001", "additive_attention",
+                "T=1, one decoder state per batch row attending over S=5 encoder outputs "
+                "(the seq2seq case), B=3.",
+                inputs={"query": rng.uniform((3, 1, 4)), "keys": rng.uniform((3, 5, 4))},
+                params=add_params(rng, 4, 4, 3), flags=["decoder-step", "default-values"])
+    yield value("additive_attention/mask-2d-001", "additive_attention",
+                "A (T, S) mask broadcast over the batch, A=2, S=3.",
+                inputs={"query": rng.uniform((2, 2, 3)), "keys": rng.uniform((2, 3, 5)),
+                        "mask": np.array([[1, 1, 0], [0, 1, 1]], dtype=bool)},
+                params=add_params(rng, 3, 5, 2), flags=["mask", "broadcast"])
+    yield value("additive_attention/single-key-001", "additive_attention",
+                "S=1: every weight is exactly 1 and the context is that one value.",
+                inputs={"query": rng.uniform((2, 3, 2)), "keys": rng.uniform((2, 1, 3)),
+                        "values": rng.uniform((2, 1, 2))},
+                params=add_params(rng, 2, 3, 3), flags=["single-key"])
+
+    q, k, p = rng.uniform((2, 3, 4)), rng.uniform((2, 4, 5)), add_params(rng, 4, 5, 6)
+    yield error("additive_attention/rank-001", "additive_attention", "keys of rank 2.",
+                inputs={"query": q, "keys": k[0]}, params=p, error="ShapeError",
+                mentions=["keys", "(4, 5)"])
+    yield error("additive_attention/param-shape-001", "additive_attention",
+                "w_k of shape (4, 6) for keys of width Dk=5 (w_q's shape given to w_k).",
+                inputs={"query": q, "keys": k}, params={**p, "w_k": rng.weights((4, 6))},
+                error="ParameterError", mentions=["w_k", "(4, 6)"])
+    yield error("additive_attention/param-shape-002", "additive_attention",
+                "v of shape (5,) for an attention width A=6.",
+                inputs={"query": q, "keys": k}, params={**p, "v": rng.weights((5,))},
+                error="ParameterError", mentions=["v", "(5,)"])
+    yield error("additive_attention/mask-001", "additive_attention",
+                "A (3, 5) mask for T=3, S=4.",
+                inputs={"query": q, "keys": k, "mask": np.ones((3, 5), dtype=bool)}, params=p,
+                error="ShapeError", mentions=["mask", "(3, 5)"])
+    yield error("additive_attention/length-001", "additive_attention",
+                "values with S=3 positions for keys with S=4.",
+                inputs={"query": q, "keys": k, "values": rng.uniform((2, 3, 2))}, params=p,
+                error="ShapeError", mentions=["keys", "values"])

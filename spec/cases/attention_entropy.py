@@ -1,0 +1,66 @@
+"""attention_entropy: H = -sum w ln w along an axis, in nats, 0 ln 0 = 0."""
+
+import numpy as np
+
+from ..oracle.attention_entropy import attention_entropy as oracle
+from ._build import Component, Fn, error, value
+
+COMPONENT = Component("attention_entropy", {
+    "attention_entropy": Fn(module="attention", inputs=["weights"], attributes={"axis": -1},
+                            returns=["entropy"], oracle=oracle),
+})
+
+
+def cases(rng):
+    yield value("attention_entropy/basic-001", "attention_entropy",
+                "Rows of softmax-like weights (3, 4) summing to 1; natural log (log2 is 1.44x).",
+                inputs={"weights": np.array([[0.5, 0.25, 0.125, 0.125],
+                                             [0.25, 0.25, 0.25, 0.25],
+                                             [0.75, 0.0625, 0.0625, 0.125]])},
+                flags=["basic", "log-base"])
+    yield value("attention_entropy/zeros-001", "attention_entropy",
+                "Zero weights count as 0 ln 0 = 0: a one-hot row has H = 0, a fully masked "
+                "(all-zero) row has H = 0, [0.5, 0, 0.5] has ln 2.",
+                inputs={"weights": np.array([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0],
+                                             [0.5, 0.0, 0.5]])},
+                flags=["zeros", "fully-masked"])
+    yield value("attention_entropy/axis-001", "attention_entropy",
+                "axis = 0 of a (4, 3) matrix whose columns sum to 1; the result has shape (3,).",
+                inputs={"weights": np.array([[0.5, 0.25, 0.0625], [0.25, 0.25, 0.0625],
+                                             [0.125, 0.25, 0.125], [0.125, 0.25, 0.75]])},
+                attributes={"axis": 0}, flags=["axis", "wrong-axis"])
+    yield value("attention_entropy/unnormalised-001", "attention_entropy",
+                "Rows that do not sum to 1 are taken as they are (no renormalisation): "
+                "[2, 0.5] gives -2 ln 2 + 0.5 ln 2 = -1.5 ln 2.",
+                inputs={"weights": np.array([[2.0, 0.5], [0.25, 0.25]])},
+                flags=["unnormalised"])
+    w = rng.uniform((2, 3, 5), 0.0, 1.0)
+    yield value("attention_entropy/batch-001", "attention_entropy",
+                "A (2, 3, 5) batch of non-negative weights in [0, 1], last axis: shape (2, 3).",
+                inputs={"weights": w}, flags=["batch"])
+    yield value("attention_entropy/batch-002", "attention_entropy",
+                "axis = -2 of a (2, 3, 4) array of non-negative weights: shape (2, 4).",
+                inputs={"weights": rng.uniform((2, 3, 4), 0.0, 1.0)}, attributes={"axis": -2},
+                flags=["batch", "axis", "wrong-axis"])
+    yield value("attention_entropy/tiny-001", "attention_entropy",
+                "Very small weights (2**-20, 2**-14) next to large ones: their terms "
+                "w ln w are small but not 0.",
+                inputs={"weights": np.array([[2.0**-20, 1.0 - 2.0**-8, 2.0**-14]])},
+                flags=["tiny"])
+    yield value("attention_entropy/single-001", "attention_entropy",
+                "A length-1 axis: H = -w ln w for each single weight.",
+                inputs={"weights": np.array([[1.0], [0.5], [0.0]])}, flags=["single-key"])
+
+    yield error("attention_entropy/negative-001", "attention_entropy",
+                "A negative weight is outside the domain.",
+                inputs={"weights": np.array([[0.5, -0.25, 0.75]])},
+                error="DomainError", mentions=["weights"])
+    yield error("attention_entropy/scalar-001", "attention_entropy",
+                "A rank-0 input has no axis.", inputs={"weights": np.array(0.5)},
+                error="ShapeError", mentions=["weights"])
+    yield error("attention_entropy/bad-axis-001", "attention_entropy", "axis 2 on rank 2.",
+                inputs={"weights": np.array([[0.5, 0.5]])}, attributes={"axis": 2},
+                error="ConfigError", mentions=["axis"])
+    yield error("attention_entropy/dtype-001", "attention_entropy", "Integer weights.",
+                inputs={"weights": np.array([[1, 0]])}, error="DTypeError",
+                mentions=["weights"])

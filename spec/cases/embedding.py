@@ -1,0 +1,73 @@
+"""embedding: token embedding scaled by sqrt(D), and lm_head, the output projection
+(untied W, or tied to the embedding table)."""
+
+import numpy as np
+
+from ..oracle.embedding import embedding as oracle_embedding
+from ..oracle.embedding import lm_head as oracle_lm_head
+from ._build import Component, Fn, error, value
+
+COMPONENT = Component("embedding", {
+    "embedding": Fn(module="embedding", inputs=["ids"], attributes={"scale": True},
+                    params=True, returns=["y"], oracle=oracle_embedding),
+    "lm_head": Fn(module="embedding", inputs=["x"], attributes={"tied": False},
+                  params=True, returns=["logits"], oracle=oracle_lm_head),
+})
+
+
+def cases(rng):
+    yield value("embedding/scaled-001", "embedding",
+                "ids (2, 3) into a (10, 6) table, scale=True: rows times sqrt(6) (Vaswani et "
+                "al. §3.4); a missing scale, or D instead of sqrt(D), fails.",
+                inputs={"ids": np.array([[0, 3, 9], [3, 1, 7]])},
+                params={"table": rng.weights((10, 6))}, flags=["basic", "sqrt-d-scale"])
+    yield value("embedding/scaled-002", "embedding",
+                "ids (4,) with repeats into a (5, 4) table, scale=True (factor 2).",
+                inputs={"ids": np.array([4, 4, 0, 2])},
+                params={"table": rng.weights((5, 4))}, flags=["basic", "repeat"])
+    yield value("embedding/unscaled-001", "embedding",
+                "scale=False: y is exactly the table rows.",
+                inputs={"ids": np.array([[1, 0], [2, 5]])}, attributes={"scale": False},
+                params={"table": rng.weights((6, 5))}, flags=["unscaled"])
+    yield value("embedding/scalar-id-001", "embedding",
+                "A rank-0 id gives one row of shape (D,).",
+                inputs={"ids": np.array(2)}, params={"table": rng.weights((3, 8))},
+                flags=["rank-0", "edge"])
+    yield value("embedding/lm-head-001", "lm_head",
+                "logits = x W + b for x (2, 3, 4), W (4, 10), b (10,).",
+                inputs={"x": rng.uniform((2, 3, 4))},
+                params={"w": rng.weights((4, 10)), "b": rng.weights((10,))},
+                flags=["basic", "lm-head"])
+    yield value("embedding/lm-head-002", "lm_head",
+                "No bias: b is optional; logits = x W for x (3, 4), W (4, 7).",
+                inputs={"x": rng.uniform((3, 4))}, params={"w": rng.weights((4, 7))},
+                flags=["lm-head", "no-bias"])
+    yield value("embedding/tied-001", "lm_head",
+                "tied=True: logits = x table^T with table (9, 4) (L = 9, D = 4).",
+                inputs={"x": rng.uniform((2, 3, 4))}, attributes={"tied": True},
+                params={"table": rng.weights((9, 4))}, flags=["tied", "lm-head"])
+    yield value("embedding/tied-002", "lm_head",
+                "tied=True with a square (4, 4) table and a bias: using the table without "
+                "transposing it gives wrong values rather than a shape error.",
+                inputs={"x": rng.uniform((3, 4))}, attributes={"tied": True},
+                params={"table": rng.weights((4, 4)), "b": rng.weights((4,))},
+                flags=["tied", "transpose", "lm-head"])
+
+    table = rng.weights((5, 4))
+    yield error("embedding/out-of-range-001", "embedding", "id 5 in a vocabulary of L = 5.",
+                inputs={"ids": np.array([[0, 5]])}, params={"table": table},
+                error="DomainError", mentions=["ids", "L=5"])
+    yield error("embedding/negative-001", "embedding",
+                "id -1 is refused (no Python-style wrap-around to the last row).",
+                inputs={"ids": np.array([1, -1])}, params={"table": table},
+                error="DomainError", mentions=["ids", "L=5"])
+    yield error("embedding/float-ids-001", "embedding", "Float ids are refused.",
+                inputs={"ids": np.array([0.0, 1.0])}, params={"table": table},
+                error="DTypeError", mentions=["ids"])
+    yield error("embedding/lm-head-shape-001", "lm_head", "W of shape (5, 7) for D = 4.",
+                inputs={"x": rng.uniform((2, 4))}, params={"w": np.zeros((5, 7))},
+                error="ParameterError", mentions=["w", "(5, 7)"])
+    yield error("embedding/tied-missing-001", "lm_head",
+                "tied=True but no table in params (a W is not used when tied).",
+                inputs={"x": rng.uniform((2, 4))}, attributes={"tied": True},
+                params={"w": np.zeros((4, 7))}, error="ParameterError", mentions=["table"])

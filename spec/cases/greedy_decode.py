@@ -1,0 +1,189 @@
+"""greedy_decode: arg-max decoding of decoder_only (from a prompt) and of the
+encoder-decoder transformer (from src_ids, the target starting with BOS).
+
+Every generated token of every unfinished row has a margin between the two largest
+logits wider than the loosest (bfloat16) tolerance of the models and at least 0.25, so
+that every backend at every dtype must pick the same ids. Candidate parameters are
+drawn from named streams ``greedy_decode/<case>/<attempt>`` and the first attempt that
+keeps the margin (and shows what the case is about, e.g. a row ending at EOS) is used.
+"""
+
+import numpy as np
+
+from ..generate import GenerationError
+from ..oracle.greedy_decode import greedy_decode as oracle
+from ..oracle.greedy_decode import remember, run
+from ._build import Component, Fn, Rng, error, value
+from .encoder_layer import TOLERANCES
+from .encoder_only import lm_params
+from .transformer import ids, transformer_params
+
+COMPONENT = Component("greedy_decode", {
+    "greedy_decode": Fn(module="decoding", inputs=["prompt", "src_ids"],
+                        optional=["prompt", "src_ids"], returns=["ids"],
+                        required=["model", "bos_id", "eos_id", "pad_id", "max_len", "num_layers",
+                                  "num_heads", "norm", "activation"],
+                        attributes={"eps": 1e-5, "tie_embeddings": False}, params=True,
+                        oracle=oracle),
+})
+
+BOS, EOS, PAD = 1, 2, 0
+TOL = TOLERANCES["transformer"]["bfloat16"]  # the loosest tolerance of the models
+
+
+def wide_margin(top1, top2, token) -> bool:
+    """top1 - top2 > max(0.25, atol + rtol max(|top1|, |top2|)) with the loosest (bfloat16)
+    tolerance of the models, and the token is never pad_id."""
+    need = max(0.25, TOL["atol"] + TOL["rtol"] * max(abs(float(top1)), abs(float(top2))))
+    return float(top1 - top2) > need and token != PAD
+
+
+def search(case: str, build, attrs: dict, want, attempts: int = 80):
+    """The first candidate (inputs, params) whose decoding keeps the margin and satisfies
+    ``want(ids)``; its oracle result is remembered for the generator."""
+    for attempt in range(attempts):
+        inputs, params = build(Rng(f"greedy_decode/{case}/{attempt}"))
+        kwargs = dict(prompt=inputs.get("prompt"), src_ids=inputs.get("src_ids"), **attrs,
+                      params=params)
+        result = run(**kwargs, accept=wide_margin)
+        if result is not None and want(result[0]):
+            remember(result, **kwargs)
+            return inputs, params
+    raise GenerationError(f"greedy_decode/{case}: no candidate in {attempts} attempts keeps "
+                          f"the logit margin")
+
+
+def gpt_attrs(max_len, n=1, heads=4, norm="pre", activation="gelu"):
+    return {"model": "decoder_only", "bos_id": BOS, "eos_id": EOS, "pad_id": PAD,
+            "max_len": max_len, "num_layers": n, "num_heads": heads, "norm": norm,
+            "eps": 1e-5, "activation": activation, "tie_embeddings": False}
+
+
+def seq_attrs(max_len, n=1, heads=4, norm="post", activation="relu", tied=False):
+    return {**gpt_attrs(max_len, n, heads, norm, activation), "model": "transformer",
+            "tie_embeddings": tied}
+
+
+def gpt(prompt_len, b, n, d, vocab, norm, eos_bias=None):
+    def build(r):
+        prompt = ids(r, vocab, [prompt_len] * b, prompt_len, bos_id=BOS)
+        p = lm_params(r, n, d, 2 * d, vocab, 8, norm, None, lm_scale=1.0,
+                      eos_bias=None if eos_bias is None else (EOS, eos_bias))
+        return {"prompt": prompt}, p
+    return build
+
+
+def seq2seq(lengths, s, n, d, vocab, norm, tied=False, eos_bias=None):
+    def build(r):
+        src = ids(r, vocab, lengths, s)
+        p = transformer_params(r, n, d, 2 * d, vocab, norm=norm, tied=tied, lm_scale=1.0,
+                               eos_bias=None if eos_bias is None else (EOS, eos_bias))
+        if tied:  # larger target table entries: the tied head needs spread logits
+            p["tgt_embed.table"] = p["tgt_embed.table"] * 4
+        for i in range(n):  # sharper cross-attention: the source must steer the output
+            for w in ("w_q", "w_k"):
+                name = f"decoder.layers.{i}.cross_attn.{w}"
+                p[name] = p[name] * 2
+        return {"src_ids": src}, p
+    return build
+
+
+def varied(x, start=1):
+    """Rows differ, and some row generating 3 or more tokens before EOS uses 2 distinct
+    ones (a model repeating one token hides position and mask bugs)."""
+    gen = [[int(t) for t in row[start:]] for row in x]
+    gen = [g[:g.index(EOS)] if EOS in g else g for g in gen]
+    rows_differ = len(x) == 1 or len({tuple(r) for r in np.asarray(x).tolist()}) == len(x)
+    return rows_differ and (all(len(g) < 3 for g in gen)
+                            or any(len(set(g)) >= 2 for g in gen))
+
+
+def no_eos(start):
+    return lambda x: varied(x, start) and not any(EOS in row for row in x)
+
+
+def one_ends(start):
+    return lambda x: varied(x, start) and (EOS in x[0][:-1]) != (EOS in x[1][:-1])
+
+
+def all_end(start):
+    return lambda x: varied(x, start) and all(row[-1] == PAD and EOS in row for row in x)
+
+
+def cases(rng):
+    a = gpt_attrs(7)
+    inputs, p = p_gpt = search("gpt-001", gpt(2, 2, 1, 16, 16, "pre"), a, no_eos(2))
+    yield value("greedy_decode/gpt-001", "greedy_decode",
+                "decoder_only, N=1 pre-norm, D=16, H=4, vocabulary 16, prompt (2, 2) = [BOS, "
+                "x]; no row emits EOS, so 5 tokens are appended to reach max_len=7.",
+                inputs=inputs, attributes=a, params=p, flags=["basic", "decoder-only"])
+    a = gpt_attrs(7)
+    inputs, p = search("gpt-eos-001", gpt(2, 2, 1, 16, 16, "pre", eos_bias=1.5), a, one_ends(2))
+    yield value("greedy_decode/gpt-eos-001", "greedy_decode",
+                "One row emits EOS early and is padded with pad_id after it while the other "
+                "goes on to max_len=7.",
+                inputs=inputs, attributes=a, params=p, flags=["eos", "padding", "decoder-only"])
+    a = gpt_attrs(8, n=2, heads=2)
+    inputs, p = search("gpt-all-eos-001", gpt(3, 2, 2, 8, 12, "pre", eos_bias=2.0), a, all_end(3))
+    yield value("greedy_decode/gpt-all-eos-001", "greedy_decode",
+                "Every row emits EOS before max_len=8: decoding stops and the rest is pad_id; "
+                "N=2, D=8, H=2, prompt length 3.",
+                inputs=inputs, attributes=a, params=p, flags=["eos", "early-stop"])
+    a = gpt_attrs(6, n=2, heads=2, norm="post", activation="relu")
+    inputs, p = search("gpt-post-001", gpt(3, 1, 2, 16, 20, "post"), a, lambda x: varied(x, 3))
+    yield value("greedy_decode/gpt-post-001", "greedy_decode",
+                "decoder_only post-norm, ReLU, N=2, D=16, H=2, one row, prompt length 3, "
+                "max_len=6.",
+                inputs=inputs, attributes=a, params=p, flags=["post-norm", "decoder-only"])
+    a = gpt_attrs(3)
+    yield value("greedy_decode/prompt-only-001", "greedy_decode",
+                "max_len equals the prompt length: the prompt comes back unchanged.",
+                inputs={"prompt": np.array([[1, 5, 9], [1, 7, 7]], dtype=np.int64)},
+                attributes=a, params=p_gpt[1], flags=["edge", "no-steps"])
+    a = seq_attrs(6)
+    inputs, p = search("seq2seq-001", seq2seq([5, 3], 5, 1, 16, 12, "post"), a, varied)
+    yield value("greedy_decode/seq2seq-001", "greedy_decode",
+                "transformer, N=1 post-norm, ReLU, D=16, H=4, src_ids (2, 5) with row 1 padded "
+                "after 3; the target starts with BOS and grows to max_len=6 (prompt unused).",
+                inputs=inputs, attributes=a, params=p, flags=["basic", "encoder-decoder"])
+    a = seq_attrs(7, n=2, heads=2)
+    inputs, p = search("seq2seq-eos-001", seq2seq([4, 6], 6, 2, 8, 12, "post", eos_bias=1.5),
+                       a, lambda x: varied(x) and (EOS in x[0]) != (EOS in x[1]))
+    yield value("greedy_decode/seq2seq-eos-001", "greedy_decode",
+                "transformer, N=2, D=8, H=2: a row that emits EOS is padded after it.",
+                inputs=inputs, attributes=a, params=p, flags=["eos", "encoder-decoder"])
+    a = seq_attrs(5, n=1, heads=2, norm="pre", activation="gelu", tied=True)
+    inputs, p = search("seq2seq-tied-001", seq2seq([3, 4], 4, 1, 8, 12, "pre", tied=True), a,
+                       lambda x: True)
+    yield value("greedy_decode/seq2seq-tied-001", "greedy_decode",
+                "transformer with tie_embeddings (logits = h tgt_embed.table^T), pre-norm, GELU, "
+                "max_len=5 (a tied head tends to repeat the last token).",
+                inputs=inputs, attributes=a, params=p, flags=["tied-embeddings", "pre-norm"])
+    p = lm_params(rng, 1, 8, 16, 12, 8, "pre", None)
+    a = gpt_attrs(6, heads=2)
+    yield error("greedy_decode/oov-001", "greedy_decode", "prompt holds 12 with vocabulary 12.",
+                inputs={"prompt": np.array([[1, 12]], dtype=np.int64)}, attributes=a, params=p,
+                error="DomainError", mentions=["prompt", "12"])
+    yield error("greedy_decode/pad-prompt-001", "greedy_decode",
+                "The prompt contains pad_id (prompts are not padded).",
+                inputs={"prompt": np.array([[1, 5, 0]], dtype=np.int64)}, attributes=a,
+                params=p, error="DomainError", mentions=["prompt", "pad_id"])
+    yield error("greedy_decode/max-len-001", "greedy_decode",
+                "max_len=2 is shorter than the prompt (3).",
+                inputs={"prompt": np.array([[1, 5, 6]], dtype=np.int64)},
+                attributes={**a, "max_len": 2}, params=p,
+                error="ConfigError", mentions=["max_len"])
+    yield error("greedy_decode/max-len-002", "greedy_decode",
+                "max_len=10 needs positions up to 8 from an 8-row pos.table.",
+                inputs={"prompt": np.array([[1, 5, 6]], dtype=np.int64)},
+                attributes={**a, "max_len": 10}, params=p,
+                error="ConfigError", mentions=["max_len"])
+    yield error("greedy_decode/model-001", "greedy_decode", "model='gpt' is not a model name.",
+                inputs={"prompt": np.array([[1, 5]], dtype=np.int64)},
+                attributes={**a, "model": "gpt"}, params=p,
+                error="ConfigError", mentions=["model"])
+    yield error("greedy_decode/no-src-001", "greedy_decode",
+                "model='transformer' without src_ids.",
+                inputs={"prompt": np.array([[1, 5]], dtype=np.int64)},
+                attributes={**a, "model": "transformer"}, params=p,
+                error="ConfigError", mentions=["src_ids"])

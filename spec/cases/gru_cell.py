@@ -1,0 +1,82 @@
+"""gru_cell: one GRU step, PyTorch/cuDNN gates (r, z, n; reset after the hidden matmul)."""
+
+import numpy as np
+
+from ..oracle.gru_cell import gru_cell as oracle
+from ._build import Component, Fn, error, value
+
+COMPONENT = Component("gru_cell", {
+    "gru_cell": Fn(module="rnn", inputs=["x", "h"], params=True, returns=["h"], oracle=oracle),
+})
+
+
+def gru_params(rng, i, h, scale=1.0, biases=True):
+    """w_ih (I, 3H), w_hh (H, 3H), b_ih, b_hh (3H,): gate blocks r | z | n."""
+    p = {"w_ih": rng.weights((i, 3 * h), scale), "w_hh": rng.weights((h, 3 * h), scale)}
+    if biases:
+        p["b_ih"] = rng.weights((3 * h,), scale)
+        p["b_hh"] = rng.weights((3 * h,), scale)
+    return p
+
+
+def cases(rng):
+    yield value("gru_cell/basic-001", "gru_cell",
+                "B=2, I=8, H=8 with all four parameters; x in [-1, 1], h in [-0.9, 0.9]. Gate "
+                "order (z, r, n), reset before the hidden matmul and the swapped interpolation "
+                "z n + (1 - z) h all fail.",
+                inputs={"x": rng.uniform((2, 8), -1, 1), "h": rng.uniform((2, 8), -0.9, 0.9)},
+                params=gru_params(rng, 8, 8), flags=["basic", "gate-order", "reset-after"])
+    yield value("gru_cell/io-widths-001", "gru_cell",
+                "I=12 differs from H=8 and B=3: w_ih in torch's (3H, I) weight_ih_l0 layout, or "
+                "w_ih and w_hh swapped, cannot be used without a transpose.",
+                inputs={"x": rng.uniform((3, 12), -1, 1), "h": rng.uniform((3, 8), -0.9, 0.9)},
+                params=gru_params(rng, 12, 8), flags=["layout", "batch"])
+    yield value("gru_cell/no-bias-001", "gru_cell",
+                "No b_ih, no b_hh: absent biases are zero (torch bias=False, Keras "
+                "use_bias=False).",
+                inputs={"x": rng.uniform((2, 8), -1, 1), "h": rng.uniform((2, 10), -0.9, 0.9)},
+                params=gru_params(rng, 8, 10, biases=False), flags=["optional-params"])
+    yield value("gru_cell/hidden-bias-001", "gru_cell",
+                "Only the n block of b_hh is nonzero (b_hn = 1.5) and x = 0: the result depends on "
+                "r * b_hn, so folding b_hn into b_in (reset_after=False, or a single bias) fails.",
+                inputs={"x": np.zeros((2, 8)), "h": rng.uniform((2, 8), -0.9, 0.9)},
+                params={**gru_params(rng, 8, 8, biases=False),
+                        "b_ih": np.zeros(24),
+                        "b_hh": np.concatenate([np.zeros(16), np.full(8, 1.5)])},
+                flags=["reset-after", "bias"])
+    yield value("gru_cell/zero-state-001", "gru_cell",
+                "h = 0 (the first step of a sequence): h' = (1 - z) n with r only acting on b_hn.",
+                inputs={"x": rng.uniform((2, 8), -1, 1), "h": np.zeros((2, 8))},
+                params=gru_params(rng, 8, 8), flags=["zero-state"])
+    yield value("gru_cell/saturated-001", "gru_cell",
+                "Weights up to 2 and x up to 4: x W_ih + b_ih reaches magnitude 11.6, so gates "
+                "saturate and exp(-x) in a naive 1/(1+exp(-x)) passes float16's maximum "
+                "(65504 = exp(11.09)).",
+                inputs={"x": rng.uniform((2, 8), -4, 4), "h": rng.uniform((2, 8), -0.9, 0.9)},
+                params=gru_params(rng, 8, 8, scale=2.0), flags=["saturation", "stability"])
+    yield value("gru_cell/state-gate-001", "gru_cell",
+                "h close to +-1 and large |h - n|: the interpolation h' = (1 - z) n + z h is "
+                "distinguished from z n + (1 - z) h by a wide margin.",
+                inputs={"x": rng.uniform((4, 8), -1, 1),
+                        "h": np.tile(np.array([0.96875, -0.96875]), (4, 4))},
+                params=gru_params(rng, 8, 8), flags=["interpolation", "batch"])
+    yield error("gru_cell/bad-w-ih-001", "gru_cell",
+                "x has I=6 but w_ih is (8, 24): ParameterError naming w_ih and both shapes.",
+                inputs={"x": rng.uniform((2, 6), -1, 1), "h": rng.uniform((2, 8), -0.9, 0.9)},
+                params=gru_params(rng, 8, 8), error="ParameterError",
+                mentions=["w_ih", "(8, 24)"])
+    yield error("gru_cell/bad-h-001", "gru_cell", "h of width 6 for H=8 (from w_hh).",
+                inputs={"x": rng.uniform((2, 8), -1, 1), "h": rng.uniform((2, 6), -0.9, 0.9)},
+                params=gru_params(rng, 8, 8), error="ShapeError", mentions=["h", "(2, 6)"])
+    yield error("gru_cell/bad-w-hh-001", "gru_cell",
+                "w_hh of shape (8, 16) is not (H, 3H).",
+                inputs={"x": rng.uniform((2, 8), -1, 1), "h": rng.uniform((2, 8), -0.9, 0.9)},
+                params={**gru_params(rng, 8, 8), "w_hh": rng.weights((8, 16))},
+                error="ParameterError", mentions=["w_hh", "(8, 16)"])
+    yield error("gru_cell/rank-001", "gru_cell", "x of rank 3 (a sequence) given to the cell.",
+                inputs={"x": rng.uniform((2, 3, 8), -1, 1), "h": rng.uniform((2, 8), -0.9, 0.9)},
+                params=gru_params(rng, 8, 8), error="ShapeError", mentions=["x", "(2, 3, 8)"])
+    yield error("gru_cell/missing-w-hh-001", "gru_cell", "w_hh is missing.",
+                inputs={"x": rng.uniform((2, 8), -1, 1), "h": rng.uniform((2, 8), -0.9, 0.9)},
+                params={"w_ih": rng.weights((8, 24))}, error="ParameterError",
+                mentions=["w_hh"])

@@ -1,0 +1,91 @@
+"""luong_attention: Luong's dot, general and concat scores, unscaled."""
+
+import numpy as np
+
+from ..oracle.luong_attention import luong_attention as oracle
+from ._build import Component, Fn, error, value
+
+COMPONENT = Component("luong_attention", {
+    "luong_attention": Fn(module="alignment", inputs=["query", "keys", "values", "mask"],
+                          optional=["values", "mask"], attributes={"score": "dot"},
+                          params=True, returns=["context", "weights"], oracle=oracle),
+})
+
+
+def concat_params(rng, d_q, d_k, a):
+    return {"w": rng.weights((d_q + d_k, a)), "v": rng.weights((a,), 2.0)}
+
+
+def cases(rng):
+    yield value("luong_attention/dot-001", "luong_attention",
+                "dot score, Dq=Dk=3, values omitted (= keys), no mask; no 1/sqrt(D) scaling.",
+                inputs={"query": rng.uniform((2, 3, 3), -1, 1), "keys": rng.uniform((2, 4, 3))},
+                attributes={"score": "dot"}, flags=["dot", "default-values", "scale"])
+    yield value("luong_attention/dot-002", "luong_attention",
+                "dot score with separate values (Dv=2) and a (B, T, S) mask with a fully "
+                "masked row.",
+                inputs={"query": rng.uniform((1, 3, 4), -1, 1), "keys": rng.uniform((1, 3, 4)),
+                        "values": rng.uniform((1, 3, 2)),
+                        "mask": np.array([[[1, 1, 0], [0, 0, 0], [1, 0, 1]]], dtype=bool)},
+                attributes={"score": "dot"}, flags=["dot", "mask", "fully-masked"])
+    yield value("luong_attention/general-001", "luong_attention",
+                "general score q W kᵀ with a square, non-symmetric W (Dq=Dk=4): W transposed "
+                "gives other numbers.",
+                inputs={"query": rng.uniform((2, 2, 4)), "keys": rng.uniform((2, 4, 4)),
+                        "values": rng.uniform((2, 4, 3))},
+                attributes={"score": "general"}, params={"w": rng.weights((4, 4))},
+                flags=["general", "transpose"])
+    yield value("luong_attention/general-002", "luong_attention",
+                "general score with Dq=3 != Dk=5 (W (3, 5)), values omitted, a (B, 1, S) "
+                "padding mask.",
+                inputs={"query": rng.uniform((2, 2, 3)), "keys": rng.uniform((2, 4, 5)),
+                        "mask": np.array([[[1, 1, 1, 0]], [[1, 0, 1, 1]]], dtype=bool)},
+                attributes={"score": "general"}, params={"w": rng.weights((3, 5))},
+                flags=["general", "mask", "padding"])
+    yield value("luong_attention/concat-001", "luong_attention",
+                "concat score v . tanh([q; k] W), Dq=Dk=3, A=4: the order [k; q] gives other "
+                "numbers.",
+                inputs={"query": rng.uniform((2, 3, 3)), "keys": rng.uniform((2, 4, 3))},
+                attributes={"score": "concat"}, params=concat_params(rng, 3, 3, 4),
+                flags=["concat", "concat-order"])
+    yield value("luong_attention/concat-002", "luong_attention",
+                "concat score with Dq=2 != Dk=4, A=3, separate values and a (T, S) mask "
+                "broadcast over the batch.",
+                inputs={"query": rng.uniform((2, 2, 2)), "keys": rng.uniform((2, 3, 4)),
+                        "values": rng.uniform((2, 3, 3)),
+                        "mask": np.array([[1, 0, 1], [1, 1, 0]], dtype=bool)},
+                attributes={"score": "concat"}, params=concat_params(rng, 2, 4, 3),
+                flags=["concat", "mask", "broadcast"])
+    yield value("luong_attention/decoder-step-001", "luong_attention",
+                "general score, T=1 decoder state over S=5 encoder outputs, B=3.",
+                inputs={"query": rng.uniform((3, 1, 4)), "keys": rng.uniform((3, 5, 4))},
+                attributes={"score": "general"}, params={"w": rng.weights((4, 4))},
+                flags=["general", "decoder-step"])
+
+    q, k = rng.uniform((2, 3, 4)), rng.uniform((2, 5, 3))
+    yield error("luong_attention/dot-width-001", "luong_attention",
+                "dot score with Dq=4 != Dk=3.",
+                inputs={"query": q, "keys": k}, attributes={"score": "dot"},
+                error="ShapeError", mentions=["query", "keys", "4", "3"])
+    yield error("luong_attention/score-001", "luong_attention", "An unknown score 'bilinear'.",
+                inputs={"query": q, "keys": k}, attributes={"score": "bilinear"},
+                error="ConfigError", mentions=["score", "bilinear"])
+    yield error("luong_attention/param-shape-001", "luong_attention",
+                "general score with w of shape (3, 4), i.e. transposed (it must be (Dq, Dk) = "
+                "(4, 3)).",
+                inputs={"query": q, "keys": k}, attributes={"score": "general"},
+                params={"w": rng.weights((3, 4))}, error="ParameterError",
+                mentions=["w", "(3, 4)"])
+    yield error("luong_attention/param-shape-002", "luong_attention",
+                "concat score with v of shape (4,) for w of shape (7, 5).",
+                inputs={"query": q, "keys": k}, attributes={"score": "concat"},
+                params={"w": rng.weights((7, 5)), "v": rng.weights((4,))},
+                error="ParameterError", mentions=["v", "(4,)"])
+    yield error("luong_attention/missing-param-001", "luong_attention",
+                "general score without w.",
+                inputs={"query": q, "keys": k}, attributes={"score": "general"},
+                error="ParameterError", mentions=["w"])
+    yield error("luong_attention/rank-001", "luong_attention", "query of rank 4.",
+                inputs={"query": q[None], "keys": k}, attributes={"score": "general"},
+                params={"w": rng.weights((4, 3))}, error="ShapeError",
+                mentions=["query", "(1, 2, 3, 4)"])

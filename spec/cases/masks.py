@@ -1,0 +1,85 @@
+"""masks: causal (bottom-right aligned), padding and combined boolean masks."""
+
+import numpy as np
+
+from ..oracle.masks import causal_mask, combined_mask, padding_mask
+from ._build import Component, Fn, error, value
+
+COMPONENT = Component("masks", {
+    "causal_mask": Fn(required=["t", "s"], module="attention", inputs=[], attributes={},
+                      returns=["mask"], oracle=causal_mask),
+    "padding_mask": Fn(required=["pad_id"], module="attention", inputs=["ids"], attributes={},
+                       returns=["mask"], oracle=padding_mask),
+    "combined_mask": Fn(required=["pad_id", "t"], module="attention", inputs=["ids"],
+                        attributes={"num_heads": 1, "causal": True}, returns=["mask"],
+                        oracle=combined_mask),
+})
+
+
+def cases(rng):
+    yield value("masks/causal-001", "causal_mask",
+                "Square causal mask, T = S = 4: lower triangle including the diagonal "
+                "(excluding the diagonal is off by one).",
+                inputs={}, attributes={"t": 4, "s": 4}, flags=["causal", "off-by-one"])
+    yield value("masks/causal-002", "causal_mask",
+                "T = 2 < S = 5 (two new queries after a cache of 3 keys): query i sees keys "
+                "j <= i + 3. Top-left alignment (torch.tril(ones(2, 5))) gives a different mask.",
+                inputs={}, attributes={"t": 2, "s": 5}, flags=["causal", "t-ne-s", "alignment"])
+    yield value("masks/causal-003", "causal_mask",
+                "T = 5 > S = 3: the first T - S = 2 queries attend nothing (all-False rows).",
+                inputs={}, attributes={"t": 5, "s": 3},
+                flags=["causal", "t-ne-s", "alignment", "fully-masked"])
+    yield value("masks/causal-004", "causal_mask",
+                "T = 1, S = 6: one decoding step with a cache sees every key.",
+                inputs={}, attributes={"t": 1, "s": 6}, flags=["causal", "t-ne-s", "decoding"])
+    yield value("masks/causal-005", "causal_mask",
+                "T = 0 queries: an empty (0, 3) mask.",
+                inputs={}, attributes={"t": 0, "s": 3}, flags=["causal", "empty"])
+    yield value("masks/padding-001", "padding_mask",
+                "ids (2, 5) with pad_id 0 at the end of row 0 and in the middle of row 1; "
+                "shape (B, 1, 1, S), True = real token.",
+                inputs={"ids": np.array([[5, 3, 7, 0, 0], [2, 0, 4, 1, 0]])},
+                attributes={"pad_id": 0}, flags=["padding", "mask-polarity"])
+    yield value("masks/padding-002", "padding_mask",
+                "pad_id = 1 (fairseq's convention): token 0 is a real token.",
+                inputs={"ids": np.array([[0, 4, 1], [1, 1, 1], [3, 0, 2]])},
+                attributes={"pad_id": 1}, flags=["padding", "fully-masked"])
+    yield value("masks/combined-001", "combined_mask",
+                "Decoder self-attention: ids (2, 4), pad_id 0, t = 4, 2 heads, causal: "
+                "padding and causal, materialised to (2, 2, 4, 4).",
+                inputs={"ids": np.array([[6, 2, 9, 0], [3, 0, 0, 0]])},
+                attributes={"pad_id": 0, "t": 4, "num_heads": 2, "causal": True},
+                flags=["combined", "causal", "padding", "heads"])
+    yield value("masks/combined-002", "combined_mask",
+                "Memory mask for cross-attention: causal = False, t = 3 queries over S = 5 "
+                "memory positions, 1 head.",
+                inputs={"ids": np.array([[4, 8, 0, 0, 0], [1, 2, 3, 4, 5]])},
+                attributes={"pad_id": 0, "t": 3, "num_heads": 1, "causal": False},
+                flags=["combined", "padding", "t-ne-s"])
+    yield value("masks/combined-003", "combined_mask",
+                "Causal with t = 2 < S = 4 (bottom-right: query i sees j <= i + 2), 3 heads, "
+                "one padded position.",
+                inputs={"ids": np.array([[7, 7, 2, 0]])},
+                attributes={"pad_id": 0, "t": 2, "num_heads": 3, "causal": True},
+                flags=["combined", "causal", "alignment", "t-ne-s", "heads"])
+
+    yield error("masks/negative-t-001", "causal_mask", "A negative query length t = -1.",
+                inputs={}, attributes={"t": -1, "s": 3}, error="ConfigError", mentions=["t"])
+    yield error("masks/negative-s-001", "causal_mask", "A negative key length s = -2.",
+                inputs={}, attributes={"t": 2, "s": -2}, error="ConfigError", mentions=["s"])
+    yield error("masks/ids-rank-001", "padding_mask", "ids of rank 1 (no batch axis).",
+                inputs={"ids": np.array([1, 2, 0])}, attributes={"pad_id": 0},
+                error="ShapeError", mentions=["ids", "(3,)"])
+    yield error("masks/ids-dtype-001", "padding_mask", "Float ids are refused.",
+                inputs={"ids": np.array([[1.0, 2.0, 0.0]])}, attributes={"pad_id": 0},
+                error="DTypeError", mentions=["ids"])
+    yield error("masks/combined-t-001", "combined_mask", "combined_mask with t = -1.",
+                inputs={"ids": np.array([[1, 2, 0]])}, attributes={"pad_id": 0, "t": -1},
+                error="ConfigError", mentions=["t"])
+    yield error("masks/combined-heads-001", "combined_mask", "combined_mask with num_heads = 0.",
+                inputs={"ids": np.array([[1, 2, 0]])},
+                attributes={"pad_id": 0, "t": 3, "num_heads": 0},
+                error="ConfigError", mentions=["num_heads"])
+    yield error("masks/combined-rank-001", "combined_mask", "ids of rank 3.",
+                inputs={"ids": np.zeros((1, 2, 3), dtype=np.int64)},
+                attributes={"pad_id": 0, "t": 3}, error="ShapeError", mentions=["ids"])

@@ -1,0 +1,63 @@
+"""residual: a feed-forward sublayer with its residual connection and LayerNorm,
+post-norm LN(x + f(x)) or pre-norm x + f(LN(x))."""
+
+import numpy as np
+
+from ..oracle.residual import residual as oracle
+from ._build import Component, Fn, error, value
+from .feedforward import ffn_params
+
+COMPONENT = Component("residual", {
+    "residual": Fn(module="feedforward", inputs=["x"],
+                   attributes={"position": "post", "eps": 1e-5, "activation": "relu"},
+                   params=True, trace=True, returns=["y"], oracle=oracle),
+})
+
+
+def block_params(rng, d, f):
+    p = {f"ffn.{k}": v for k, v in ffn_params(rng, d, f).items()}
+    p["norm.gamma"] = 1.0 + rng.weights((d,), 0.5)
+    p["norm.beta"] = rng.weights((d,), 1.0)
+    return p
+
+
+def cases(rng):
+    for pos in ["post", "pre"]:
+        for act in ["relu", "gelu"]:
+            yield value(f"residual/{pos}-{act}-001", "residual",
+                        f"position='{pos}', activation='{act}': a (2, 3, 4) input, D = 4, "
+                        "F = 8; the intermediates name the sublayer output"
+                        + (" and the LayerNorm output it reads." if pos == "pre" else "."),
+                        inputs={"x": rng.uniform((2, 3, 4))},
+                        attributes={"position": pos, "activation": act},
+                        params=block_params(rng, 4, 8), flags=["basic", f"{pos}-norm", act])
+    for pos in ["post", "pre"]:
+        yield value(f"residual/{pos}-eps-001", "residual",
+                    f"position='{pos}' with eps = 0.25 and small inputs: the eps attribute "
+                    "must reach the LayerNorm.",
+                    inputs={"x": rng.uniform((3, 4), -0.375, 0.375)},
+                    attributes={"position": pos, "eps": 0.25},
+                    params=block_params(rng, 4, 6), flags=["eps", f"{pos}-norm"])
+    yield value("residual/pre-large-001", "residual",
+                "position='pre' with x in [-8, 8], far from unit scale: the residual adds the "
+                "raw x (not LN(x)) to f(LN(x)), so adding to the wrong tensor fails.",
+                inputs={"x": rng.uniform((2, 4), -8, 8, step=2.0**-4)}, attributes={"position": "pre"},
+                params=block_params(rng, 4, 8), flags=["pre-norm", "residual-source"])
+
+    x = rng.uniform((2, 4))
+    good = block_params(rng, 4, 8)
+    yield error("residual/bad-position-001", "residual",
+                "An unknown position ('sandwich'): positions are 'post' and 'pre'.",
+                inputs={"x": x}, attributes={"position": "sandwich"}, params=good,
+                error="ConfigError", mentions=["position", "sandwich"])
+    yield error("residual/norm-missing-001", "residual",
+                "norm.gamma is missing: the message names the full path.",
+                inputs={"x": x}, params={k: v for k, v in good.items() if k != "norm.gamma"},
+                error="ParameterError", mentions=["norm.gamma"])
+    yield error("residual/ffn-shape-001", "residual",
+                "ffn.w1 of shape (3, 8) for D = 4: the message names the full path.",
+                inputs={"x": x}, params={**good, "ffn.w1": np.zeros((3, 8))},
+                error="ParameterError", mentions=["ffn.w1", "(3, 8)"])
+    yield error("residual/bad-activation-001", "residual", "An unknown activation ('tanh').",
+                inputs={"x": x}, attributes={"activation": "tanh"}, params=good,
+                error="ConfigError", mentions=["activation"])

@@ -1,0 +1,73 @@
+"""rms_norm: y = x / sqrt(mean(x^2) + eps) * gamma over the last axis."""
+
+import numpy as np
+
+from ..oracle.rms_norm import rms_norm as oracle
+from ._build import Component, Fn, error, value
+
+COMPONENT = Component("rms_norm", {
+    "rms_norm": Fn(module="norm", inputs=["x"], attributes={"eps": 1e-6}, params=True,
+                   returns=["y"], oracle=oracle),
+})
+
+
+def _g(rng, d):
+    return {"gamma": 1.0 + rng.weights((d,), 0.5)}
+
+
+def cases(rng):
+    yield value("rms_norm/basic-001", "rms_norm",
+                "A (2, 4) input in [0.25, 2] (a large mean): subtracting the mean, as "
+                "LayerNorm does, changes y completely.",
+                inputs={"x": rng.uniform((2, 4), 0.25, 2)}, params=_g(rng, 4),
+                flags=["basic", "no-mean-subtraction"])
+    yield value("rms_norm/mixed-001", "rms_norm",
+                "A (3, 6) input of both signs; dividing by the root of the sum instead of the "
+                "mean of squares is off by sqrt(6).",
+                inputs={"x": rng.uniform((3, 6), -2, 2)}, params=_g(rng, 6),
+                flags=["basic", "mean-not-sum"])
+    yield value("rms_norm/batch-001", "rms_norm", "A (2, 3, 5) input, normalised per row.",
+                inputs={"x": rng.uniform((2, 3, 5), -1, 3)}, params=_g(rng, 5),
+                flags=["batch", "wrong-axis"])
+    yield value("rms_norm/eps-001", "rms_norm",
+                "eps = 0.25 with small inputs (mean square ~0.05): eps inside the root, "
+                "sqrt(ms + eps), differs from sqrt(ms) + eps by ~15%, and ignoring the "
+                "attribute by a factor of ~2.5.",
+                inputs={"x": rng.uniform((2, 4), -0.375, 0.375)}, attributes={"eps": 0.25},
+                params=_g(rng, 4), flags=["eps", "eps-inside-sqrt", "eps-attribute"])
+    yield value("rms_norm/small-001", "rms_norm",
+                "Inputs of size ~2**-8 (mean square ~6e-5) with the default eps 1e-6: eps = "
+                "1e-5 (a common LayerNorm default) changes y by ~7%.",
+                inputs={"x": np.array([[1.0, -2.0, 3.0, -1.0], [2.0, 2.0, -3.0, 1.0]])
+                        * 2.0**-8},
+                params=_g(rng, 4), flags=["eps", "default-eps"])
+    yield value("rms_norm/small-002", "rms_norm",
+                "Inputs of size ~2**-10 (mean square ~3.6e-6) with the default eps 1e-6: "
+                "torch.nn.RMSNorm's default eps=None (finfo(float32).eps = 1.2e-7) changes y "
+                "by ~11%.",
+                inputs={"x": np.array([[1.0, -2.0, 3.0, -1.0], [-3.0, 1.0, 2.0, 1.0]])
+                        * 2.0**-10},
+                params=_g(rng, 4), flags=["eps", "default-eps", "torch-rmsnorm-eps"])
+    yield value("rms_norm/zero-001", "rms_norm",
+                "An all-zero row gives zeros (eps > 0 keeps it finite); the other row is "
+                "ordinary.",
+                inputs={"x": np.array([[0.0, 0.0, 0.0, 0.0], [1.0, -0.5, 0.25, 2.0]])},
+                params=_g(rng, 4), flags=["zero", "edge"])
+    yield value("rms_norm/single-001", "rms_norm",
+                "D = 1: y = x / sqrt(x^2 + eps) * gamma, i.e. sign(x) * gamma for |x| >> eps.",
+                inputs={"x": np.array([[3.0], [-0.5]])}, params=_g(rng, 1),
+                flags=["single-feature", "edge"])
+
+    x4 = rng.uniform((2, 4))
+    yield error("rms_norm/gamma-shape-001", "rms_norm", "gamma of shape (3,) for D = 4.",
+                inputs={"x": x4}, params={"gamma": np.ones(3)},
+                error="ParameterError", mentions=["gamma", "(3,)"])
+    yield error("rms_norm/eps-zero-001", "rms_norm", "eps = 0 is refused (eps must be > 0).",
+                inputs={"x": x4}, attributes={"eps": 0.0}, params=_g(rng, 4),
+                error="ConfigError", mentions=["eps"])
+    yield error("rms_norm/scalar-001", "rms_norm", "A rank-0 input has no feature axis.",
+                inputs={"x": np.array(0.5)}, params=_g(rng, 1),
+                error="ShapeError", mentions=["x"])
+    yield error("rms_norm/int-input-001", "rms_norm", "Integer inputs are refused.",
+                inputs={"x": np.array([[1, 2, 3, 4]], dtype=np.int64)}, params=_g(rng, 4),
+                error="DTypeError", mentions=["x"])

@@ -1,0 +1,64 @@
+"""rope: rotary position embedding, interleaved and half-split conventions."""
+
+from ..oracle.rope import rope as oracle
+from ._build import Component, Fn, error, value
+
+COMPONENT = Component("rope", {
+    "rope": Fn(module="positional", inputs=["x"],
+               attributes={"offset": 0, "base": 10000.0, "convention": "interleaved"},
+               returns=["y"], oracle=oracle),
+})
+
+
+def cases(rng):
+    yield value("rope/interleaved-001", "rope",
+                "x (1, 6, 8), positions 0..5, pairs (2i, 2i+1) (RoFormer, GPT-J).",
+                inputs={"x": rng.uniform((1, 6, 8))}, flags=["basic", "interleaved"])
+    yield value("rope/half-001", "rope",
+                "x (1, 6, 8), positions 0..5, pairs (i, i + K/2) (GPT-NeoX, HF rotate_half).",
+                inputs={"x": rng.uniform((1, 6, 8))}, attributes={"convention": "half"},
+                flags=["basic", "half"])
+    yield value("rope/offset-001", "rope",
+                "x (2, 5, 12), positions 37..41 (offset 37), interleaved: ignoring the offset, "
+                "a flipped angle sign or the other pairing fails.",
+                inputs={"x": rng.uniform((2, 5, 12))}, attributes={"offset": 37},
+                flags=["offset", "interleaved", "sign"])
+    yield value("rope/offset-002", "rope",
+                "x (2, 4, 16), positions 37..40, half convention.",
+                inputs={"x": rng.uniform((2, 4, 16))},
+                attributes={"offset": 37, "convention": "half"}, flags=["offset", "half", "sign"])
+    yield value("rope/heads-001", "rope",
+                "x (1, 2, 7, 8) = (B, H, T, K): the position is the second-to-last axis; "
+                "offset 3.",
+                inputs={"x": rng.uniform((1, 2, 7, 8))}, attributes={"offset": 3},
+                flags=["batch", "heads", "position-axis"])
+    yield value("rope/base-001", "rope",
+                "base 500 instead of 10000 (theta_i = 500^(-2i/K)), x (1, 4, 10), half.",
+                inputs={"x": rng.uniform((1, 4, 10))},
+                attributes={"base": 500.0, "convention": "half", "offset": 5},
+                flags=["base", "half"])
+    yield value("rope/rank2-001", "rope",
+                "A rank-2 x (7, 8): rows are positions 0..6.",
+                inputs={"x": rng.uniform((7, 8))}, flags=["rank-2"])
+    yield value("rope/pair-001", "rope",
+                "K = 2 (a single pair, theta_0 = 1), positions 37..39: both conventions agree.",
+                inputs={"x": rng.uniform((3, 2))}, attributes={"offset": 37},
+                flags=["minimal"])
+    yield value("rope/large-offset-001", "rope",
+                "Positions 8192..8194: float32 angles (pos * theta in float32) are off by ~1e-4, "
+                "beyond the float32 tolerance; compute angles in float64, round cos and sin.",
+                inputs={"x": rng.uniform((1, 3, 8))}, attributes={"offset": 8192},
+                flags=["precision", "offset"])
+    yield error("rope/odd-width-001", "rope", "K = 7 is odd: features cannot be paired.",
+                inputs={"x": rng.uniform((1, 4, 7))}, error="ShapeError", mentions=["x", "7"])
+    yield error("rope/convention-001", "rope", "convention = 'neox' is not a spec name.",
+                inputs={"x": rng.uniform((1, 4, 8))}, attributes={"convention": "neox"},
+                error="ConfigError", mentions=["convention"])
+    yield error("rope/negative-offset-001", "rope", "offset = -1.",
+                inputs={"x": rng.uniform((1, 4, 8))}, attributes={"offset": -1},
+                error="ConfigError", mentions=["offset"])
+    yield error("rope/bad-base-001", "rope", "base = 0 (theta would be infinite).",
+                inputs={"x": rng.uniform((1, 4, 8))}, attributes={"base": 0.0},
+                error="ConfigError", mentions=["base"])
+    yield error("rope/rank1-001", "rope", "A rank-1 x has no position axis.",
+                inputs={"x": rng.uniform((8,))}, error="ShapeError", mentions=["x"])

@@ -1,0 +1,158 @@
+"""sdpa: scaled dot-product attention with boolean mask, additive bias, any batch dims."""
+
+import numpy as np
+
+from ..oracle.masks import causal_mask
+from ..oracle.sdpa import sdpa as oracle
+from ._build import Component, Fn, error, value
+
+COMPONENT = Component("sdpa", {
+    "sdpa": Fn(module="attention", inputs=["q", "k", "v", "mask", "bias"],
+               optional=["mask", "bias"], attributes={"scale": None},
+               returns=["output", "weights"], oracle=oracle),
+})
+
+F64_ONLY = ["float64"]
+
+
+def qkv(rng, batch, t, s, k_width, v_width, lo=-2.0, hi=2.0):
+    return {"q": rng.uniform(batch + (t, k_width), lo, hi),
+            "k": rng.uniform(batch + (s, k_width), lo, hi),
+            "v": rng.uniform(batch + (s, v_width))}
+
+
+def cases(rng):
+    yield value("sdpa/basic-001", "sdpa",
+                "q (2, 3, 4), k and v (2, 5, 4), no mask, default scale 1/sqrt(4) = 0.5.",
+                inputs=qkv(rng, (2,), 3, 5, 4, 4), flags=["basic", "scale", "wrong-axis"])
+    yield value("sdpa/kv-width-001", "sdpa",
+                "K = 4 and V = 9 differ: the default scale is 1/sqrt(K) = 1/2, not "
+                "1/sqrt(V) = 1/3; output has width V.",
+                inputs=qkv(rng, (2,), 3, 4, 4, 9), flags=["k-ne-v", "scale"])
+    yield value("sdpa/t-ne-s-001", "sdpa",
+                "T = 2 queries against S = 6 keys (cross-attention shape).",
+                inputs=qkv(rng, (1,), 2, 6, 4, 3), flags=["t-ne-s"])
+    yield value("sdpa/t-ne-s-002", "sdpa",
+                "T = 5 queries against S = 2 keys.",
+                inputs=qkv(rng, (1,), 5, 2, 4, 3), flags=["t-ne-s"])
+    yield value("sdpa/single-key-001", "sdpa",
+                "S = 1: every weight is exactly 1 and the output repeats v's only row.",
+                inputs=qkv(rng, (2,), 3, 1, 4, 4), flags=["single-key"])
+    yield value("sdpa/k1-001", "sdpa",
+                "K = 1 (scale 1): scores are products of scalars.",
+                inputs=qkv(rng, (1,), 3, 4, 1, 2), flags=["k-1"])
+    yield value("sdpa/heads-001", "sdpa",
+                "Batch dims (2, 3): q (2, 3, 3, 4) as in (B, H, T, K); an implementation that "
+                "divides by sqrt(H*K) = sqrt(12) (the model width) instead of sqrt(K) fails.",
+                inputs=qkv(rng, (2, 3), 3, 4, 4, 4), flags=["batch", "heads", "scale"])
+    x = qkv(rng, (2, 3), 3, 4, 4, 2)
+    yield value("sdpa/broadcast-001", "sdpa",
+                "q (2, 3, 3, 4) with k (3, 4, 4) and v (1, 4, 2): batch dims broadcast "
+                "between q, k and v.",
+                inputs={"q": x["q"], "k": x["k"][0], "v": x["v"][:1, 0]},
+                flags=["batch", "broadcast"])
+    yield value("sdpa/scale-001", "sdpa",
+                "An explicit scale = 1.0 with K = 4: the default 1/sqrt(4) must not be used.",
+                inputs=qkv(rng, (2,), 3, 4, 4, 4, -1.5, 1.5), attributes={"scale": 1.0},
+                flags=["scale"])
+    yield value("sdpa/scale-002", "sdpa",
+                "An explicit scale = 0.125 with K = 2 (q, k in [-4, 4]).",
+                inputs=qkv(rng, (2,), 3, 4, 2, 3, -4.0, 4.0), attributes={"scale": 0.125},
+                flags=["scale"])
+    # scores = 0.5 * 2 * k[j, 0]: exactly 1000, 996, 992, 984 (and their negatives)
+    big = np.array([1000.0, 996.0, 992.0, 984.0])
+    q_big = np.zeros((2, 4))
+    q_big[0, 0], q_big[1, 0] = 2.0, -2.0
+    k_big = np.zeros((4, 4))
+    k_big[:, 0] = big
+    yield value("sdpa/large-001", "sdpa",
+                "Scores exactly around +1000 (first query) and -1000 (second query), K = 4: "
+                "exp overflows / underflows unless the row maximum is subtracted.",
+                inputs={"q": q_big, "k": k_big, "v": rng.uniform((4, 3))},
+                flags=["overflow", "underflow", "stability"])
+    q_tiny = np.array([[1.0]])
+    k_tiny = 1.0 + np.arange(4.0)[:, None] * 2.0**-27
+    yield value("sdpa/tiny-diff-001", "sdpa",
+                "K = 1, scale 1, scores 1 + j*2**-27 (differences ~7.5e-9): the weights differ "
+                "from uniform in the 9th digit.",
+                inputs={"q": q_tiny, "k": k_tiny, "v": np.array([[1.0], [2.0], [4.0], [8.0]])},
+                attributes={"scale": 1.0}, dtypes=F64_ONLY,
+                dtype_note="differences of 2**-27 around 1 are not representable in float32, "
+                           "float16 or bfloat16", flags=["precision"])
+    yield value("sdpa/mask-001", "sdpa",
+                "A (3, 5) boolean mask (True = may attend) with some keys masked per row, "
+                "broadcast over the batch of 2: masked keys get weight exactly 0.",
+                inputs={**qkv(rng, (2,), 3, 5, 4, 4),
+                        "mask": np.array([[1, 0, 1, 1, 0], [0, 1, 1, 0, 1], [1, 1, 0, 1, 1]],
+                                         dtype=bool)},
+                flags=["mask", "mask-polarity", "broadcast"])
+    yield value("sdpa/fully-masked-001", "sdpa",
+                "Row 1 of each batch is fully masked: its weights and output are exactly 0 "
+                "(filling with -1e9 gives the uniform average of v instead; -inf gives NaN).",
+                inputs={**qkv(rng, (2,), 3, 4, 4, 3),
+                        "mask": np.array([[[1, 1, 0, 1], [0, 0, 0, 0], [0, 1, 1, 1]]],
+                                         dtype=bool)},
+                flags=["mask", "fully-masked"])
+    yield value("sdpa/causal-001", "sdpa",
+                "A bottom-right causal mask for T = 3, S = 5 (query i sees keys j <= i + 2): "
+                "a top-left mask (torch.tril) gives different rows.",
+                inputs={**qkv(rng, (2,), 3, 5, 4, 4), "mask": causal_mask(3, 5)["mask"]},
+                flags=["mask", "causal", "t-ne-s"])
+    yield value("sdpa/causal-002", "sdpa",
+                "Causal self-attention, T = S = 4, mask (1, 4, 4) over a batch of 2.",
+                inputs={**qkv(rng, (2,), 4, 4, 4, 4), "mask": causal_mask(4, 4)["mask"][None]},
+                flags=["mask", "causal"])
+    yield value("sdpa/bias-001", "sdpa",
+                "An additive float bias (3, 5) (e.g. ALiBi / relative positions) added after "
+                "the scale: softmax(0.5 q k^T + bias); scaling the bias too fails.",
+                inputs={**qkv(rng, (2,), 3, 5, 4, 4), "bias": rng.uniform((3, 5), -3.0, 3.0)},
+                flags=["bias", "scale"])
+    bias = rng.uniform((2, 1, 4), -2.0, 2.0)
+    bias[0, 0, 2] = -np.inf
+    yield value("sdpa/bias-mask-001", "sdpa",
+                "Bias (2, 1, 4) with one -inf entry (weight 0, like a masked key) together with "
+                "a boolean mask; row 2 of batch 1 is fully masked (zero output).",
+                inputs={**qkv(rng, (2,), 3, 4, 4, 2), "bias": bias,
+                        "mask": np.array([[[1, 1, 1, 0], [1, 0, 1, 1], [1, 1, 1, 1]],
+                                          [[0, 1, 1, 1], [1, 1, 0, 1], [0, 0, 0, 0]]],
+                                         dtype=bool)},
+                flags=["bias", "mask", "non-finite", "fully-masked"])
+    yield value("sdpa/rank2-001", "sdpa",
+                "No batch dims at all: q (4, 4), k (3, 4), v (3, 5).",
+                inputs=qkv(rng, (), 4, 3, 4, 5), flags=["rank-2"])
+
+    yield error("sdpa/rank-001", "sdpa", "q of rank 1 has no query axis.",
+                inputs={"q": rng.uniform((4,)), "k": rng.uniform((3, 4)),
+                        "v": rng.uniform((3, 4))},
+                error="ShapeError", mentions=["q", "(4,)"])
+    yield error("sdpa/key-width-001", "sdpa", "q has K = 4 but k has K = 3.",
+                inputs={"q": rng.uniform((2, 3, 4)), "k": rng.uniform((2, 5, 3)),
+                        "v": rng.uniform((2, 5, 4))},
+                error="ShapeError", mentions=["q.shape[-1]", "k.shape[-1]"])
+    yield error("sdpa/key-length-001", "sdpa", "k has S = 5 keys but v has 4 rows.",
+                inputs={"q": rng.uniform((2, 3, 4)), "k": rng.uniform((2, 5, 4)),
+                        "v": rng.uniform((2, 4, 4))},
+                error="ShapeError", mentions=["k.shape[-2]", "v.shape[-2]"])
+    yield error("sdpa/batch-001", "sdpa", "Batch dims 2 (q) and 3 (k) do not broadcast.",
+                inputs={"q": rng.uniform((2, 3, 4)), "k": rng.uniform((3, 5, 4)),
+                        "v": rng.uniform((3, 5, 4))},
+                error="ShapeError", mentions=["batch"])
+    yield error("sdpa/mask-shape-001", "sdpa",
+                "A (3, 4) mask for scores of shape (2, 3, 5) does not broadcast.",
+                inputs={"q": rng.uniform((2, 3, 4)), "k": rng.uniform((2, 5, 4)),
+                        "v": rng.uniform((2, 5, 4)), "mask": np.ones((3, 4), dtype=bool)},
+                error="ShapeError", mentions=["mask", "(3, 4)"])
+    yield error("sdpa/mask-dtype-001", "sdpa",
+                "An integer 0/1 mask is refused: polarity is never guessed.",
+                inputs={"q": rng.uniform((2, 3, 4)), "k": rng.uniform((2, 5, 4)),
+                        "v": rng.uniform((2, 5, 4)), "mask": np.ones((3, 5), dtype=np.int64)},
+                error="DTypeError", mentions=["mask"])
+    yield error("sdpa/bias-shape-001", "sdpa",
+                "A (2, 5, 3) bias for scores of shape (2, 3, 5) (transposed) does not broadcast.",
+                inputs={"q": rng.uniform((2, 3, 4)), "k": rng.uniform((2, 5, 4)),
+                        "v": rng.uniform((2, 5, 4)), "bias": rng.uniform((2, 5, 3))},
+                error="ShapeError", mentions=["bias", "(2, 5, 3)"])
+    yield error("sdpa/bad-scale-001", "sdpa", "scale given as a string.",
+                inputs={"q": rng.uniform((2, 3, 4)), "k": rng.uniform((2, 5, 4)),
+                        "v": rng.uniform((2, 5, 4))}, attributes={"scale": "0.5"},
+                error="ConfigError", mentions=["scale"])

@@ -1,0 +1,28 @@
+"""Decoder-only (GPT-style) language model on token ids, inference (no dropout).
+
+    e      = embed.table[ids] + pos.table[0..T-1]      (unscaled, as GPT-2)
+    mask   = padding(ids) & causal(T, T)              (B, 1, T, T)
+    h      = N encoder layers (self-attention + FFN, no cross-attention) under that mask,
+             parameters layers.<i>.*; pre-norm and GELU by default, then LN_final (final_norm.*)
+    logits = h lm_head.w + lm_head.b
+"""
+
+import numpy as np
+
+from .core import sub
+from .embedding import lm_head
+from .encoder import encoder
+from .encoder_only import embed_learned
+from .masks import combined_mask
+
+
+def decoder_only(ids, pad_id=0, num_layers=1, num_heads=1, norm="pre", eps=1e-5,
+                 activation="gelu", params=None):
+    e = embed_learned(ids, params)
+    t = np.asarray(ids).shape[1]
+    mask = combined_mask(ids, pad_id, t=t, num_heads=1, causal=True)["mask"]
+    stack = encoder(e, mask, num_layers=num_layers, num_heads=num_heads, norm=norm, eps=eps,
+                    activation=activation, params=params)
+    h = stack.pop("y")
+    logits = lm_head(h, tied=False, params=sub(params, "lm_head"))["logits"]
+    return {"logits": logits, "embed.output": e, **stack}

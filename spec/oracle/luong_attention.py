@@ -1,0 +1,45 @@
+"""Luong et al. (2015) global attention, three score functions, no scaling.
+
+    dot:     e[b,t,s] = sum_i query[b,t,i] keys[b,s,i]                     (Dq == Dk)
+    general: e[b,t,s] = sum_i sum_j query[b,t,i] w[i,j] keys[b,s,j]        w (Dq, Dk)
+    concat:  e[b,t,s] = sum_a v[a] tanh( sum_i c[i] w[i,a] ),  c = [query[b,t]; keys[b,s]]
+                                                                          w (Dq+Dk, A)
+    weights[b, t, :] = softmax over s of e[b, t, :], mask False -> 0, nothing kept -> all 0
+    context[b, t, :] = sum_s weights[b, t, s] values[b, s, :]            (values default: keys)
+"""
+
+import mpmath
+import numpy as np
+
+from .core import matmul, mp, mpa, softmax, transpose_last, zeros
+
+
+def _concat_scores(q, k, w, v):
+    b, t, s = q.shape[0], q.shape[1], k.shape[1]
+    e = zeros((b, t, s))
+    for bi in range(b):
+        for ti in range(t):
+            for si in range(s):
+                c = list(q[bi, ti]) + list(k[bi, si])  # [q_t; k_s]
+                hidden = [mpmath.tanh(mp.fsum(c[i] * w[i, j] for i in range(len(c))))
+                          for j in range(w.shape[1])]
+                e[bi, ti, si] = mp.fsum(v[j] * hidden[j] for j in range(len(hidden)))
+    return e
+
+
+def luong_attention(query, keys, values=None, mask=None, score="dot", params=None):
+    q, k = mpa(query), mpa(keys)
+    vals = k if values is None else mpa(values)
+    params = params or {}
+    if score == "dot":
+        e = matmul(q, transpose_last(k))
+    elif score == "general":
+        e = matmul(matmul(q, mpa(params["w"])), transpose_last(k))
+    elif score == "concat":
+        e = _concat_scores(q, k, mpa(params["w"]), mpa(params["v"]))
+    else:
+        raise ValueError(f"unknown score {score!r}")
+    b, t, s = e.shape
+    keep = None if mask is None else np.broadcast_to(np.asarray(mask, dtype=bool), (b, t, s))
+    weights = softmax(e, axis=-1, keep=keep)
+    return {"context": matmul(weights, vals), "weights": weights}

@@ -1,0 +1,35 @@
+"""Rotary position embedding (Su et al. 2021, RoFormer), x of shape (..., T, K), K even.
+
+Row t of x sits at position p = offset + t; theta_i = base^(-2i / K), i = 0..K/2-1.
+Each pair (a, b) of features is rotated by the angle p * theta_i:
+
+    y_a = x_a cos(p theta_i) - x_b sin(p theta_i)
+    y_b = x_a sin(p theta_i) + x_b cos(p theta_i)
+
+convention "interleaved": pair i is (2i, 2i + 1)   (RoFormer paper, GPT-J, Meta's LLaMA)
+convention "half":        pair i is (i, i + K/2)   (GPT-NeoX, Hugging Face rotate_half)
+"""
+
+import mpmath
+import numpy as np
+
+from .core import mpa
+
+
+def rope(x, offset=0, base=10000.0, convention="interleaved"):
+    x = mpa(x)
+    t_len, kw = x.shape[-2], x.shape[-1]
+    half = kw // 2
+    y = np.empty(x.shape, dtype=object)
+    for idx in np.ndindex(x.shape[:-2]):
+        for t in range(t_len):
+            p = mpmath.mpf(offset + t)
+            for i in range(half):
+                a, b = (2 * i, 2 * i + 1) if convention == "interleaved" else (i, i + half)
+                # angle = p * base^(-2i / K)
+                angle = p * mpmath.power(mpmath.mpf(base), -mpmath.mpf(2 * i) / kw)
+                cos, sin = mpmath.cos(angle), mpmath.sin(angle)
+                xa, xb = x[idx + (t, a)], x[idx + (t, b)]
+                y[idx + (t, a)] = xa * cos - xb * sin
+                y[idx + (t, b)] = xa * sin + xb * cos
+    return {"y": y}

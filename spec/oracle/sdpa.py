@@ -1,0 +1,40 @@
+"""Scaled dot-product attention (Vaswani et al. 2017, eq. 1), with mask and bias.
+
+    scores[..., i, j]  = scale * sum_k q[..., i, k] k[..., j, k] + bias[..., i, j]
+    weights[..., i, :] = softmax over the keys j with mask[..., i, j] True
+                         (and scores not -inf); nothing kept -> all 0
+    output[..., i, :]  = sum_j weights[..., i, j] v[..., j, :]
+    scale defaults to 1 / sqrt(K), K = q.shape[-1]
+
+Leading (batch) dimensions of q, k, v, mask and bias broadcast together.
+"""
+
+import mpmath
+import numpy as np
+
+from .core import add, matmul, mpa, softmax, transpose_last
+
+
+def scores_of(q, k, scale=None):
+    """scale * q k^T, (..., T, S), exact."""
+    q, k = mpa(q), mpa(k)
+    width = q.shape[-1]
+    c = 1 / mpmath.sqrt(width) if scale is None else mpmath.mpf(scale)
+    return matmul(q, transpose_last(k)) * c
+
+
+def batch_shape(q, k, v):
+    return np.broadcast_shapes(np.shape(q)[:-2], np.shape(k)[:-2], np.shape(v)[:-2])
+
+
+def sdpa(q, k, v, mask=None, bias=None, scale=None):
+    q, k, v = mpa(q), mpa(k), mpa(v)
+    scores = scores_of(q, k, scale)  # (..., T, S)
+    full = batch_shape(q, k, v) + scores.shape[-2:]
+    scores = np.broadcast_to(scores, full)
+    if bias is not None:
+        scores = add(scores, mpa(bias))  # bias broadcasts to (..., T, S)
+    keep = None if mask is None else np.broadcast_to(np.asarray(mask, dtype=bool), full)
+    weights = softmax(scores, axis=-1, keep=keep)  # (..., T, S)
+    output = matmul(weights, v)  # (..., T, V)
+    return {"output": output, "weights": weights}

@@ -1,0 +1,31 @@
+"""Top-k attention: softmax over the top_k largest scaled scores of each query.
+
+    scores[..., i, j] = scale * sum_k q[..., i, k] k[..., j, k]     scale None -> 1/sqrt(K)
+    kept[..., i, :]   = the top_k keys j with mask[..., i, j] True, ranked by score
+                        descending, equal scores ranked by key index ascending
+                        (fewer than top_k unmasked keys: all of them)
+    weights[..., i, :] = softmax over the kept keys, 0 elsewhere (nothing kept -> all 0)
+    output[..., i, :]  = sum_j weights[..., i, j] v[..., j, :]
+"""
+
+import numpy as np
+
+from .core import matmul, mpa, softmax_row, zeros
+from .sdpa import batch_shape, scores_of
+
+
+def topk_attention(q, k, v, mask=None, top_k=1, scale=None):
+    q, k, v = mpa(q), mpa(k), mpa(v)
+    scores = scores_of(q, k, scale)  # (..., T, S)
+    full = batch_shape(q, k, v) + scores.shape[-2:]
+    scores = np.broadcast_to(scores, full)
+    allowed = (np.ones(full, dtype=bool) if mask is None
+               else np.broadcast_to(np.asarray(mask, dtype=bool), full))
+    weights = zeros(full)
+    for idx in np.ndindex(full[:-1]):
+        row, ok = list(scores[idx]), list(allowed[idx])
+        ranked = sorted((j for j in range(len(row)) if ok[j]), key=lambda j: (-row[j], j))
+        chosen = set(ranked[:int(top_k)])
+        weights[idx] = softmax_row(row, [j in chosen for j in range(len(row))])
+    output = matmul(weights, v)  # (..., T, V)
+    return {"output": output, "weights": weights}
