@@ -72,6 +72,10 @@ class Backend:
                                           f"(expected in {self.package}.{module})")
         return fn
 
+    def select_device(self, device: str) -> None:
+        """The device for functions that take no array to infer it from (``causal_mask``,
+        ``sinusoidal_pe``); the suite calls this once per session. A no-op by default."""
+
     def check_device(self, device: str) -> str:
         if device not in self.devices():
             raise DeviceError(f"backend {self.name!r} has no device {device!r} here; "

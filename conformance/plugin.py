@@ -89,6 +89,8 @@ class Session:
                     f"device {self.device!r} is not available to backend "
                     f"{self.backend_name!r} on this machine (available: "
                     f"{self.backend.devices()})")
+            else:
+                self.backend.select_device(self.device)
         except Exception as exc:
             self.backend_problem = f"{type(exc).__name__}: {exc}"
         if self.known_path is None and self.backend is not None:

@@ -1,0 +1,143 @@
+"""The PyTorch backend: the whole stack on CPU (float64, float32) and CUDA (also
+float16 and bfloat16), plus an idiomatic layer of ``torch.nn.Module``s
+(:mod:`.modules`) and converters to and from PyTorch's built-ins (:mod:`.convert`).
+
+Importing this package imports torch; nothing else in attnspec does.
+
+Backend options (``--backend-option KEY=VALUE``):
+  attention=explicit  (default) softmax(q k^T) v written out;
+  attention=fused     outputs of attention through F.scaled_dot_product_attention
+                      (weights, which the spec functions return, still computed explicitly).
+  threads=N           torch.set_num_threads(N) (default 1: the vectors are tiny; 0 leaves
+                      torch's default).
+  device=NAME         device for functions without tensor inputs (default: the last device
+                      asked of ``asarray``, else ATTNSPEC_DEVICE, else cpu).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+import torch
+from attnspec.spec.errors import ConfigError, DTypeError
+
+from ..base import Backend
+from ._core import Paths
+
+TORCH_DTYPES = {"float64": torch.float64, "float32": torch.float32,
+                "float16": torch.float16, "bfloat16": torch.bfloat16}
+# Functions with no tensor input: they take the device as a keyword.
+_DEVICELESS = {"causal_mask", "sinusoidal_pe"}
+
+
+class TorchBackend(Backend):
+    name = "torch"
+    package = __name__
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        attention = options.get("attention", "explicit")
+        if attention not in ("explicit", "fused"):
+            raise ConfigError(f"torch backend option attention must be 'explicit' or 'fused', "
+                              f"got {attention!r}")
+        unknown = set(options) - {"attention", "device", "threads"}
+        if unknown:
+            raise ConfigError(f"unknown torch backend option(s) {sorted(unknown)}; "
+                              f"known: attention, device, threads")
+        # The vectors' tensors are tiny: intra-op parallelism only costs thread wake-ups
+        # (a 5x8 softmax took 30 ms with 2 threads on a loaded 2-core machine, 3 us with 1).
+        threads = int(options.get("threads", 1))
+        if threads > 0:
+            torch.set_num_threads(threads)
+        Paths.attention = attention
+        Paths.ran.clear()
+        self.default_device = options.get("device") or os.environ.get("ATTNSPEC_DEVICE") or "cpu"
+        # The spec's float32 tolerances assume true float32 matmuls (no TF32 on Ampere+).
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+    def devices(self) -> list[str]:
+        if self._devices is None:
+            self._devices = self._find_devices()
+        return list(self._devices)
+
+    _devices = None
+
+    @staticmethod
+    def _find_devices() -> list[str]:
+        found = ["cpu"]
+        if torch.cuda.is_available():
+            found.append("cuda")
+        mps = getattr(torch.backends, "mps", None)
+        if mps is not None and mps.is_available():
+            found.append("mps")
+        return found
+
+    def dtypes(self, device: str) -> list[str]:
+        if device == "cuda":
+            return ["float64", "float32", "float16", "bfloat16"]
+        if device == "mps":
+            return ["float32", "float16"]
+        return ["float64", "float32"]
+
+    def asarray(self, x, *, dtype: str | None = None, device: str = "cpu"):
+        self.check_device(device)
+        self.default_device = device
+        a = np.asarray(x)
+        if a.dtype.kind in "biu" or dtype is None:
+            if a.dtype.kind in "iu":
+                a = a.astype(np.int64)
+            return torch.from_numpy(a.copy()).to(device)
+        if dtype not in TORCH_DTYPES:
+            raise DTypeError(f"the torch backend has no dtype {dtype!r}; "
+                             f"supported: {list(TORCH_DTYPES)}")
+        t = torch.from_numpy(np.array(a, dtype=np.float64))  # (ascontiguousarray makes 0-d 1-d)
+        return t.to(device=device, dtype=TORCH_DTYPES[dtype])
+
+    def to_numpy(self, x) -> np.ndarray:
+        if not isinstance(x, torch.Tensor):
+            return np.asarray(x)
+        x = x.detach()
+        if x.dtype in (torch.float16, torch.bfloat16):
+            x = x.to(torch.float64)
+        return x.cpu().numpy()
+
+    def function(self, name: str, module: str):
+        fn = super().function(name, module)
+        if name in _DEVICELESS:
+            @functools.wraps(fn)
+            def on_device(*args, device=None, **kwargs):
+                return fn(*args, device=device or self.default_device, **kwargs)
+            return on_device
+        return fn
+
+    def select_device(self, device: str) -> None:
+        """The device for functions with no tensor input (causal_mask, sinusoidal_pe)."""
+        self.default_device = self.check_device(device)
+
+    def versions(self) -> dict[str, str]:
+        v = {"torch": torch.__version__}
+        v["cuda"] = (f"{torch.version.cuda} ({torch.cuda.get_device_name(0)})"
+                     if torch.cuda.is_available() else "not available")
+        return v
+
+    def describe_paths(self) -> dict[str, str]:
+        ran = ", ".join(f"{k} x{n}" for k, n in sorted(Paths.ran.items())) or "none yet"
+        return {"attention": Paths.attention, "attention paths that ran": ran}
+
+    def describe(self) -> str:
+        what = ("fused: attention outputs through F.scaled_dot_product_attention, weights "
+                "explicit" if Paths.attention == "fused"
+                else "explicit: softmax(q k^T / sqrt(K)) v written out")
+        return f"torch backend, attention={what}"
+
+    def synchronize(self, device: str) -> None:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    def extra_checks(self, device: str):
+        from .extras import extra_checks
+
+        return extra_checks(self, device)

@@ -1,0 +1,97 @@
+"""Small torch helpers shared by the component modules: dtype and device checks.
+
+Every tensor argument goes through one of these, so a wrong dtype raises DTypeError and
+a tensor on another device raises DeviceError (naming the argument) before torch would
+raise its own RuntimeError. Nothing is ever moved between devices silently.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from attnspec.spec.errors import DeviceError, DTypeError
+
+FLOATS = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
+
+
+def tensor(name: str, x) -> torch.Tensor:
+    """``x`` as a tensor: tensors pass through untouched, NumPy arrays and scalars become
+    CPU tensors (a NumPy array has no device; the device checks below then apply)."""
+    if isinstance(x, torch.Tensor):
+        return x
+    if isinstance(x, (np.ndarray, np.generic, list, tuple, int, float, bool)):
+        return torch.as_tensor(np.asarray(x))
+    raise DTypeError(f"{name} must be a torch.Tensor (or a NumPy array), got {type(x).__name__}")
+
+
+def floating(name: str, x, like: torch.Tensor | None = None) -> torch.Tensor:
+    """A floating tensor, or DTypeError naming the argument; with ``like``, also on the same
+    device (DeviceError) and of the same dtype (DTypeError)."""
+    x = tensor(name, x)
+    if x.dtype not in FLOATS:
+        raise DTypeError(f"{name} must be a floating tensor (float64, float32, float16, "
+                         f"bfloat16), got {_dt(x.dtype)} with shape {tuple(x.shape)}")
+    if like is not None:
+        same_device(name, x, like)
+        if x.dtype != like.dtype:
+            raise DTypeError(f"{name} has dtype {_dt(x.dtype)} but the input has "
+                             f"{_dt(like.dtype)}")
+    return x
+
+
+def boolean(name: str, x, like: torch.Tensor | None = None) -> torch.Tensor:
+    x = tensor(name, x)
+    if x.dtype != torch.bool:
+        raise DTypeError(f"{name} must be boolean (True = may attend), got {_dt(x.dtype)} "
+                         f"with shape {tuple(x.shape)}")
+    if like is not None:
+        same_device(name, x, like)
+    return x
+
+
+def integers(name: str, x, like: torch.Tensor | None = None) -> torch.Tensor:
+    x = tensor(name, x)
+    if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+        raise DTypeError(f"{name} must hold integer token ids, got {_dt(x.dtype)} with shape "
+                         f"{tuple(x.shape)}")
+    if like is not None:
+        same_device(name, x, like)
+    return x
+
+
+def same_device(name: str, x: torch.Tensor, like: torch.Tensor) -> None:
+    if x.device != like.device:
+        raise DeviceError(f"{name} is on device {x.device} but the input is on {like.device} "
+                          f"(shape {tuple(x.shape)}); attnspec never moves tensors between "
+                          f"devices")
+
+
+def param(p, name: str, expected: tuple | None, like: torch.Tensor) -> torch.Tensor:
+    """A required parameter, shape-checked (ParameterError), same dtype and device as ``like``."""
+    return floating(p.path(name), p.require(name, expected), like)
+
+
+def opt_param(p, name: str, expected: tuple | None, like: torch.Tensor):
+    x = p.get(name, expected)
+    return None if x is None else floating(p.path(name), x, like)
+
+
+def _dt(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+class Paths:
+    """Which attention path the component functions take (the backend option
+    ``attention=explicit|fused``) and which paths actually ran, for the report."""
+
+    attention = "explicit"
+    skip_weights = False  # set by the nn.Modules when no weights are asked for (fast path)
+    ran: dict[str, int] = {}
+
+    @classmethod
+    def fused(cls) -> bool:
+        return cls.attention == "fused" or cls.skip_weights
+
+    @classmethod
+    def note(cls, path: str) -> None:
+        cls.ran[path] = cls.ran.get(path, 0) + 1

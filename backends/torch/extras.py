@@ -1,0 +1,320 @@
+"""Backend-specific conformance checks (``TorchBackend.extra_checks``): agreement of the
+golden vectors with PyTorch's own built-ins through :mod:`.convert`, gradient checks in
+float64, and the error contract for tensors of the wrong device or dtype.
+
+Agreement checks run at float64 with the vectors' own float64 tolerances. A vector a
+built-in cannot express (a bias where PyTorch has none, widths ``nn.MultiheadAttention``
+does not allow, rows with nothing to attend to, where PyTorch gives NaN and the spec 0)
+is left out of that check; each check asserts it compared at least one vector.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from attnspec.spec.errors import ConfigError, DeviceError, DTypeError
+
+from . import convert
+
+DT = torch.float64
+
+
+def _tensors(arrays: dict, device):
+    out = {}
+    for k, a in arrays.items():
+        a = np.asarray(a)
+        t = torch.from_numpy(np.array(a))
+        out[k] = t.to(device, DT) if a.dtype.kind == "f" else t.to(device)
+    return out
+
+
+def _close(name, got, vector, out_name):
+    want = vector.outputs[out_name]
+    tol = vector.tolerances["float64"]
+    got = got.detach().cpu().to(torch.float64).numpy()
+    np.testing.assert_allclose(got, want, rtol=tol["rtol"], atol=tol["atol"],
+                               err_msg=f"{name}: {vector.id} output {out_name!r}")
+
+
+def _vectors(spec, component):
+    return [v for v in spec.vectors
+            if v.component == component and v.expect == "value" and not v.deprecated]
+
+
+def _no_empty_rows(mask, t, s):
+    return mask is None or bool(np.broadcast_to(np.asarray(mask), np.broadcast_shapes(
+        np.shape(mask), (1, t, s))).any(axis=-1).all())
+
+
+def _run(name, spec, component, one, device):
+    compared = 0
+    for v in _vectors(spec, component):
+        if one(v, _tensors(v.inputs, device), _tensors(v.params, device)):
+            compared += 1
+    assert compared, f"{name}: no {component} vector could be expressed with the built-in"
+
+
+# -- agreement -------------------------------------------------------------------------------
+
+
+def agree_sdpa(device):
+    def one(v, x, _):
+        if v.function != "sdpa":
+            return False
+        q, k, vv = x["q"], x["k"], x["v"]
+        mask, bias = x.get("mask"), x.get("bias")
+        if not _no_empty_rows(v.inputs.get("mask"), q.shape[-2], k.shape[-2]) or \
+                (bias is not None and bool(torch.isinf(bias).any())):
+            return False
+        attn = mask
+        if bias is not None:
+            attn = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
+        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], vv.shape[:-2])
+        q, k, vv = (t.expand(*batch, *t.shape[-2:]) for t in (q, k, vv))
+        out = F.scaled_dot_product_attention(q, k, vv, attn_mask=attn,
+                                             scale=v.attributes.get("scale"))
+        _close("F.scaled_dot_product_attention", out, v, "output")
+        return True
+    return lambda spec: _run("sdpa", spec, "sdpa", one, device)
+
+
+def agree_mha(device):
+    def one(v, x, p):
+        h = v.attributes["num_heads"]
+        b, t, _ = x["query"].shape
+        s = x["key"].shape[1]
+        if not _no_empty_rows(v.inputs.get("mask"), t, s):
+            return False
+        try:
+            mod = convert.mha_to_torch(p, num_heads=h).eval()
+        except ConfigError:
+            return False
+        mask = x.get("mask")
+        attn = None if mask is None else convert.to_torch_mask(mask, (b, h, t, s))
+        out, w = mod(x["query"], x["key"], x["value"], attn_mask=attn, need_weights=True,
+                     average_attn_weights=False)
+        _close("nn.MultiheadAttention", out, v, "output")
+        _close("nn.MultiheadAttention", w, v, "weights")
+        return True
+    return lambda spec: _run("mha", spec, "mha", one, device)
+
+
+def agree_layer_norm(device):
+    def one(v, x, p):
+        if v.function != "layer_norm" or v.attributes.get("variant", "canonical") != "canonical":
+            return False
+        mod = convert.layer_norm_to_torch(p, eps=v.attributes.get("eps", 1e-5))
+        _close("nn.LayerNorm", mod(x["x"]), v, "y")
+        return True
+    return lambda spec: _run("layer_norm", spec, "layer_norm", one, device)
+
+
+def _layer_mask(mask, shape):
+    return None if mask is None else convert.to_torch_mask(mask, shape)
+
+
+def agree_encoder_layer(device, norm):
+    def one(v, x, p):
+        a = v.attributes
+        if a.get("norm", "post") != norm or a.get("activation", "relu") not in \
+                ("relu", "gelu", "gelu_tanh"):
+            return False
+        b, t, _ = x["x"].shape
+        if not _no_empty_rows(v.inputs.get("mask"), t, t):
+            return False
+        try:
+            mod = convert.encoder_layer_to_torch(p, num_heads=a["num_heads"], norm=norm,
+                                                 eps=a.get("eps", 1e-5),
+                                                 activation=a.get("activation", "relu"))
+        except ConfigError:
+            return False
+        out = mod(x["x"], src_mask=_layer_mask(x.get("mask"), (b, a["num_heads"], t, t)))
+        _close(f"nn.TransformerEncoderLayer(norm_first={norm == 'pre'})", out, v, "y")
+        return True
+    return lambda spec: _run(f"encoder_layer {norm}", spec, "encoder_layer", one, device)
+
+
+def agree_decoder_layer(device, norm):
+    def one(v, x, p):
+        a = v.attributes
+        if a.get("norm", "post") != norm or a.get("activation", "relu") not in \
+                ("relu", "gelu", "gelu_tanh"):
+            return False
+        b, t, _ = x["x"].shape
+        s = x["memory"].shape[1]
+        if not (_no_empty_rows(v.inputs.get("self_mask"), t, t)
+                and _no_empty_rows(v.inputs.get("memory_mask"), t, s)):
+            return False
+        try:
+            mod = convert.decoder_layer_to_torch(p, num_heads=a["num_heads"], norm=norm,
+                                                 eps=a.get("eps", 1e-5),
+                                                 activation=a.get("activation", "relu"))
+        except ConfigError:
+            return False
+        h = a["num_heads"]
+        out = mod(x["x"], x["memory"], tgt_mask=_layer_mask(x.get("self_mask"), (b, h, t, t)),
+                  memory_mask=_layer_mask(x.get("memory_mask"), (b, h, t, s)))
+        _close(f"nn.TransformerDecoderLayer(norm_first={norm == 'pre'})", out, v, "y")
+        return True
+    return lambda spec: _run(f"decoder_layer {norm}", spec, "decoder_layer", one, device)
+
+
+def agree_gru(device):
+    def one(v, x, p):
+        if v.function != "gru" or x["x"].shape[1] == 0:
+            return False
+        mod = convert.gru_to_torch(p)
+        h0 = x.get("h0")
+        out, h_last = mod(x["x"], None if h0 is None else h0[None])
+        _close("nn.GRU", out, v, "outputs")
+        _close("nn.GRU", h_last[0], v, "h_last")
+        return True
+    return lambda spec: _run("gru", spec, "gru", one, device)
+
+
+# -- gradients -------------------------------------------------------------------------------
+
+
+def _rand(*shape, device, seed=[0]):  # noqa: B006 - a counter on purpose
+    seed[0] += 1
+    g = torch.Generator().manual_seed(seed[0])
+    return (torch.rand(shape, generator=g, dtype=DT) - 0.5).to(device).requires_grad_()
+
+
+def _mha_params(d, hk, device, prefix=""):
+    names = {"w_q": (d, hk), "b_q": (hk,), "w_k": (d, hk), "b_k": (hk,), "w_v": (d, hk),
+             "b_v": (hk,), "w_o": (hk, d), "b_o": (d,)}
+    return {prefix + n: _rand(*s, device=device) for n, s in names.items()}
+
+
+def _ln_params(d, device, prefix):
+    return {prefix + "gamma": _rand(d, device=device), prefix + "beta": _rand(d, device=device)}
+
+
+def _ffn_params(d, f, device, prefix):
+    return {prefix + "w1": _rand(d, f, device=device), prefix + "b1": _rand(f, device=device),
+            prefix + "w2": _rand(f, d, device=device), prefix + "b2": _rand(d, device=device)}
+
+
+def _gradcheck(fn, inputs: dict):
+    names = list(inputs)
+
+    def f(*tensors):
+        out = fn(dict(zip(names, tensors)))
+        return out if isinstance(out, tuple) else (out,)
+
+    assert torch.autograd.gradcheck(f, tuple(inputs[n] for n in names), eps=1e-6, atol=1e-5)
+
+
+def grad_sdpa(device):
+    from .attention import sdpa
+
+    def check(spec):
+        x = {"q": _rand(2, 3, 4, device=device), "k": _rand(2, 5, 4, device=device),
+             "v": _rand(2, 5, 3, device=device)}
+        mask = torch.tensor([[1, 1, 0, 1, 0]], dtype=torch.bool, device=device)
+        _gradcheck(lambda a: sdpa(a["q"], a["k"], a["v"], mask), x)
+    return check
+
+
+def grad_mha(device):
+    from .multihead import mha
+
+    def check(spec):
+        p = _mha_params(4, 4, device)
+        p["query"], p["kv"] = _rand(1, 3, 4, device=device), _rand(1, 2, 4, device=device)
+        _gradcheck(lambda a: mha(a["query"], a["kv"], a["kv"], num_heads=2, params=a), p)
+    return check
+
+
+def grad_layer_norm(device):
+    from .norm import layer_norm
+
+    def check(spec):
+        p = _ln_params(5, device, "")
+        p["x"] = _rand(2, 5, device=device)
+        _gradcheck(lambda a: layer_norm(a["x"], params=a), p)
+    return check
+
+
+def grad_feedforward(device):
+    from .feedforward import feedforward
+
+    def check(spec):
+        p = _ffn_params(3, 5, device, "")
+        p["x"] = _rand(2, 3, device=device)
+        _gradcheck(lambda a: feedforward(a["x"], activation="gelu", params=a), p)
+    return check
+
+
+def grad_encoder_layer(device):
+    from .layers import encoder_layer
+
+    def check(spec):
+        p = _mha_params(4, 4, device, "self_attn.")
+        for extra in (_ln_params(4, device, "norm1."), _ln_params(4, device, "norm2."),
+                      _ffn_params(4, 6, device, "ffn.")):
+            p.update(extra)
+        p["x"] = _rand(1, 3, 4, device=device)
+        _gradcheck(lambda a: encoder_layer(a["x"], num_heads=2, params=a), p)
+    return check
+
+
+# -- error contract --------------------------------------------------------------------------
+
+
+def wrong_device(backend, device):
+    from .attention import sdpa
+
+    others = [d for d in backend.devices() if d != device]
+    other = others[0] if others else "meta"  # a tensor with no data, on no real device
+
+    def check(spec):
+        q = torch.zeros(1, 2, 4, dtype=torch.float32, device=device)
+        k = torch.zeros(1, 3, 4, dtype=torch.float32, device=other)
+        try:
+            sdpa(q, k, k)
+        except DeviceError as exc:
+            assert "k" in str(exc) and other in str(exc), str(exc)
+        else:
+            raise AssertionError(f"sdpa with q on {device} and k on {other} raised nothing")
+    return f"error-contract/wrong-device-{other}", check
+
+
+def wrong_dtype(device):
+    from .attention import sdpa
+    from .multihead import mha
+
+    def check(spec):
+        k = torch.zeros(1, 3, 4, dtype=torch.float32, device=device)
+        for call in (lambda: sdpa(torch.zeros(1, 2, 4, dtype=torch.int64, device=device), k, k),
+                     lambda: mha(k, k, k, num_heads=1, params={
+                         "w_q": torch.zeros(4, 4, dtype=torch.float64, device=device),
+                         "w_k": k[0, 0].expand(4, 4), "w_v": k[0, 0].expand(4, 4),
+                         "w_o": k[0, 0].expand(4, 4)})):
+            try:
+                call()
+            except DTypeError:
+                continue
+            raise AssertionError("a tensor of the wrong dtype raised no DTypeError")
+    return check
+
+
+def extra_checks(backend, device):
+    checks = [
+        ("agree/F.scaled_dot_product_attention", agree_sdpa(device)),
+        ("agree/nn.MultiheadAttention", agree_mha(device)),
+        ("agree/nn.LayerNorm", agree_layer_norm(device)),
+        ("agree/nn.TransformerEncoderLayer-post", agree_encoder_layer(device, "post")),
+        ("agree/nn.TransformerEncoderLayer-norm_first", agree_encoder_layer(device, "pre")),
+        ("agree/nn.TransformerDecoderLayer-post", agree_decoder_layer(device, "post")),
+        ("agree/nn.TransformerDecoderLayer-norm_first", agree_decoder_layer(device, "pre")),
+        ("agree/nn.GRU", agree_gru(device)),
+    ]
+    if device != "mps":  # MPS has no float64
+        checks += [(f"gradcheck/{name}", fn(device)) for name, fn in (
+            ("sdpa", grad_sdpa), ("mha", grad_mha), ("layer_norm", grad_layer_norm),
+            ("feedforward", grad_feedforward), ("encoder_layer", grad_encoder_layer))]
+    checks += [wrong_device(backend, device), ("error-contract/wrong-dtype", wrong_dtype(device))]
+    return checks

@@ -1,0 +1,91 @@
+"""Position-wise feed-forward network, dropout, and a sublayer with its residual
+connection and LayerNorm."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from attnspec.spec.errors import ConfigError
+from attnspec.spec.trace import record
+
+from .. import _checks as check
+from ._core import Paths, boolean, floating, param
+from .norm import layer_norm
+
+
+def relu(h):
+    return torch.relu(h)
+
+
+def gelu(h):
+    """gelu(h) = h/2 (1 + erf(h / sqrt 2)), exact."""
+    return 0.5 * h * (1 + torch.erf(h / math.sqrt(2)))
+
+
+def gelu_tanh(h):
+    """gelu_tanh(h) = h/2 (1 + tanh(sqrt(2/pi) (h + 0.044715 h^3)))."""
+    return F.gelu(h, approximate="tanh")
+
+
+ACTIVATIONS = {"relu": relu, "gelu": gelu, "gelu_tanh": gelu_tanh}
+
+
+def feedforward(x, *, activation="relu", params):
+    """y = act(x W1 + b1) W2 + b2,  W1 (D, F), b1 (F,), W2 (F, D), b2 (D,)."""
+    x = floating("x", x)
+    D = check.rank("x", x, min_rank=1)[-1]
+    act = ACTIVATIONS[check.choice("activation", activation, ACTIVATIONS)]
+    p = check.params_of(params)
+    w1 = param(p, "w1", (D, None), x)
+    F_ = w1.shape[1]
+    b1, w2, b2 = param(p, "b1", (F_,), x), param(p, "w2", (F_, D), x), param(p, "b2", (D,), x)
+    if Paths.fused():  # x W + b as one addmm (PyTorch's fused kernel)
+        return F.linear(act(F.linear(x, w1.T, b1)), w2.T, b2)
+    h = x @ w1 + b1                                      # (..., F)
+    return act(h) @ w2 + b2                              # (..., D)
+
+
+def dropout(x, keep_mask=None, *, p, seed=None):
+    """Inverted dropout: y = x / (1 - p) where kept, 0 where dropped; p = 0 is the identity.
+
+    With ``keep_mask`` (bool, True = keep) it is deterministic; without, keep is drawn
+    from Bernoulli(1 - p) with a ``torch.Generator`` on x's device seeded with ``seed``.
+    """
+    x = floating("x", x)
+    if isinstance(p, bool) or not isinstance(p, (int, float, np.floating, np.integer)) \
+            or not 0 <= p < 1:
+        raise ConfigError(f"dropout probability p must be in [0, 1), got {p!r}")
+    if keep_mask is not None:
+        keep_mask = boolean("keep_mask", keep_mask, x)
+        check.broadcastable("keep_mask", keep_mask, tuple(x.shape))
+    if p == 0:
+        return x.clone()
+    if keep_mask is None:
+        gen = torch.Generator(device=x.device)
+        gen.manual_seed(seed) if seed is not None else gen.seed()
+        keep_mask = torch.rand(x.shape, generator=gen, device=x.device) >= p
+    return torch.where(keep_mask, x / (1 - p), 0).to(x.dtype)
+
+
+POSITIONS = ("post", "pre")
+
+
+def residual(x, *, position="post", eps=1e-5, activation="relu", params, trace=None):
+    """post: y = LayerNorm(x + f(x));  pre: y = x + f(LayerNorm(x));  f = feedforward."""
+    x = floating("x", x)
+    check.rank("x", x, min_rank=1)
+    check.choice("position", position, POSITIONS)
+    p = check.params_of(params)
+    ffn, norm = p.scope("ffn"), p.scope("norm")
+    if position == "post":
+        f = feedforward(x, activation=activation, params=ffn)
+        record(trace, "sublayer.output", f)
+        return layer_norm(x + f, eps=eps, params=norm)
+    n = layer_norm(x, eps=eps, params=norm)
+    record(trace, "norm.output", n)
+    f = feedforward(n, activation=activation, params=ffn)
+    record(trace, "sublayer.output", f)
+    return x + f

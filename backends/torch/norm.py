@@ -1,0 +1,63 @@
+"""Normalisation over the last axis: LayerNorm (two named variants) and RMSNorm."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from attnspec.spec.errors import ConfigError, ShapeError
+
+from .. import _checks as check
+from ._core import Paths, floating, param
+
+VARIANTS = ("canonical", "annotated")
+
+
+def positive(name: str, value) -> float:
+    """A finite real attribute > 0 (eps), or ConfigError naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise ConfigError(f"{name} must be a positive number, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def layer_norm(x, *, eps=1e-5, variant="canonical", params):
+    """canonical: y = (x - mu) / sqrt(var + eps) * gamma + beta, var biased (divide by D).
+
+    annotated: y = gamma * (x - mu) / (std + eps) + beta, std unbiased (divide by D - 1).
+    """
+    x = floating("x", x)
+    s = check.rank("x", x, min_rank=1)
+    eps = positive("eps", eps)
+    check.choice("variant", variant, VARIANTS)
+    D = s[-1]
+    p = check.params_of(params)
+    gamma, beta = param(p, "gamma", (D,), x), param(p, "beta", (D,), x)
+    if variant == "annotated" and D < 2:
+        raise ShapeError(f"variant 'annotated' needs x.shape[-1] >= 2 (the unbiased std "
+                         f"divides by D - 1), got x of shape {s}")
+    if variant == "canonical" and Paths.fused():  # the same equation, PyTorch's kernel
+        Paths.note("fused layer_norm")
+        return F.layer_norm(x, (D,), gamma, beta, eps)
+    mu = x.mean(dim=-1, keepdim=True)                    # (..., 1)
+    centred = x - mu                                     # (..., D)
+    if variant == "canonical":
+        var = torch.mean(centred * centred, dim=-1, keepdim=True)
+        z = centred / torch.sqrt(var + eps)
+    else:
+        std = torch.sqrt(torch.sum(centred * centred, dim=-1, keepdim=True) / (D - 1))
+        z = centred / (std + eps)
+    return z * gamma + beta
+
+
+def rms_norm(x, *, eps=1e-6, params):
+    """y = x / sqrt(mean(x^2) + eps) * gamma, over the last axis (no mean subtraction)."""
+    x = floating("x", x)
+    s = check.rank("x", x, min_rank=1)
+    eps = positive("eps", eps)
+    gamma = param(check.params_of(params), "gamma", (s[-1],), x)
+    ms = torch.mean(x * x, dim=-1, keepdim=True)         # (..., 1)
+    return x / torch.sqrt(ms + eps) * gamma

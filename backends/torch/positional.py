@@ -1,0 +1,118 @@
+"""Positions: sinusoidal and learned absolute encodings, Shaw et al. relative
+attention, rotary position embedding (RoPE)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from attnspec.spec.errors import ConfigError, DomainError, ShapeError
+
+from .. import _checks as check
+from ._core import boolean, floating, integers, param
+
+
+def sinusoidal_pe(*, length, d_model, offset=0, device=None):
+    """PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(pos / 10000^(2i/D)).
+
+    pos = offset + row; column c uses i = c // 2 and the actual D (odd D: the last
+    column is a sin without a cos partner). Returned in float64 (on ``device``, torch only).
+    """
+    length = check.integer("length", length, lo=0)
+    d_model = check.integer("d_model", d_model, lo=1)
+    offset = check.integer("offset", offset, lo=0)
+    f64 = dict(dtype=torch.float64, device=device)
+    pos = torch.arange(offset, offset + length, **f64)[:, None]  # (length, 1)
+    i = torch.arange(d_model, device=device) // 2  # (D,)
+    angle = pos / 10000.0 ** (2.0 * i.to(torch.float64) / d_model)  # (length, D)
+    even = torch.arange(d_model, device=device) % 2 == 0
+    return torch.where(even, torch.sin(angle), torch.cos(angle))
+
+
+def learned_pe(positions, *, params):
+    """pe[...] = table[positions[...]], table of shape (max_len, D)."""
+    table = floating("table", check.params_of(params).require("table", (None, None)))
+    positions = integers("positions", positions, table)
+    max_len = table.shape[0]
+    if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= max_len):
+        raise DomainError(f"positions must be in [0, max_len) with max_len={max_len} "
+                          f"(table {tuple(table.shape)}), got values in "
+                          f"[{int(positions.min())}, {int(positions.max())}]")
+    return table[positions]  # (..., D)
+
+
+def _relative_rows(t: int, s: int, m: int, device) -> torch.Tensor:
+    """clip(j - i, -m, m) + m for query i in 0..T-1 and key j in 0..S-1."""
+    j, i = torch.arange(s, device=device), torch.arange(t, device=device)
+    return torch.clamp(j[None, :] - i[:, None], -m, m) + m  # (T, S)
+
+
+def relative_attention(q, k, v, mask=None, *, max_distance, scale=None, params):
+    """e_ij = q_i . (k_j + a^K_ij) * scale,  z_i = sum_j softmax_j(e_ij) (v_j + a^V_ij).
+
+    a^K_ij = rel_k[clip(j - i, -m, m) + m], a^V_ij likewise from rel_v (Shaw et al. 2018);
+    query i is at position i, key j at position j; scale defaults to 1/sqrt(K).
+    """
+    q = floating("q", q)
+    k, v = floating("k", k, q), floating("v", v, q)
+    b, t, kw = check.rank("q", q, min_rank=3, max_rank=3)
+    _, s, _ = check.rank("k", k, min_rank=3, max_rank=3)
+    check.rank("v", v, min_rank=3, max_rank=3)
+    check.same("batch size", **{"q.shape[0]": b, "k.shape[0]": k.shape[0],
+                                "v.shape[0]": v.shape[0]})
+    check.same("key width", **{"q.shape[-1]": kw, "k.shape[-1]": k.shape[-1]})
+    check.same("key length", **{"k.shape[1]": s, "v.shape[1]": v.shape[1]})
+    vw = v.shape[-1]
+    m = check.integer("max_distance", max_distance, lo=0)
+    p = check.params_of(params)
+    rel_k = param(p, "rel_k", (2 * m + 1, kw), q)
+    rel_v = param(p, "rel_v", (2 * m + 1, vw), q)
+    keep = torch.ones((b, t, s), dtype=torch.bool, device=q.device)
+    if mask is not None:
+        mask = boolean("mask", mask, q)
+        check.broadcastable("mask", mask, (b, t, s))
+        keep = mask.expand(b, t, s)
+    scale = 1.0 / math.sqrt(kw) if scale is None else float(scale)
+    rows = _relative_rows(t, s, m, q.device)
+    a_k, a_v = rel_k[rows], rel_v[rows]  # (T, S, K), (T, S, V)
+    e = (q @ k.transpose(-1, -2) + torch.einsum("btk,tsk->bts", q, a_k)) * scale
+    alpha = _masked_softmax(e, keep)  # (B, T, S)
+    z = alpha @ v + torch.einsum("bts,tsv->btv", alpha, a_v)  # (B, T, V)
+    return z, alpha
+
+
+def _masked_softmax(e, keep):
+    m = torch.amax(torch.where(keep, e, -math.inf), dim=-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, 0)
+    w = torch.where(keep, torch.exp(torch.where(keep, e - m, 0)), 0)
+    total = torch.sum(w, dim=-1, keepdim=True)
+    return w / torch.where(total > 0, total, 1)
+
+
+def rope(x, *, offset=0, base=10000.0, convention="interleaved"):
+    """Rotate feature pairs (a, b) of row t by p * theta_i, p = offset + t,
+    theta_i = base^(-2i/K):  y_a = x_a cos - x_b sin,  y_b = x_a sin + x_b cos.
+
+    "interleaved" pairs (2i, 2i+1) (RoFormer, GPT-J); "half" pairs (i, i + K/2)
+    (GPT-NeoX, Hugging Face rotate_half).
+    """
+    x = floating("x", x)
+    *_, t, kw = check.rank("x", x, min_rank=2)
+    if kw % 2:
+        raise ShapeError(f"rope needs an even feature width, x has shape {tuple(x.shape)}")
+    offset = check.integer("offset", offset, lo=0)
+    convention = check.choice("convention", convention, ("interleaved", "half"))
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 0:
+        raise ConfigError(f"base must be a positive number, got {base!r}")
+    f64 = dict(dtype=torch.float64, device=x.device)
+    theta = float(base) ** (-2.0 * torch.arange(kw // 2, **f64) / kw)  # (K/2,)
+    angle = torch.arange(offset, offset + t, **f64)[:, None] * theta  # (T, K/2)
+    cos, sin = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
+    if convention == "interleaved":
+        xa, xb = x[..., 0::2], x[..., 1::2]
+    else:
+        xa, xb = x[..., : kw // 2], x[..., kw // 2:]
+    ya, yb = xa * cos - xb * sin, xa * sin + xb * cos
+    if convention == "interleaved":
+        return torch.stack([ya, yb], dim=-1).reshape(x.shape)
+    return torch.cat([ya, yb], dim=-1)
