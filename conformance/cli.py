@@ -40,10 +40,25 @@ def cmd_list(args) -> int:
         json.dump(rows, sys.stdout, indent=1)
         print()
         return 0
+    if args.components:
+        print(components_table(spec))
+        return 0
     for r in rows:
         tail = r.get("error", "")
         print(f"{r['id']:44s} {r['expect']:5s} {tail}")
     return 0
+
+
+def components_table(spec) -> str:
+    """A Markdown table: component, functions, value and error vector counts, page."""
+    lines = ["| component | functions | value vectors | error vectors |", "|---|---|---|---|"]
+    for comp, vs in spec.by_component().items():
+        live = [v for v in vs if not v.deprecated]
+        fns = ", ".join(f"`{f}`" for f in spec.components[comp])
+        lines.append(f"| [{comp}](spec/components/{comp}.md) | {fns} | "
+                     f"{sum(v.expect == 'value' for v in live)} | "
+                     f"{sum(v.expect == 'error' for v in live)} |")
+    return "\n".join(lines)
 
 
 def pytest_args(backend, device, dtype, json_path, extra=(), options=()) -> list[str]:
@@ -185,6 +200,16 @@ def cmd_new_backend(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from .report import parse_pythons, run_report
+
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    return run_report(backends, args.out, devices=args.devices,
+                      pythons=parse_pythons(args.python), k=args.k, dtype=args.dtype,
+                      options=args.backend_option, quiet=args.quiet,
+                      command="attnspec " + " ".join(sys.argv[1:]))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="attnspec", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -194,6 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("list", help="list every vector")
     s.add_argument("--json", action="store_true")
     s.add_argument("--component")
+    s.add_argument("--components", action="store_true",
+                   help="one Markdown row per component with its vector counts")
     s.set_defaults(func=cmd_list)
 
     s = sub.add_parser("verify", help="run the conformance suite against a backend")
@@ -244,6 +271,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--path", default=".")
     s.set_defaults(func=cmd_new_backend)
 
+    s = sub.add_parser("report", help="run several backends, each in its own process, and "
+                                      "write report.json, report.md and report.html")
+    s.add_argument("--backends", default="numpy,torch,tensorflow", metavar="B1,B2")
+    s.add_argument("--devices", default=None, metavar="D1,D2",
+                   help="devices for every backend (cpu,cuda) or per backend (torch:cuda); "
+                        "default cpu")
+    s.add_argument("--out", required=True, metavar="DIR")
+    s.add_argument("--python", action="append", default=[], metavar="NAME=PATH",
+                   help="interpreter for a backend (default: this one, or "
+                        ".tox/<backend>-cpu/bin/python when the framework is not importable)")
+    s.add_argument("--dtype", default=None, help="comma-separated (default: all)")
+    s.add_argument("--backend-option", action="append", default=[], metavar="KEY=VALUE")
+    s.add_argument("-k", help="pytest -k expression passed to every run")
+    s.add_argument("-q", "--quiet", action="store_true",
+                   help="only a line per run, not the suite's own progress")
+    s.set_defaults(func=cmd_report)
+
     for s in sub.choices.values():
         s.add_argument("--vectors-dir", default=None, help=argparse.SUPPRESS)
     return p
@@ -267,6 +311,9 @@ def main(argv=None) -> int:
     except AttnSpecError as exc:
         print(f"attnspec: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `attnspec list | head`
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -10,8 +10,17 @@ from __future__ import annotations
 
 import numpy as np
 from attnspec.spec.compare import DEFAULT_TOLERANCES
+from attnspec.spec.errors import NotImplementedComponent
 
 from .runner import call
+
+
+class MissingFunction(BaseException):
+    """A spec function the backend does not implement, met inside a property test.
+
+    A BaseException, so hypothesis does not catch it and spend minutes shrinking
+    a failure that every example shares: the test fails at once, naming the function.
+    """
 
 
 class Ops:
@@ -23,11 +32,30 @@ class Ops:
         fn = self.spec.functions[name]
         inputs = {k: v for k, v in kwargs.items() if k in fn.inputs and v is not None}
         attributes = {k: v for k, v in kwargs.items() if k not in fn.inputs}
-        outputs, inter = call(self.backend, fn, inputs, attributes, params, self.dtype,
-                              self.device, trace=trace)
+        try:
+            outputs, inter = call(self.backend, fn, inputs, attributes, params, self.dtype,
+                                  self.device, trace=trace)
+        except NotImplementedComponent as exc:
+            raise MissingFunction(f"missing: {exc}") from None
         values = tuple(outputs[r] for r in fn.returns)
         result = values[0] if len(values) == 1 else values
         return (result, inter) if trace else result
+
+    def raw(self, name: str, module: str):
+        """A backend function that takes backend arrays (for API beyond the vectors, such as
+        the decoding cache); a missing one fails the test at once (MissingFunction)."""
+        try:
+            impl = self.backend.function(name, module)
+        except NotImplementedComponent as exc:
+            raise MissingFunction(f"missing: {exc}") from None
+
+        def checked(*args, **kwargs):
+            try:
+                return impl(*args, **kwargs)
+            except NotImplementedComponent as exc:
+                raise MissingFunction(f"missing: {exc}") from None
+
+        return checked
 
     def __getattr__(self, name: str):
         if name.startswith("_") or name not in self.spec.functions:

@@ -46,8 +46,10 @@ def panels(v) -> list[tuple[str, np.ndarray, list[str] | None, list[str] | None]
         mats = w.reshape(-1, w.shape[-2], w.shape[-1]) if w.ndim >= 2 else w.reshape(1, 1, -1)
         lead = list(np.ndindex(w.shape[:-2])) if w.ndim > 2 else [()]
         for idx, m in zip(lead, mats):
-            where = "" if not idx else f" [{','.join(map(str, idx))}]"
-            head = f" head {idx[-1]}" if w.ndim == 4 else ""
+            if w.ndim == 4:  # (B, H, T, S): say which batch row and which head
+                where, head = f" batch {idx[0]}", f" head {idx[1]}"
+            else:
+                where, head = ("" if not idx else f" [{','.join(map(str, idx))}]"), ""
             out.append((f"{name}{where}{head}", m, _labels(v, m.shape[0], "q"),
                         _labels(v, m.shape[1], "k")))
     if not out and "pe" in v.outputs:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from attnspec.spec.errors import ConfigError
 
+from .contract import EXTRA_FUNCTIONS
+
 PYPROJECT = '''[build-system]
 requires = ["setuptools>=69"]
 build-backend = "setuptools.build_meta"
@@ -125,5 +127,11 @@ def scaffold(spec, name: str, path: Path | str = ".") -> Path:
                      f'    """Spec component {fn.component}; returns {returns}. '
                      f'See spec/components/{fn.component}.md."""\n'
                      f"    raise NotImplementedError\n\n")
+        for name, mod, signature, returns in EXTRA_FUNCTIONS:
+            if mod == module:
+                text += (f"\n@missing\ndef {name}({signature}):\n"
+                         f'    """Incremental decoding API; returns {returns}. See '
+                         f'spec/components/greedy_decode.md."""\n'
+                         f"    raise NotImplementedError\n\n")
         (src / f"{module}.py").write_text(text.rstrip() + "\n")
     return root

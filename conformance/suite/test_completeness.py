@@ -36,6 +36,16 @@ def test_every_function_implemented(backend, spec):
             missing.append(f"{fn.component}.{fn.name}: not callable")
         elif getattr(impl, "attnspec_stub", False):
             missing.append(f"{fn.component}.{fn.name}: still a scaffold stub (@missing)")
+    from attnspec.conformance.contract import EXTRA_FUNCTIONS
+
+    for name, module, _, _ in EXTRA_FUNCTIONS:
+        try:
+            impl = backend.function(name, module)
+        except NotImplementedComponent as exc:
+            missing.append(f"(decoding API) {name}: {exc}")
+            continue
+        if getattr(impl, "attnspec_stub", False):
+            missing.append(f"(decoding API) {name}: still a scaffold stub (@missing)")
     if missing:
         pytest.fail(f"{len(missing)} spec function(s) missing:\n" + "\n".join(missing),
                     pytrace=False)

@@ -1,0 +1,16 @@
+"""Backend functions the contract requires beyond the ones in vector files.
+
+The key/value cache API of incremental decoding (spec/components/greedy_decode.md,
+"Incremental decoding (backend API)") has no golden vectors; the property
+``test_incremental_decoding_with_cache_equals_full_decoding`` checks it. The
+completeness test requires these too, and ``attnspec new-backend`` stubs them.
+"""
+
+# (name, module, signature for the scaffold, what it returns)
+EXTRA_FUNCTIONS = (
+    ("decoder_only_init_cache", "decoding",
+     "*, batch_size, num_layers, num_heads, params", "cache"),
+    ("decoder_only_step", "decoding",
+     "ids, cache, *, pad_id, num_layers, num_heads, norm='pre', eps=1e-05, activation='gelu', "
+     "params", "(logits, new_cache)"),
+)

@@ -1,0 +1,417 @@
+"""``attnspec report``: one conformance page for several backends.
+
+Each (backend, device) runs ``attnspec verify`` in its own process (torch and
+tensorflow never share one), with the interpreter chosen by :func:`interpreter`.
+The results are merged into
+
+- ``report.json``: every run (backend, device, options, interpreter, versions,
+  problems, wall time, per-vector results),
+- ``report.md``: the matrix component x backend/device/dtype, each cell
+  ``passed/total, max abs err, max ULP``, then the versions and the failures,
+- ``report.html``: the same matrix, self-contained (inline CSS, no script),
+  colour-coded.
+
+The files are written to a temporary directory inside ``--out`` and renamed
+into place only when all three are complete; Ctrl-C stops the running child,
+removes the partial files and leaves no report behind.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+REPORT_FILES = ("report.json", "report.md", "report.html")
+FRAMEWORK_MODULE = {"torch": "torch", "tensorflow": "tensorflow"}
+
+
+# -- choosing what runs where --------------------------------------------------------------
+
+
+def interpreter(backend: str, overrides: dict[str, str], cwd: Path | None = None) -> str:
+    """The python that runs ``backend``: ``--python NAME=PATH`` first; else, when the
+    backend's framework is not importable here and ``.tox/<backend>-cpu/bin/python``
+    exists, that one; else this interpreter (whose failure is then reported)."""
+    if backend in overrides:
+        return overrides[backend]
+    module = FRAMEWORK_MODULE.get(backend)
+    if module and importlib.util.find_spec(module) is None:
+        tox = (cwd or Path.cwd()) / ".tox" / f"{backend}-cpu" / "bin" / "python"
+        if tox.is_file():
+            return str(tox)
+    return sys.executable
+
+
+def parse_devices(spec: str | None, backends: list[str]) -> dict[str, list[str]]:
+    """``cpu,cuda`` (every backend) or ``torch:cuda,tensorflow:gpu`` (per backend); a
+    backend named in none of the per-backend entries gets the plain ones, or ``cpu``."""
+    plain, per = [], defaultdict(list)
+    for item in (spec or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, dev = item.partition(":")
+        if sep:
+            per[name].append(dev)
+        else:
+            plain.append(item)
+    return {b: per.get(b) or plain or ["cpu"] for b in backends}
+
+
+def parse_pythons(items: list[str]) -> dict[str, str]:
+    from attnspec.spec.errors import ConfigError
+
+    out = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ConfigError(f"--python wants NAME=PATH, got {item!r}")
+        out[name] = path
+    return out
+
+
+# -- running one backend -------------------------------------------------------------------
+
+
+def run_one(python: str, backend: str, device: str, json_path: Path, k: str | None,
+            dtype: str | None, options: list[str], echo, state: dict) -> tuple[int, list[str]]:
+    """Run ``attnspec verify`` in a child process; returns (exit code, its output lines)."""
+    cmd = [python, "-m", "attnspec.conformance.cli", "verify", "--backend", backend,
+           "--device", device, "--json", str(json_path)]
+    if k:
+        cmd += ["-k", k]
+    if dtype:
+        cmd += ["--dtype", dtype]
+    for o in options:
+        cmd += ["--backend-option", o]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONHASHSEED": "0",
+           "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+           "ATTNSPEC_HYPOTHESIS_PROFILE": os.environ.get("ATTNSPEC_HYPOTHESIS_PROFILE", "ci")}
+    lines: list[str] = []
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace", env=env, start_new_session=True)
+    except OSError as exc:
+        return 127, [f"cannot start {python}: {exc}"]
+    state["proc"] = proc
+    for line in proc.stdout:
+        line = line.rstrip("\n")
+        lines.append(line)
+        echo(line)
+    code = proc.wait()
+    state["proc"] = None
+    return code, lines
+
+
+def _stop(proc) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def load_run(json_path: Path, backend: str, device: str, python: str, code: int,
+             lines: list[str], wall: float) -> dict:
+    doc = None
+    if json_path.is_file() and json_path.stat().st_size:
+        with open(json_path, encoding="utf-8") as f:
+            doc = json.load(f)
+    if doc is None:
+        tail = [ln for ln in lines if ln.strip()][-8:]
+        doc = {"backend": backend, "device": device, "dtypes": [], "options": {},
+               "spec_version": None, "versions": {}, "exitstatus": code,
+               "problems": ["the suite did not run: " + (" | ".join(tail) or f"exit {code}")],
+               "results": []}
+    doc["python"] = python
+    doc["returncode"] = code
+    doc["wall_s"] = round(wall, 2)
+    doc["test_failures"] = [ln for ln in lines if ln.startswith(("FAILED ", "ERROR "))]
+    doc["available"] = not doc["problems"]
+    if not doc["available"]:
+        doc["dtypes"] = []
+    doc["ok"] = code == 0 and not doc["problems"]
+    return doc
+
+
+# -- the matrix ----------------------------------------------------------------------------
+
+
+def _cell_key(run: dict, dtype: str) -> str:
+    return f"{run['backend']}/{run['device']}/{dtype}"
+
+
+def matrix(runs: list[dict]) -> tuple[list[str], list[str], dict]:
+    """(columns, components, {(component, column): cell}); a cell has n, pass, fail,
+    error, missing, known, abs, ulp."""
+    columns, cells, comps = [], {}, set()
+    for run in runs:
+        dtypes = list(dict.fromkeys(run.get("dtypes") or [])) or ["-"]
+        if not run["available"]:
+            dtypes = ["-"]
+        for d in dtypes:
+            col = _cell_key(run, d)
+            if col not in columns:
+                columns.append(col)
+        for r in run["results"]:
+            col = _cell_key(run, r["dtype"])
+            if col not in columns:
+                columns.append(col)
+            comps.add(r["component"])
+            c = cells.setdefault((r["component"], col), {
+                "n": 0, "pass": 0, "fail": 0, "error": 0, "missing": 0, "known": 0,
+                "abs": None, "ulp": None})
+            c["n"] += 1
+            c["known" if r.get("known_failure") else r["status"]] += 1
+            for key, field in (("abs", "max_abs_err"), ("ulp", "max_ulp")):
+                if r.get(field) is not None:
+                    c[key] = r[field] if c[key] is None else max(c[key], r[field])
+    return columns, sorted(comps), cells
+
+
+def cell_text(c: dict | None) -> str:
+    if c is None:
+        return "—"
+    text = f"{c['pass']}/{c['n']}"
+    if c["known"]:
+        text += f" ({c['known']} known)"
+    if c["missing"]:
+        text += f" ({c['missing']} missing)"
+    text += ", " + (f"{c['abs']:.2g}" if c["abs"] is not None else "-")
+    text += ", " + (f"{c['ulp']:.3g} ULP" if c["ulp"] is not None else "- ULP")
+    return text
+
+
+def cell_class(c: dict | None) -> str:
+    if c is None:
+        return "na"
+    if c["fail"] or c["error"]:
+        return "fail"
+    if c["missing"] and not c["pass"]:
+        return "missing"
+    if c["missing"] or c["known"]:
+        return "partial"
+    return "pass"
+
+
+def failures(runs: list[dict]) -> list[tuple[str, str, str]]:
+    """(run, test id, first message line) for every non-passing vector and test."""
+    out = []
+    for run in runs:
+        where = f"{run['backend']}/{run['device']}"
+        for p in run["problems"]:
+            out.append((where, "(run)", p.splitlines()[0] if p else p))
+        for r in run["results"]:
+            if r["status"] != "pass":
+                first = (r.get("message") or r["status"]).splitlines()[0]
+                if r.get("known_failure"):
+                    first = f"known failure: {r['known_failure']}"
+                out.append((where, f"{r['id']}[{r['dtype']}] {r['status']}", first))
+        if not run["available"]:
+            continue  # every test errors the same way; the problem says why
+        vector_ids = {f"{r['id']}[{r['dtype']}]" for r in run["results"]}
+        for line in run.get("test_failures", []):
+            if not any(v in line for v in vector_ids):
+                out.append((where, "(test)", line))
+    return out
+
+
+def _versions(runs: list[dict]) -> list[tuple[str, str]]:
+    rows = []
+    for run in runs:
+        where = f"{run['backend']}/{run['device']}"
+        vers = ", ".join(f"{k} {v}" for k, v in run.get("versions", {}).items()) or "-"
+        rows.append((where, f"{vers} · {run['python']}"))
+    return rows
+
+
+def build_report(runs: list[dict], meta: dict) -> dict:
+    return {**meta, "ok": all(r["ok"] for r in runs), "runs": runs}
+
+
+def render_md(report: dict) -> str:
+    runs = report["runs"]
+    columns, comps, cells = matrix(runs)
+    out = [f"# attnspec {report['spec_version']} conformance report", "",
+           f"{report['date']} · {report['platform']} · `{report['command']}`", "",
+           "Each cell: vectors passed/total, max absolute error, max ULP error "
+           "(over the vectors of that component at that dtype).", "", "## Runs", "",
+           "| backend/device | status | dtypes | wall (s) | exit | problems |",
+           "|---|---|---|---|---|---|"]
+    for run in runs:
+        status = "ok" if run["ok"] else ("unavailable" if not run["available"] else "FAILED")
+        probs = "; ".join(p.splitlines()[0] for p in run["problems"]) or "-"
+        out.append(f"| {run['backend']}/{run['device']} | {status} | "
+                   f"{', '.join(run.get('dtypes') or []) or '-'} | {run['wall_s']} | "
+                   f"{run['returncode']} | {_md(probs)} |")
+    out += ["", "## Matrix", "", "| component | " + " | ".join(columns) + " |",
+            "|---|" + "---|" * len(columns)]
+    for comp in comps:
+        row = [cell_text(cells.get((comp, col))) for col in columns]
+        out.append(f"| {comp} | " + " | ".join(row) + " |")
+    out += ["", "## Versions", "", "| run | versions · interpreter |", "|---|---|"]
+    out += [f"| {w} | {_md(v)} |" for w, v in _versions(runs)]
+    out.append(f"| report | attnspec {report['spec_version']}, python "
+               f"{report['python']}, {report['platform']} |")
+    fails = failures(runs)
+    out += ["", f"## Failures ({len(fails)})", ""]
+    out += [f"- **{w}** `{t}`: {_md(m)}" for w, t, m in fails] or ["None."]
+    return "\n".join(out) + "\n"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}
+table{border-collapse:collapse;margin:1em 0;font-size:13px}
+th,td{border:1px solid #bbb;padding:3px 7px;text-align:left;vertical-align:top}
+th{background:#eee}td.pass{background:#d4f4d4}td.fail{background:#f8c8c8}
+td.partial{background:#fbeab0}td.missing{background:#e2e2e2;color:#555}
+td.na{color:#999;text-align:center}code{font-size:12px}
+.legend span{padding:2px 8px;margin-right:6px;border:1px solid #bbb}"""
+
+
+def render_html(report: dict) -> str:
+    e = html.escape
+    runs = report["runs"]
+    columns, comps, cells = matrix(runs)
+    title = f"attnspec {report['spec_version']} conformance report, {report['date']}"
+    h = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
+         f"<title>{e(title)}</title><style>{CSS}</style></head><body>",
+         f"<h1>{e(title)}</h1>",
+         f"<p>{e(report['platform'])} · <code>{e(report['command'])}</code></p>",
+         "<p class='legend'><span style='background:#d4f4d4'>all pass</span>"
+         "<span style='background:#fbeab0'>known failures / some missing</span>"
+         "<span style='background:#f8c8c8'>failures</span>"
+         "<span style='background:#e2e2e2'>missing</span> Each cell: passed/total, "
+         "max abs error, max ULP error.</p>", "<h2>Runs</h2><table>",
+         "<tr><th>backend/device</th><th>status</th><th>dtypes</th><th>wall (s)</th>"
+         "<th>exit</th><th>problems</th></tr>"]
+    for run in runs:
+        ok = run["ok"]
+        status = "ok" if ok else ("unavailable" if not run["available"] else "FAILED")
+        h.append(f"<tr><td>{e(run['backend'])}/{e(run['device'])}</td>"
+                 f"<td class='{'pass' if ok else 'fail'}'>{status}</td>"
+                 f"<td>{e(', '.join(run.get('dtypes') or []))}</td><td>{run['wall_s']}</td>"
+                 f"<td>{run['returncode']}</td>"
+                 f"<td>{e('; '.join(p.splitlines()[0] for p in run['problems']))}</td></tr>")
+    h += ["</table><h2>Matrix</h2><table><tr><th>component</th>"
+          + "".join(f"<th>{e(c)}</th>" for c in columns) + "</tr>"]
+    for comp in comps:
+        row = "".join(f"<td class='{cell_class(cells.get((comp, col)))}'>"
+                      f"{e(cell_text(cells.get((comp, col))))}</td>" for col in columns)
+        h.append(f"<tr><th>{e(comp)}</th>{row}</tr>")
+    h.append("</table><h2>Versions</h2><table><tr><th>run</th><th>versions · interpreter</th></tr>")
+    h += [f"<tr><td>{e(w)}</td><td>{e(v)}</td></tr>" for w, v in _versions(runs)]
+    h.append(f"<tr><td>report</td><td>attnspec {e(str(report['spec_version']))}, python "
+             f"{e(report['python'])}</td></tr></table>")
+    fails = failures(runs)
+    h.append(f"<h2>Failures ({len(fails)})</h2>")
+    if fails:
+        h.append("<table><tr><th>run</th><th>test</th><th>first line</th></tr>")
+        h += [f"<tr><td>{e(w)}</td><td><code>{e(t)}</code></td><td>{e(m)}</td></tr>"
+              for w, t, m in fails]
+        h.append("</table>")
+    else:
+        h.append("<p>None.</p>")
+    h.append("</body></html>")
+    return "\n".join(h) + "\n"
+
+
+# -- writing atomically --------------------------------------------------------------------
+
+
+def write_report(report: dict, out: Path, work: Path) -> list[Path]:
+    """Write the three files into ``work`` (inside ``out``), then rename them into place."""
+    texts = {"report.json": json.dumps(report, indent=1) + "\n",
+             "report.md": render_md(report), "report.html": render_html(report)}
+    for name, text in texts.items():
+        (work / name).write_text(text, encoding="utf-8")
+    # The three renames are not interrupted half way (Ctrl-C waits for them).
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        previous = None
+    try:
+        for name in REPORT_FILES:
+            os.replace(work / name, out / name)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    return [out / name for name in REPORT_FILES]
+
+
+def run_report(backends: list[str], out: str | Path, devices: str | None = None,
+               pythons: dict[str, str] | None = None, k: str | None = None,
+               dtype: str | None = None, options: list[str] = (), quiet: bool = False,
+               command: str = "attnspec report", stream=None) -> int:
+    from attnspec.spec import SPEC_VERSION
+
+    stream = stream or sys.stdout
+    pythons = pythons or {}
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".report-partial-", dir=out))
+    plan = [(b, d) for b, devs in parse_devices(devices, backends).items() for d in devs]
+    state: dict = {"proc": None}
+    runs = []
+    t_all = time.perf_counter()
+
+    def say(msg: str) -> None:
+        print(msg, file=stream, flush=True)
+
+    try:
+        for i, (backend, device) in enumerate(plan, 1):
+            python = interpreter(backend, pythons)
+            tag = f"[{i}/{len(plan)}] {backend}/{device}"
+            say(f"{tag}: starting ({python})")
+            t0 = time.perf_counter()
+            echo = (lambda line: None) if quiet else (lambda line, t=tag: say(f"  {t} | {line}"))
+            json_path = work / f"{backend}-{device}.json"
+            code, lines = run_one(python, backend, device, json_path, k, dtype, list(options),
+                                  echo, state)
+            run = load_run(json_path, backend, device, python, code, lines,
+                           time.perf_counter() - t0)
+            runs.append(run)
+            counts = defaultdict(int)
+            for r in run["results"]:
+                counts["known" if r.get("known_failure") else r["status"]] += 1
+            summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no results"
+            verdict = "ok" if run["ok"] else ("UNAVAILABLE" if not run["available"] else "FAILED")
+            say(f"{tag}: {verdict} in {run['wall_s']:.1f} s ({summary}; exit {code})")
+            for p in run["problems"]:
+                say(f"{tag}: problem: {p}")
+        report = build_report(runs, {
+            "spec_version": SPEC_VERSION,
+            "date": _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+            "command": command, "python": platform.python_version(),
+            "platform": platform.platform(), "wall_s": round(time.perf_counter() - t_all, 2)})
+        paths = write_report(report, out, work)
+    except KeyboardInterrupt:
+        _stop(state.get("proc"))
+        shutil.rmtree(work, ignore_errors=True)
+        print("interrupted: no report written", file=sys.stderr, flush=True)
+        return 130
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    say(f"wrote {', '.join(str(p) for p in paths)} in {time.perf_counter() - t_all:.1f} s")
+    return 0 if report["ok"] else 1

@@ -1,0 +1,120 @@
+"""`attnspec new-backend NAME`: scaffold a package in a temporary directory, install it into
+a fresh environment, and see `attnspec verify --backend NAME` discover it, report every
+component `missing` (never a pass), and report fewer once one is filled in."""
+
+import json
+import os
+import re
+import subprocess
+import venv
+from pathlib import Path
+
+from attnspec.conformance.cli import main
+
+REPO = Path(__file__).parents[1]
+
+SOFTMAX = '''
+import numpy as np
+from attnspec.backends import _checks as check
+from attnspec.spec.errors import DTypeError
+
+
+def softmax(x, mask=None, *, axis=-1):
+    """y_i = exp(x_i - m) / sum_j exp(x_j - m) over the kept entries; nothing kept -> 0."""
+    x = np.asarray(x)
+    if x.dtype.kind != "f":
+        raise DTypeError(f"x must be floating, got {x.dtype}")
+    s = check.rank("x", x, min_rank=1)
+    axis = check.integer("axis", axis, lo=-len(s), hi=len(s) - 1)
+    keep = np.ones(s, dtype=bool)
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.dtype != bool:
+            raise DTypeError(f"mask must be boolean, got {mask.dtype}")
+        check.broadcastable("mask", mask, s)
+        keep = np.broadcast_to(mask, s)
+    keep = keep & (x != -np.inf)
+    m = np.max(np.where(keep, x, -np.inf), axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0)
+    e = np.where(keep, np.exp(np.where(keep, x - m, 0)), 0)
+    total = np.sum(e, axis=axis, keepdims=True)
+    return e / np.where(total > 0, total, 1)
+'''
+
+
+# softmax's golden, error, property and differential tests and completeness: a stub met
+# inside a hypothesis test fails it at once (MissingFunction), so this stays quick.
+K = "completeness or softmax"
+
+
+def _run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kw)
+
+
+def _verify(py: Path, tmp: Path, tag: str) -> tuple[int, dict, str]:
+    out = tmp / f"{tag}.json"
+    proc = _run([str(py), "-m", "attnspec.conformance.cli", "verify", "--backend", "stubby",
+                 "-k", K, "--json", str(out)], cwd=tmp,
+                env={**os.environ, "ATTNSPEC_HYPOTHESIS_PROFILE": "ci"})
+    log = proc.stdout + proc.stderr
+    assert out.is_file(), log
+    return proc.returncode, json.loads(out.read_text()), log
+
+
+def test_scaffold_layout(tmp_path, capsys):
+    assert main(["new-backend", "stubby", "--path", str(tmp_path)]) == 0
+    root = tmp_path / "attnspec-stubby"
+    pyproject = (root / "pyproject.toml").read_text()
+    assert '[project.entry-points."attnspec.backends"]' in pyproject
+    assert 'stubby = "attnspec_stubby:Backend"' in pyproject
+    attention = (root / "src" / "attnspec_stubby" / "attention.py").read_text()
+    assert "@missing\ndef softmax(x, mask=None, *, axis=-1):" in attention
+    assert (root / "src" / "attnspec_stubby" / "known_failures.txt").is_file()
+    assert main(["new-backend", "stubby", "--path", str(tmp_path)]) == 2  # exists already
+    assert main(["new-backend", "Not-A-Name", "--path", str(tmp_path)]) == 2
+
+
+def test_scaffold_installs_and_is_discovered(tmp_path):
+    assert main(["new-backend", "stubby", "--path", str(tmp_path)]) == 0
+    pkg = tmp_path / "attnspec-stubby"
+    env = tmp_path / "venv"
+    venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env)
+    py = env / "bin" / "python"
+    pip = [str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    # Build offline when the base interpreter can (setuptools>=69 and wheel); otherwise pip
+    # fetches the build requirements into an isolated build environment.
+    can_build = _run([str(py), "-c", "import setuptools, wheel, sys; "
+                      "sys.exit(int(setuptools.__version__.split('.')[0]) < 69)"]).returncode == 0
+    build = ["--no-build-isolation"] if can_build else []
+    # attnspec itself: reused from the base interpreter when importable there
+    if _run([str(py), "-c", "import attnspec.conformance.cli"]).returncode != 0:
+        r = _run([*pip, "--no-deps", *build, "-e", str(REPO)])
+        assert r.returncode == 0, r.stdout + r.stderr
+    r = _run([*pip, "--no-deps", *build, str(pkg)])
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    # every function a stub: discovered, nothing passes, completeness lists them all
+    code, doc, log = _verify(py, tmp_path, "before")
+    assert code != 0, log
+    assert doc["backend"] == "stubby" and not doc["problems"], doc["problems"]
+    softmax = [r for r in doc["results"] if r["component"] == "softmax"]
+    assert softmax and {r["status"] for r in softmax} == {"missing"}, softmax
+    assert "still a scaffold stub (@missing)" in log
+    n_before = int(re.search(r"(\d+) spec function\(s\) missing", log).group(1))
+    assert "softmax.softmax: still a scaffold stub" in log
+
+    # fill in softmax: it passes, the rest stays missing, the count drops by one
+    attention = next(pkg.rglob("attention.py"))
+    installed = _run([str(py), "-c", "import attnspec_stubby.attention as m; print(m.__file__)"])
+    target = Path(installed.stdout.strip())
+    for path in {attention, target}:
+        text = path.read_text()
+        stub = re.search(r"\n@missing\ndef softmax\(.*?raise NotImplementedError\n", text, re.S)
+        path.write_text(text.replace(stub.group(0), "\n") + SOFTMAX)
+    code, doc, log = _verify(py, tmp_path, "after")
+    assert code != 0, log  # still incomplete
+    softmax = [r for r in doc["results"] if r["component"] == "softmax"]
+    assert softmax and {r["status"] for r in softmax} == {"pass"}, softmax
+    n_after = int(re.search(r"(\d+) spec function\(s\) missing", log).group(1))
+    assert n_after == n_before - 1
+    assert "softmax.softmax" not in log.split("spec function(s) missing")[1].split("\n=")[0]

@@ -1,0 +1,75 @@
+"""`attnspec report`: one process per backend, three report files, nothing half-written."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from attnspec.conformance import report as rep
+
+REPORT = [sys.executable, "-m", "attnspec.conformance.cli", "report"]
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def test_report_numpy_subset(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run([*REPORT, "--backends", "numpy,nosuch", "-k", "softmax", "--out",
+                           str(out)], capture_output=True, text=True, env=ENV, timeout=300)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 1, log  # the unknown backend is a failed run, not a crash
+    assert "[1/2] numpy/cpu: starting" in log and "[1/2] numpy/cpu: ok in" in log
+    assert "[2/2] nosuch/cpu: UNAVAILABLE" in log
+    assert "numpy/cpu | " in log  # the suite's own progress is passed through
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json", "report.md"]
+
+    doc = json.loads((out / "report.json").read_text())
+    numpy_run, missing_run = doc["runs"]
+    assert numpy_run["backend"] == "numpy" and numpy_run["ok"] and numpy_run["results"]
+    assert numpy_run["versions"]["numpy"] and numpy_run["python"]
+    assert not missing_run["available"] and "unknown backend" in missing_run["problems"][0]
+    assert doc["spec_version"] and not doc["ok"]
+
+    md = (out / "report.md").read_text()
+    assert "| component | numpy/cpu/float64 | numpy/cpu/float32 | nosuch/cpu/- |" in md
+    row = next(line for line in md.splitlines() if line.startswith("| softmax |"))
+    n = sum(1 for r in numpy_run["results"]
+            if r["component"] == "softmax" and r["dtype"] == "float64")
+    assert f"{n}/{n}, " in row and "ULP" in row
+    assert "## Versions" in md and "numpy " in md and "## Failures" in md
+
+    page = (out / "report.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<style>" in page and "<script" not in page
+    assert "<td class='pass'>" in page and "conformance report" in page
+
+
+def test_interpreter_choice(tmp_path, monkeypatch):
+    monkeypatch.setattr(rep.importlib.util, "find_spec", lambda name: None)
+    assert rep.interpreter("numpy", {}, tmp_path) == sys.executable
+    assert rep.interpreter("torch", {}, tmp_path) == sys.executable  # no .tox: this one
+    tox = tmp_path / ".tox" / "torch-cpu" / "bin" / "python"
+    tox.parent.mkdir(parents=True)
+    tox.write_text("")
+    assert rep.interpreter("torch", {}, tmp_path) == str(tox)
+    assert rep.interpreter("torch", {"torch": "/x/python"}, tmp_path) == "/x/python"
+    assert rep.parse_devices("cpu,torch:cuda", ["numpy", "torch"]) == {
+        "numpy": ["cpu"], "torch": ["cuda"]}
+    assert rep.parse_devices(None, ["numpy"]) == {"numpy": ["cpu"]}
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process")
+def test_ctrl_c_leaves_no_report(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.Popen([*REPORT, "--backends", "numpy,numpy", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    deadline = time.monotonic() + 120
+    for line in proc.stdout:  # wait until the first child runs the suite
+        if "numpy/cpu | " in line or time.monotonic() > deadline:
+            break
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted: no report written" in err
+    assert list(out.iterdir()) == []  # neither report files nor the partial directory
