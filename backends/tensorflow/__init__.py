@@ -1,0 +1,116 @@
+"""The TensorFlow backend: the whole stack, eager, as a graph or through XLA, on an
+explicit device.
+
+Options (``--backend-option KEY=VALUE``):
+  mode=eager|graph|xla   how every component function runs (default eager):
+                         ``graph`` wraps it in ``tf.function``, ``xla`` in
+                         ``tf.function(jit_compile=True)``, traced per shape.
+
+Devices are ``cpu`` and, when TensorFlow sees one, ``gpu``; every array is
+created and every op placed with ``tf.device`` on the device of its inputs,
+never silently elsewhere. float64 and float32 everywhere, and on the GPU also
+float16 and bfloat16.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from attnspec.spec.errors import ConfigError, DTypeError  # noqa: E402
+
+from ..base import Backend  # noqa: E402
+from ._modes import MODES, ModeFunction  # noqa: E402
+
+DTYPES = {"float64": tf.float64, "float32": tf.float32, "float16": tf.float16,
+          "bfloat16": tf.bfloat16}
+
+
+class TensorFlowBackend(Backend):
+    name = "tensorflow"
+    package = __name__
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        unknown = set(options) - {"mode"}
+        if unknown:
+            raise ConfigError(f"the tensorflow backend has no option(s) {sorted(unknown)}; "
+                              f"known: mode={'|'.join(MODES)}")
+        self.mode = options.get("mode", "eager")
+        if self.mode not in MODES:
+            raise ConfigError(f"mode must be one of {list(MODES)}, got {self.mode!r}")
+        self._device = "cpu"
+        self._functions: dict = {}
+
+    def devices(self) -> list[str]:
+        return ["cpu"] + (["gpu"] if tf.config.list_physical_devices("GPU") else [])
+
+    def dtypes(self, device: str) -> list[str]:
+        if device == "gpu":
+            return list(DTYPES)
+        return ["float64", "float32"]
+
+    def _tf_device(self, device: str) -> str:
+        self.check_device(device)
+        self._device = device
+        return f"/{device.upper()}:0"
+
+    def asarray(self, x, *, dtype: str | None = None, device: str = "cpu"):
+        where = self._tf_device(device)
+        x = np.asarray(x)
+        if dtype is not None and x.dtype.kind not in "biu":
+            if dtype not in DTYPES:
+                raise DTypeError(f"the tensorflow backend has no dtype {dtype!r}; "
+                                 f"supported: {list(DTYPES)}")
+            self.check_dtype(dtype, device)
+        with tf.device(where):
+            if dtype is None or x.dtype.kind in "biu":
+                t = tf.constant(x)
+            elif dtype in ("float64", "float32"):
+                # one op: NumPy rounds float64 -> float32 to nearest, as tf.cast does
+                t = tf.constant(x.astype(dtype, copy=False))
+            else:
+                t = tf.cast(tf.constant(x), DTYPES[dtype])
+            # an eager constant lives on the host; identity puts it on the device
+            return t if device == "cpu" else tf.identity(t)
+
+    def to_numpy(self, x) -> np.ndarray:
+        if isinstance(x, (tf.Tensor, tf.Variable)):
+            if x.dtype.is_floating:
+                x = tf.cast(x, tf.float64)
+            return x.numpy()
+        x = np.asarray(x)
+        return x.astype(np.float64) if x.dtype.kind == "f" else x
+
+    def function(self, name: str, module: str):
+        key = (name, module)
+        if key not in self._functions:
+            fn = super().function(name, module)
+            self._functions[key] = ModeFunction(fn, self.mode, lambda: self._device)
+        return self._functions[key]
+
+    def versions(self) -> dict[str, str]:
+        import keras
+
+        return {"tensorflow": tf.__version__, "keras": keras.__version__,
+                "numpy": np.__version__}
+
+    def describe(self) -> str:
+        how = {"eager": "eager execution", "graph": "tf.function graphs",
+               "xla": "tf.function(jit_compile=True), XLA"}[self.mode]
+        return f"tensorflow mode={self.mode} ({how})"
+
+    def describe_paths(self) -> dict[str, str]:
+        return {"mode": self.mode}
+
+    def synchronize(self, device: str) -> None:
+        if device == "gpu":
+            tf.test.experimental.sync_devices()
+
+    def extra_checks(self, device: str):
+        from ._extras import checks
+
+        return checks(self, device)

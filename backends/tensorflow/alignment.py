@@ -1,0 +1,78 @@
+"""Alignment-model attention of the RNN era: additive (Bahdanau) and Luong."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from .. import _checks as check
+from ._core import boolean, floating
+from .attention import softmax
+
+SCORES = ("dot", "general", "concat")
+
+
+def _inputs(query, keys, values, mask):
+    """Checked query (B, T, Dq), keys (B, S, Dk), values (B, S, Dv) (default keys), mask."""
+    query, keys = floating("query", query), floating("keys", keys)
+    b, t, _ = check.rank("query", query, min_rank=3, max_rank=3)
+    _, s, _ = check.rank("keys", keys, min_rank=3, max_rank=3)
+    values = keys if values is None else floating("values", values)
+    check.rank("values", values, min_rank=3, max_rank=3)
+    check.same("batch size", **{"query.shape[0]": b, "keys.shape[0]": check.shape(keys)[0],
+                                "values.shape[0]": check.shape(values)[0]})
+    check.same("key length", **{"keys.shape[1]": s, "values.shape[1]": check.shape(values)[1]})
+    if mask is not None:
+        mask = boolean("mask", mask)
+        check.broadcastable("mask", mask, (b, t, s))
+    return query, keys, values, mask
+
+
+def _param(p, name: str, expected: tuple):
+    return floating(p.path(name), p.require(name, expected))
+
+
+def _tanh_score(q_proj, k_proj, v):
+    """e[b, t, s] = v . tanh(q_proj[b, t] + k_proj[b, s])."""
+    e = tf.tanh(tf.expand_dims(q_proj, 2) + tf.expand_dims(k_proj, 1))  # (B, T, S, A)
+    return tf.linalg.matvec(e, v)  # (B, T, S)
+
+
+def _attend(scores, values, mask):
+    """weights = masked softmax over s; context = weights values."""
+    weights = softmax(scores, mask)  # (B, T, S)
+    return weights @ values, weights  # (B, T, Dv), (B, T, S)
+
+
+def additive_attention(query, keys, values=None, mask=None, *, params):
+    """Bahdanau et al. (2015): e_ts = v . tanh(q_t W_q + k_s W_k), w_t = softmax_s(e_t),
+    context_t = sum_s w_ts values_s."""
+    query, keys, values, mask = _inputs(query, keys, values, mask)
+    p = check.params_of(params)
+    w_q = _param(p, "w_q", (check.shape(query)[-1], None))
+    a = check.shape(w_q)[1]
+    w_k = _param(p, "w_k", (check.shape(keys)[-1], a))
+    v = _param(p, "v", (a,))
+    return _attend(_tanh_score(query @ w_q, keys @ w_k, v), values, mask)
+
+
+def luong_attention(query, keys, values=None, mask=None, *, score="dot", params=None):
+    """Luong et al. (2015), unscaled scores, then w_t = softmax_s(e_t), context = w values.
+
+    dot: e_ts = q_t . k_s; general: e_ts = q_t W k_sᵀ; concat: e_ts = v . tanh([q_t; k_s] W).
+    """
+    score = check.choice("score", score, SCORES)
+    query, keys, values, mask = _inputs(query, keys, values, mask)
+    p = check.params_of(params)
+    d_q, d_k = check.shape(query)[-1], check.shape(keys)[-1]
+    if score == "dot":
+        check.same("query/key width (score='dot')",
+                   **{"query.shape[-1]": d_q, "keys.shape[-1]": d_k})
+        scores = tf.matmul(query, keys, transpose_b=True)  # (B, T, S)
+    elif score == "general":
+        w = _param(p, "w", (d_q, d_k))
+        scores = tf.matmul(query @ w, keys, transpose_b=True)  # (B, T, S)
+    else:
+        w = _param(p, "w", (d_q + d_k, None))
+        v = _param(p, "v", (check.shape(w)[1],))
+        scores = _tanh_score(query @ w[:d_q], keys @ w[d_q:], v)  # [q; k] W = q W_top + k W_bot
+    return _attend(scores, values, mask)
