@@ -129,7 +129,7 @@ def main(argv=None):
              for k, v in ours.spec_params().items()}
         ours.load_spec(p)
         theirs = convert.mha_to_keras(p, num_heads=H, dtype="float32")
-        f_ours = tf.function(lambda x: ours(x))
+        f_ours = tf.function(ours.__call__)
         f_theirs = tf.function(lambda x: theirs(x, x, x))
         err = float(tf.reduce_max(tf.abs(f_ours(x) - f_theirs(x))))
         t_ours, t_theirs = timeit(f_ours, x, args.repeat), timeit(f_theirs, x, args.repeat)
@@ -144,7 +144,7 @@ def main(argv=None):
               for k, v in enc.spec_params().items()}
         enc.load_spec(pe)
         kenc = KerasEncoder(pe)
-        f_ours, f_theirs = tf.function(lambda x: enc(x)), tf.function(lambda x: kenc(x))
+        f_ours, f_theirs = tf.function(enc.__call__), tf.function(kenc.__call__)
         err = float(tf.reduce_max(tf.abs(f_ours(x) - f_theirs(x))))
         t_ours, t_theirs = timeit(f_ours, x, args.repeat), timeit(f_theirs, x, args.repeat)
         print(f"encoder_layer  attnspec {t_ours * 1e3:8.3f} ms  keras {t_theirs * 1e3:8.3f} ms  "
