@@ -143,6 +143,9 @@ def _run_error(backend, fn, v: Vector, dtype, device, res: Result) -> Result:
     return res
 
 
-def error_dtype(backend, device: str) -> str:
-    """Error vectors run once, at the most precise dtype the device supports."""
-    return backend.dtypes(device)[0]
+def require_pass(result: Result) -> None:
+    """Fail the current pytest test with the result's messages unless it passed."""
+    if result.status != "pass":
+        import pytest
+
+        pytest.fail("\n".join(result.messages) or result.status, pytrace=False)

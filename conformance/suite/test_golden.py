@@ -1,14 +1,11 @@
 """Every value vector, at every dtype the device supports and the vector lists."""
 
-import pytest
-from attnspec.conformance.runner import run_vector
+from attnspec.conformance.runner import require_pass, run_vector
 
 
 def test_value(backend, spec, device, vector_dtype, record_result):
     v, dtype = vector_dtype
-    r = record_result(run_vector(backend, spec, v, dtype, device))
-    if r.status != "pass":
-        pytest.fail("\n".join(r.messages) or r.status, pytrace=False)
+    require_pass(record_result(run_vector(backend, spec, v, dtype, device)))
 
 
 test_value.expect = "value"
