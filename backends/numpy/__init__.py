@@ -1,8 +1,9 @@
 """The NumPy backend: the whole stack in float64 and float32 on the CPU.
 
-It never imports the oracle; it is the reference the differential tests of the
-other backends compare against, and it is checked against the golden vectors
-like every other backend.
+It is written from the equations, independently of the arbitrary-precision
+reference that produced the vectors (it imports nothing of it). The differential
+tests of the other backends compare against it, and it is checked against the
+golden vectors like every other backend.
 """
 
 from __future__ import annotations
