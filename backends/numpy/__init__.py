@@ -40,3 +40,8 @@ class NumpyBackend(Backend):
 
     def versions(self) -> dict[str, str]:
         return {"numpy": np.__version__}
+
+    def extra_checks(self, device: str):
+        from ._extras import CHECKS
+
+        return list(CHECKS)
