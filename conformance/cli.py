@@ -82,6 +82,8 @@ def cmd_verify(args) -> int:
             extra += ["--vectors-dir", args.vectors_dir]
         if args.k:
             extra += ["-k", args.k]
+        if args.known_failures:
+            extra += ["--known-failures", args.known_failures]
         code = pytest.main(pytest_args(args.backend, args.device, args.dtype, json_path,
                                        extra, args.backend_option))
         with open(json_path, encoding="utf-8") as f:
@@ -231,6 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--backend-option", action="append", default=[], metavar="KEY=VALUE")
     s.add_argument("--json", metavar="PATH", help="write the machine-readable results here")
     s.add_argument("-k", help="pytest -k expression, e.g. 'sdpa'")
+    s.add_argument("--known-failures", metavar="FILE",
+                   help="known-failure patterns (default: the backend's known_failures.txt)")
     s.add_argument("-x", "--exitfirst", action="store_true")
     s.set_defaults(func=cmd_verify)
 

@@ -1,7 +1,8 @@
 """Known-failure files (like array-api-tests' xfail lists).
 
-One pattern per line, ``fnmatch`` style over ``<id>`` or ``<id>[<dtype>]``,
-then ``#`` and the reason::
+One pattern per line: an ``fnmatch`` pattern over the vector id, optionally
+followed by ``[dtype pattern]`` (brackets there delimit the dtype, they are not a
+character class), then ``#`` and the reason::
 
     sdpa/large-001[float16]   # scores of 1000 overflow float16 in this framework
     gru/*                      # not implemented yet
@@ -13,6 +14,7 @@ file cannot rot.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -35,13 +37,20 @@ def parse(path: Path | str) -> list[Known]:
     return out
 
 
+_WITH_DTYPE = re.compile(r"(?P<id>.+)\[(?P<dtype>[^\[\]]+)\]")
+
+
+def _matches(k: Known, vid: str, dtype: str | None) -> bool:
+    m = _WITH_DTYPE.fullmatch(k.pattern)
+    if m is None:
+        return fnmatchcase(vid, k.pattern)
+    return fnmatchcase(vid, m["id"]) and (dtype is None or fnmatchcase(dtype, m["dtype"]))
+
+
 def match(known: list[Known], vid: str, dtype: str) -> Known | None:
-    for k in known:
-        if fnmatchcase(vid, k.pattern) or fnmatchcase(f"{vid}[{dtype}]", k.pattern):
-            return k
-    return None
+    return next((k for k in known if _matches(k, vid, dtype)), None)
 
 
 def unmatched(known: list[Known], ids: list[str], dtypes: list[str]) -> list[Known]:
-    keys = [*ids, *(f"{i}[{d}]" for i in ids for d in dtypes)]
-    return [k for k in known if not any(fnmatchcase(key, k.pattern) for key in keys)]
+    return [k for k in known
+            if not any(_matches(k, i, d) for i in ids for d in dtypes)]
