@@ -88,7 +88,8 @@ def test_scaffold_installs_and_is_discovered(tmp_path):
     build = ["--no-build-isolation"] if can_build else []
     # attnspec itself: reused from the base interpreter when importable there
     if _run([str(py), "-c", "import attnspec.conformance.cli"]).returncode != 0:
-        r = _run([*pip, "--no-deps", *build, "-e", str(REPO)])
+        # with its dependencies: a base interpreter without numpy/pytest/hypothesis gets them
+        r = _run([*pip, *build, "-e", str(REPO)])
         assert r.returncode == 0, r.stdout + r.stderr
     r = _run([*pip, "--no-deps", *build, str(pkg)])
     assert r.returncode == 0, r.stdout + r.stderr
