@@ -4,8 +4,11 @@ same error class with the same message for the same mistake."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from numbers import Real
 
+import numpy as np
 from attnspec.spec.errors import ConfigError, ParameterError, ShapeError
 
 
@@ -57,6 +60,46 @@ def batch_broadcast(what: str, **shapes: tuple) -> tuple:
     return tuple(out)
 
 
+def attention_shapes(q, k, v) -> tuple:
+    """q (..., T, K), k (..., S, K), v (..., S, V), batches broadcasting: the scores shape
+    (*batch, T, S)."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        rank(name, x, min_rank=2)
+    qs, ks, vs = shape(q), shape(k), shape(v)
+    same("key width", **{"q.shape[-1]": qs[-1], "k.shape[-1]": ks[-1]})
+    same("key length", **{"k.shape[-2]": ks[-2], "v.shape[-2]": vs[-2]})
+    if qs[-1] < 1:
+        raise ShapeError(f"key width must be >= 1, got q of shape {qs}")
+    batch = batch_broadcast("q, k, v", q=qs[:-2], k=ks[:-2], v=vs[:-2])
+    return batch + (qs[-2], ks[-2])  # (..., T, S)
+
+
+def sequences(q, k, v, names=("q", "k", "v"), same_width: bool = True) -> tuple:
+    """q (B, T, Dq), k (B, S, K) (Dq = K unless not same_width), v (B, S, V):
+    returns (B, T, S, K, V)."""
+    nq, nk, nv = names
+    b, t, kw = rank(nq, q, min_rank=3, max_rank=3)
+    _, s, kw2 = rank(nk, k, min_rank=3, max_rank=3)
+    _, s2, vw = rank(nv, v, min_rank=3, max_rank=3)
+    same("batch size", **{f"{nq}.shape[0]": b, f"{nk}.shape[0]": shape(k)[0],
+                          f"{nv}.shape[0]": shape(v)[0]})
+    if same_width:
+        same("key width", **{f"{nq}.shape[-1]": kw, f"{nk}.shape[-1]": kw2})
+    same("key length", **{f"{nk}.shape[1]": s, f"{nv}.shape[1]": s2})
+    return b, t, s, kw2, vw
+
+
+def heads(p, num_heads, d_q: int, d_v: int) -> tuple:
+    """Multi-head projections: H divides the widths of p's w_q (Dq, H*K) and w_v (Dv, H*V);
+    returns (H, H*K, H*V)."""
+    h = integer("num_heads", num_heads, lo=1)
+    hk = shape(p.require("w_q", (d_q, None)))[1]
+    hv = shape(p.require("w_v", (d_v, None)))[1]
+    divides(f"query/key width {p.path('w_q')}.shape[1]", h, hk, "H*K")
+    divides(f"value width {p.path('w_v')}.shape[1]", h, hv, "H*V")
+    return h, hk, hv
+
+
 def integer(name: str, value, *, lo: int | None = None, hi: int | None = None) -> int:
     """An integer attribute within [lo, hi]."""
     if isinstance(value, bool) or not isinstance(value, int):
@@ -72,6 +115,44 @@ def integer(name: str, value, *, lo: int | None = None, hi: int | None = None) -
     return value
 
 
+def size(name: str, value) -> int:
+    """A length attribute (``t``, ``s``): an integer >= 0."""
+    return integer(name, value, lo=0)
+
+
+def flag(name: str, value) -> bool:
+    """A True/False attribute (Python or NumPy bool), or ConfigError naming it."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ConfigError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def _real(value) -> bool:
+    """A real number that is not a bool (Python or NumPy) and not a string."""
+    return isinstance(value, Real) and not isinstance(value, (bool, np.bool_))
+
+
+def eps(value, name: str = "eps") -> float:
+    """A normaliser's eps: a finite real number > 0 (bool and str refused), as a Python float.
+
+    Attributes are exact Python floats: the value is used as given, never rounded first.
+    """
+    if not _real(value) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def scale(value, width: int, name: str = "scale") -> float:
+    """An attention scale: ``value``, a finite real number (bool and str refused), or
+    1/sqrt(width) when None, as a Python float."""
+    if value is None:
+        # width = 0: every score is an empty sum, 0, whatever the scale
+        return 1.0 / math.sqrt(width) if width > 0 else 1.0
+    if not _real(value) or not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number or None, got {value!r}")
+    return float(value)
+
+
 def choice(name: str, value, options) -> str:
     if value not in options:
         raise ConfigError(f"{name} must be one of {list(options)}, got {value!r}")
@@ -82,6 +163,25 @@ def divides(what: str, heads: int, width: int, width_name: str) -> int:
     if heads < 1 or width % heads:
         raise ConfigError(f"{what}: num_heads={heads} does not divide {width_name}={width}")
     return width // heads
+
+
+def kv_heads(num_kv_heads, q_shape: tuple, k_shape: tuple, v_shape: tuple) -> int:
+    """Grouped-query attention: axis -3 is the head axis; q has H heads, k and v have
+    num_kv_heads, which must divide H. Returns the group size H / num_kv_heads."""
+    h_kv = integer("num_kv_heads", num_kv_heads, lo=1)
+    for name, s in (("q", q_shape), ("k", k_shape), ("v", v_shape)):
+        if len(s) < 3:
+            raise ShapeError(f"with num_kv_heads, {name} needs a head axis (..., H, T, K), "
+                             f"got shape {tuple(s)}")
+    for name, s in (("k", k_shape), ("v", v_shape)):
+        if s[-3] != h_kv:
+            raise ShapeError(f"{name} of shape {tuple(s)} has {s[-3]} heads on axis -3, "
+                             f"num_kv_heads={h_kv}")
+    heads = q_shape[-3]
+    if heads % h_kv:
+        raise ConfigError(f"num_kv_heads={h_kv} does not divide the {heads} query heads "
+                          f"(q of shape {tuple(q_shape)})")
+    return heads // h_kv
 
 
 class Params:

@@ -13,22 +13,8 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
 
-import numpy as np
 from attnspec.spec.errors import DeviceError, DTypeError, NotImplementedComponent
-
-
-@runtime_checkable
-class BackendProtocol(Protocol):
-    name: str
-
-    def devices(self) -> list[str]: ...
-    def dtypes(self, device: str) -> list[str]: ...
-    def asarray(self, x: np.ndarray, *, dtype: str | None, device: str) -> Any: ...
-    def to_numpy(self, x: Any) -> np.ndarray: ...
-    def function(self, name: str, module: str) -> Callable: ...
-    def versions(self) -> dict[str, str]: ...
 
 
 def missing(fn: Callable) -> Callable:
@@ -89,13 +75,25 @@ class Backend:
         return dtype
 
     def extra_checks(self, device: str) -> list[tuple[str, Callable]]:
-        """Backend-specific conformance checks run by the suite (``test_extras.py``).
+        """Backend-specific conformance checks run by the suite (``test_extras.py``):
+        ``<package>.extras.extra_checks(backend, device)``, none without that module.
 
         Each is ``(name, check)``; ``check(spec)`` raises AssertionError on failure.
         A framework backend uses this for agreement with the framework's own
         built-ins (through its converters) and for gradient checks.
         """
-        return []
+        try:
+            mod = importlib.import_module(f"{self.package}.extras")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{self.package}.extras":
+                raise
+            return []
+        return list(mod.extra_checks(self, device))
+
+    def device_of(self, x) -> str | None:
+        """The device an array returned by a spec function lives on, as named in
+        ``devices()``; the suite checks it is the one requested. None: cannot tell."""
+        return None
 
     def known_failures_file(self):
         """``known_failures.txt`` beside the backend's package, if there is one."""
@@ -107,10 +105,6 @@ class Backend:
             return None
         path = Path(mod.__file__).parent / "known_failures.txt"
         return path if path.is_file() else None
-
-    def describe_paths(self) -> dict[str, str]:
-        """Which code paths ran, for the report header (e.g. ``{"attention": "fused"}``)."""
-        return {}
 
     def synchronize(self, device: str) -> None:
         """Wait for queued work on ``device`` (benchmarks); a no-op for eager CPU backends."""

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import argparse
 import filecmp
-import json
 import os
 import platform
 import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
 
 
@@ -33,26 +31,25 @@ def machine() -> str:
 
 
 def bench_verify() -> dict:
+    from attnspec.conformance import results
+
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "numpy.json"
         wall, p = run("verify", "--backend", "numpy", "--json", str(out))
         if p.returncode != 0:
             print(p.stdout[-4000:], p.stderr[-2000:])
             raise SystemExit("attnspec verify failed")
-        doc = json.loads(out.read_text())
-    per = defaultdict(lambda: {"float64": [0.0, 0.0], "float32": [0.0, 0.0]})
-    for r in doc["results"]:
-        if r["max_ulp"] is not None and r["dtype"] in ("float64", "float32"):
-            cell = per[r["component"]][r["dtype"]]
-            cell[0] = max(cell[0], r["max_ulp"])
-            cell[1] = max(cell[1], r["max_abs_err"] or 0.0)
+        doc = results.load(out)
+    per = results.tally(doc["results"])
     print(f"attnspec verify --backend numpy (float64 + float32, every vector, property, "
           f"differential and error test): {wall:.1f} s wall, {len(doc['results'])} vector runs")
     print(f"\n{'component':22s} {'f64 max ULP':>12s} {'f64 max abs':>12s} "
           f"{'f32 max ULP':>12s} {'f32 max abs':>12s}")
-    for comp, cells in sorted(per.items()):
-        (u64, a64), (u32, a32) = cells["float64"], cells["float32"]
-        print(f"{comp:22s} {u64:12.3g} {a64:12.3g} {u32:12.3g} {a32:12.3g}")
+    empty = results.Tally()
+    for comp in sorted({c for c, _ in per}):
+        t64, t32 = per.get((comp, "float64"), empty), per.get((comp, "float32"), empty)
+        print(f"{comp:22s} " + " ".join(f"{results.fmt(x):>12s}" for x in (
+            t64.max_ulp, t64.max_abs, t32.max_ulp, t32.max_abs)))
     return {"verify_s": wall}
 
 

@@ -67,13 +67,12 @@ class KerasEncoder(keras.layers.Layer):
 
 
 def accuracy(args) -> int:
-    import json
     import subprocess
     import sys
     import tempfile
-    from collections import defaultdict
 
-    from attnspec.spec.vectors import VECTORS_DIR, load
+    from attnspec.conformance import results
+    from attnspec.spec.vectors import default_spec
 
     path = args.json_in
     if path is None:
@@ -82,28 +81,17 @@ def accuracy(args) -> int:
                "tensorflow", "--device", args.device, "--backend-option", f"mode={args.mode}",
                "-k", "test_golden", "--json", path]
         subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL)
-    with open(path, encoding="utf-8") as f:
-        doc = json.load(f)
-    vectors = {v.id: v for v in load(VECTORS_DIR).vectors}
-    ulp64, rel32, count = defaultdict(float), defaultdict(float), defaultdict(int)
-    for r in doc["results"]:
-        if r["status"] != "pass" or r["max_abs_err"] is None:
-            continue
-        comp = r["component"]
-        count[comp, r["dtype"]] += 1
-        if r["dtype"] == "float64" and r["max_ulp"] is not None:
-            ulp64[comp] = max(ulp64[comp], r["max_ulp"])
-        elif r["dtype"] == "float32":
-            outs = [np.abs(np.asarray(o, dtype=np.float64)) for o in
-                    vectors[r["id"]].outputs.values()]
-            big = max([float(np.max(o[np.isfinite(o)], initial=0.0)) for o in outs] + [0.0])
-            rel32[comp] = max(rel32[comp], r["max_abs_err"] / (big or 1.0))
+    doc = results.load(path)
+    per = results.tally(doc["results"], scales=results.scales_of(default_spec()))
     print(f"tensorflow mode={doc['options'].get('mode', 'eager')} device={doc['device']} "
-          f"(passing golden vectors; {len(doc['results'])} results)")
-    print(f"{'component':22s} {'n64':>4s} {'max ULP f64':>12s} {'n32':>4s} {'max rel f32':>12s}")
-    for comp in sorted({c for c, _ in count}):
-        print(f"{comp:22s} {count[comp, 'float64']:4d} {ulp64[comp]:12.3g} "
-              f"{count[comp, 'float32']:4d} {rel32[comp]:12.3g}")
+          f"(golden vectors; {len(doc['results'])} results)")
+    print(f"{'component':22s} {'f64 pass':>9s} {'max ULP f64':>12s} {'f32 pass':>9s} "
+          f"{'max rel f32':>12s}")
+    empty = results.Tally()
+    for comp in sorted({c for c, _ in per}):
+        t64, t32 = per.get((comp, "float64"), empty), per.get((comp, "float32"), empty)
+        print(f"{comp:22s} {t64['pass']:4d}/{t64.n:<4d} {results.fmt(t64.max_ulp):>12s} "
+              f"{t32['pass']:4d}/{t32.n:<4d} {results.fmt(t32.max_rel):>12s}")
     bad = [r["id"] + f"[{r['dtype']}]" for r in doc["results"] if r["status"] != "pass"]
     if bad:
         print(f"not passing ({len(bad)}): {', '.join(bad[:20])}")

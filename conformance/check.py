@@ -6,56 +6,173 @@ A **function** is called with the spec function's required inputs positionally
 attributes it accepts as keywords, and the parameters either as ``params=`` (a
 dict by canonical path) when it has such an argument, or one keyword per
 parameter whose name is the path with dots as underscores (``w_q``,
-``ffn_w1``). It may return one array (compared with the first output), a
-tuple (compared in order) or a dict (compared by name).
+``ffn_w1``). A function that takes ``trace`` gets an :class:`attnspec.spec.trace.Trace`;
+what it records (``trace.record("ffn.output", y)``) is compared too, and a failure
+names the first diverging intermediate, as ``attnspec verify`` does. It may
+return one array (compared with the first output; ``[y]`` counts as ``y``), a
+tuple or list (compared in order) or a dict (compared by name).
+
+A **class** is built, for every vector, by ``NAME.from_spec(params, **attributes)``
+when it has that classmethod; otherwise by ``NAME(**attributes)`` (the spec
+attributes its ``__init__`` names, as keywords) followed, when it has the method,
+by ``instance.load_spec_params(params)`` ({canonical path: framework array}).
+The instance is then called like a function, with the signature of its real
+call: ``forward`` for a ``torch.nn.Module`` (put in ``.eval()`` mode and run under
+``torch.inference_mode()``), ``call`` for a Keras layer (with ``training=False``
+when it takes it). While a torch or Keras class is built, the framework's default
+float dtype is the one under test, so ``nn.Linear`` / ``add_weight`` weights match.
 
 A vector that needs something the user's code does not take (an attribute set
-to a non-default value, such as ``scale=1.0`` or ``variant='annotated'``, or an
-optional input such as ``bias``, when the signature has no such argument and no
-``**kwargs``) is reported as ``SKIP`` with the reason, not as a failure: a
-function without a ``bias`` argument can still be a correct attention for the
-vectors it can take.
+to a non-default value, an optional input such as ``bias``, or a parameter) is
+``SKIP``, decided from the signatures before anything is built; when most of
+the selected vectors are skipped the run fails, saying what to add.
+``--variant KEY=VALUE`` and ``-k EXPR`` select the vectors to run instead.
 
-A **class** is constructed with the attributes its ``__init__`` names, then,
-if it has one, ``load_spec_params(params)`` receives the parameters (a dict by
-canonical path, framework arrays), and the instance is called like a function.
+With ``--errors`` an error vector passes only when the spec's own class (or a
+subclass) is raised (``from attnspec.spec.errors import ShapeError``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import importlib.util
 import inspect
+import re
 import sys
+import textwrap
 import time
-from dataclasses import dataclass
+import traceback
+import types
+from collections import Counter, defaultdict
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from attnspec.spec.compare import compare
-from attnspec.spec.errors import ConfigError
-from attnspec.spec.vectors import Spec, Vector
+import numpy as np
+from attnspec.spec.errors import ERROR_CLASSES, ConfigError
+from attnspec.spec.trace import Trace
+from attnspec.spec.vectors import Function, Spec, Vector
 
-from .runner import convert_inputs
+from .runner import Result, convert_inputs, judge
+
+# Frameworks a user's file may be written in, by top-level module -> --framework name.
+FRAMEWORK_OF_MODULE = {"numpy": "numpy", "torch": "torch", "tensorflow": "tensorflow",
+                       "keras": "tensorflow", "tf_keras": "tensorflow"}
 
 
-def load_target(target: str):
-    """``path/to/file.py:name`` -> the object (the file is imported as a module)."""
+class CheckError(ConfigError):
+    """The check cannot run at all (bad target, file, component, dtype or selection)."""
+
+
+# ---- loading the user's file ------------------------------------------------------------------
+
+@dataclass
+class Target:
+    obj: object
+    name: str
+    file: Path
+    module: types.ModuleType
+    kind: str  # function | class | torch | keras
+
+    @property
+    def is_class(self) -> bool:
+        return self.kind != "function"
+
+
+def load_target(target: str) -> Target:
+    """``path/to/file.py:name`` -> the object, importing the file as a module. Any failure
+    (no file, a syntax error, an import error, ``sys.exit`` at import) is one CheckError."""
     path, sep, name = target.rpartition(":")
     if not sep or not path or not name:
-        raise ConfigError(f"target must be FILE.py:NAME, got {target!r}")
+        raise CheckError(f"target must be FILE.py:NAME, got {target!r}")
     file = Path(path)
     if not file.is_file():
-        raise ConfigError(f"no such file {str(file)!r} (target {target!r})")
-    spec = importlib.util.spec_from_file_location(f"attnspec_user_{file.stem}", file)
+        raise CheckError(f"no such file {str(file)!r} (target {target!r})")
+    module = _import_file(file)
+    obj = getattr(module, name, None)
+    if obj is None:
+        raise CheckError(f"{str(file)!r} defines no {name!r}")
+    if not callable(obj):
+        raise CheckError(f"{name!r} in {str(file)!r} is a {type(obj).__name__}, not a function "
+                         f"or class")
+    kind = (_class_kind(obj) or "class") if inspect.isclass(obj) else "function"
+    return Target(obj, name, file, module, kind)
+
+
+def _import_file(file: Path) -> types.ModuleType:
+    mod_name = f"attnspec_user_{file.stem}"
+    spec = importlib.util.spec_from_file_location(mod_name, file)
+    if spec is None or spec.loader is None:
+        raise CheckError(f"{str(file)!r} is not a Python file")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module  # dataclasses and pickling look their module up here
     sys.path.insert(0, str(file.parent.resolve()))
     try:
         spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        sys.modules.pop(mod_name, None)
+        text = (exc.text or "").strip()
+        raise CheckError(f"{exc.filename or file}, line {exc.lineno}: {type(exc).__name__}: "
+                         f"{exc.msg}" + (f": {text}" if text else "")) from None
+    except SystemExit as exc:
+        sys.modules.pop(mod_name, None)
+        raise CheckError(f"{file}{_line_in(exc, file)} called sys.exit({exc.code!r}) while being "
+                         f"imported; put script code under `if __name__ == \"__main__\":`") from None
+    except Exception as exc:  # noqa: BLE001 - the user's module may raise anything
+        sys.modules.pop(mod_name, None)
+        hint = ""
+        if isinstance(exc, ModuleNotFoundError):
+            hint = f" (is {exc.name!r} installed in this environment?)"
+        raise CheckError(f"importing {file} failed{_line_in(exc, file)}: "
+                         f"{type(exc).__name__}: {exc}{hint}") from None
     finally:
         sys.path.pop(0)
-    obj = getattr(module, name, None)
-    if obj is None:
-        raise ConfigError(f"{str(file)!r} defines no {name!r}")
-    return obj
+    return module
+
+
+def _line_in(exc: BaseException, file: Path) -> str:
+    """' at line N': the last frame of the traceback that is in the user's file."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if Path(f.filename).resolve() == file.resolve()]
+    return f" at line {frames[-1].lineno}" if frames else ""
+
+
+def _class_kind(cls) -> str | None:
+    for c in cls.__mro__:
+        top = (c.__module__ or "").split(".")[0]
+        if c.__name__ == "Module" and top == "torch":
+            return "torch"
+        if c.__name__ == "Layer" and top in ("keras", "tf_keras", "tensorflow"):
+            return "keras"
+    return None
+
+
+def frameworks_used(t: Target) -> set[str]:
+    """The --framework names of the frameworks the user's file imports."""
+    found = set()
+    for value in vars(t.module).values():
+        mod = value.__name__ if isinstance(value, types.ModuleType) else getattr(
+            value, "__module__", None)
+        top = (mod or "").split(".")[0]
+        if top in FRAMEWORK_OF_MODULE:
+            found.add(FRAMEWORK_OF_MODULE[top])
+    if t.kind in ("torch", "keras"):
+        found.add("torch" if t.kind == "torch" else "tensorflow")
+    return found
+
+
+# ---- how a vector is handed over: decided from signatures, before anything is built ---------
+
+@dataclass
+class Plan:
+    init: dict = field(default_factory=dict)  # attributes for the constructor / from_spec
+    call: dict = field(default_factory=dict)  # attributes for the call
+    optional: list = field(default_factory=list)  # optional inputs passed by keyword
+    params_to: str = ""  # from_spec | load_spec_params | params | keywords | ""
+    trace: bool = False
+    training: bool = False  # a Keras call that takes ``training``
+    unsupported: list = field(default_factory=list)  # (what, value) pairs: a SKIP
 
 
 def _accepts(sig: inspect.Signature, name: str) -> bool:
@@ -63,147 +180,580 @@ def _accepts(sig: inspect.Signature, name: str) -> bool:
         p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
 
 
-def _kwargs_for(sig: inspect.Signature, attributes: dict, defaults: dict) -> tuple[dict, list]:
-    kwargs, unsupported = {}, []
-    for k, val in attributes.items():
-        if _accepts(sig, k):
-            kwargs[k] = val
-        elif val != defaults.get(k, object()):
-            unsupported.append(f"{k}={val!r}")
-    return kwargs, unsupported
+def _takes(t: Target, init_sig: inspect.Signature, name: str) -> bool:
+    """An __init__ takes the attributes it names (its ``**kwargs`` go to a framework base
+    class: nn.Module, keras Layer); from_spec(params, **attributes) takes every one."""
+    return _accepts(init_sig, name) if hasattr(t.obj, "from_spec") else name in init_sig.parameters
 
+
+def _drop_self(sig: inspect.Signature) -> inspect.Signature:
+    return sig.replace(parameters=list(sig.parameters.values())[1:])
+
+
+def call_signature(t: Target) -> inspect.Signature:
+    """The signature the target is really called with (forward / call / __call__)."""
+    if not t.is_class:
+        return inspect.signature(t.obj)
+    method = {"torch": "forward", "keras": "call"}.get(t.kind, "__call__")
+    if not any(method in c.__dict__ for c in t.obj.__mro__[:-1]):
+        raise CheckError(f"instances of {t.name} cannot be called: define {method}(...)")
+    return _drop_self(inspect.signature(getattr(t.obj, method)))
+
+
+def constructor_signature(t: Target) -> inspect.Signature:
+    # a classmethod read from the class is bound: its signature has no ``cls``
+    return inspect.signature(t.obj.from_spec if hasattr(t.obj, "from_spec") else t.obj)
+
+
+def plan_vector(t: Target, fn: Function, v: Vector) -> Plan:
+    p = Plan()
+    call_sig = call_signature(t)
+    init_sig = constructor_signature(t) if t.is_class else None
+    for k, val in v.attributes.items():
+        if init_sig is not None and _takes(t, init_sig, k):
+            p.init[k] = val
+        elif _accepts(call_sig, k):
+            p.call[k] = val
+        elif val != fn.attributes.get(k, object()):
+            p.unsupported.append((k, val))
+    for n in fn.optional:
+        if n in v.inputs:
+            if _accepts(call_sig, n):
+                p.optional.append(n)
+            else:
+                p.unsupported.append(("input " + n, None))
+    if v.params:
+        p.params_to = _params_route(t, call_sig, v, p)
+    p.trace = fn.trace and "trace" in call_sig.parameters
+    p.training = t.kind == "keras" and "training" in call_sig.parameters
+    return p
+
+
+def _params_route(t: Target, call_sig, v: Vector, p: Plan) -> str:
+    if t.is_class and hasattr(t.obj, "from_spec"):
+        return "from_spec"
+    if t.is_class and hasattr(t.obj, "load_spec_params"):
+        return "load_spec_params"
+    if "params" in call_sig.parameters:
+        return "params"
+    for path in v.params:
+        if not _accepts(call_sig, _keyword(path)):
+            p.unsupported.append(("parameter " + _keyword(path), None))
+    return "keywords"
+
+
+def _keyword(path: str) -> str:
+    return path.replace(".", "_")
+
+
+# ---- building and calling ---------------------------------------------------------------------
+
+class ConstructorFailed(Exception):
+    def __init__(self, exc: BaseException):
+        super().__init__(str(exc))
+        self.exc = exc
+
+
+@contextmanager
+def default_float(kind: str, dtype: str):
+    """The framework's default float dtype set to ``dtype`` while a class is built."""
+    if kind == "torch" and dtype in ("float32", "float64"):
+        torch = sys.modules["torch"]
+        before = torch.get_default_dtype()
+        torch.set_default_dtype(getattr(torch, dtype))
+        try:
+            yield
+        finally:
+            torch.set_default_dtype(before)
+    elif kind == "keras":
+        config = sys.modules["keras"].config
+        before = config.floatx(), config.dtype_policy()  # the policy caches floatx once read
+        config.set_floatx(dtype)
+        config.set_dtype_policy(dtype)
+        try:
+            yield
+        finally:
+            config.set_floatx(before[0])
+            config.set_dtype_policy(before[1])
+    else:
+        yield
+
+
+def construct(t: Target, fn: Function, v: Vector, plan: Plan, params: dict, dtype: str):
+    """The instance for one vector. A constructor that cannot take what check passes is a
+    CheckError (said once); one that raises is ConstructorFailed (a failed vector)."""
+    ctor_sig = constructor_signature(t)
+    try:
+        ctor_sig.bind(*([params] if hasattr(t.obj, "from_spec") else []), **plan.init)
+    except TypeError as exc:
+        raise CheckError(f"cannot build {t.name}{ctor_sig}: {exc}. "
+                         f"{constructor_help(t, fn, v, plan)}") from None
+    try:
+        with default_float(t.kind, dtype):
+            if hasattr(t.obj, "from_spec"):
+                instance = t.obj.from_spec(params, **plan.init)
+            else:
+                instance = t.obj(**plan.init)
+                if plan.params_to == "load_spec_params":
+                    instance.load_spec_params(params)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code may raise anything
+        raise ConstructorFailed(exc) from exc
+    if t.kind == "torch":
+        instance.eval()
+    return instance
+
+
+def constructor_help(t: Target, fn: Function, v: Vector, plan: Plan) -> str:
+    """What ``check`` passes to a class, and how (printed once, when building it fails)."""
+    args = ", ".join(f"{k}={val!r}" for k, val in plan.init.items())
+    params = ", ".join(v.params) or "none"
+    inputs = ", ".join(n for n in fn.inputs if n in v.inputs)
+    if hasattr(t.obj, "from_spec"):
+        how = f"check builds it as {t.name}.from_spec(params, {args})"
+    else:
+        names = ", ".join([*fn.required_attributes, *fn.attributes]) or "none"
+        how = (f"check builds it as {t.name}({args}): the spec attributes its __init__ names "
+               f"(of {names}), as keywords, and nothing else")
+        if v.params:
+            how += ("; then instance.load_spec_params(params)" if hasattr(
+                t.obj, "load_spec_params") else "; it has no load_spec_params(params)")
+    return (f"{how}. params is a dict {{canonical path: array}} ({params}). The instance is "
+            f"then called with the inputs ({inputs}). For other constructor arguments (sizes "
+            f"such as d_model), define a classmethod from_spec(cls, params, **attributes) that "
+            f"reads them from the parameter shapes: check calls it instead of {t.name}(...).")
+
+
+def invoke(t: Target, target, fn: Function, plan: Plan, inputs: dict, params: dict,
+           trace: Trace | None):
+    args = [inputs[n] for n in fn.inputs if n not in fn.optional and n in inputs]
+    kwargs = {n: inputs[n] for n in plan.optional} | plan.call
+    if plan.params_to == "params":
+        kwargs["params"] = params
+    elif plan.params_to == "keywords":
+        kwargs.update({_keyword(k): a for k, a in params.items()})
+    if trace is not None:
+        kwargs["trace"] = trace
+    if plan.training:
+        kwargs["training"] = False
+    mode = sys.modules["torch"].inference_mode() if t.kind == "torch" else nullcontext()
+    with mode:
+        return target(*args, **kwargs)
+
+
+# ---- one vector -------------------------------------------------------------------------------
 
 @dataclass
-class CheckResult:
-    id: str
-    ok: bool
-    max_abs_err: float
+class Outcome:
+    status: str  # pass | fail | skip
     lines: list[str]
-    skipped: bool = False
+    unsupported: list = field(default_factory=list)
+    constructor_error: BaseException | None = None
+    plan: Plan | None = None
 
 
-def check_vector(obj, fn, v: Vector, backend, dtype: str) -> CheckResult:
-    inputs = convert_inputs(backend, v.inputs, dtype, "cpu")
-    params = convert_inputs(backend, v.params, dtype, "cpu") if v.params else {}
-    target = obj
-    if inspect.isclass(obj):
-        init_kwargs, unsupported = _kwargs_for(inspect.signature(obj), v.attributes, fn.attributes)
-        target = obj(**init_kwargs)
-        if params and hasattr(target, "load_spec_params"):
-            target.load_spec_params(params)
-            params = {}
-        attributes = {}
-    else:
-        attributes = v.attributes
-        unsupported = []
-    sig = inspect.signature(target)
-    kwargs, more = _kwargs_for(sig, attributes, fn.attributes)
-    unsupported += more
-    required = [n for n in fn.inputs if n not in fn.optional]
-    args = [inputs[n] for n in required if n in inputs]
-    for n in fn.optional:
-        if n in inputs:
-            if _accepts(sig, n):
-                kwargs[n] = inputs[n]
-            else:
-                unsupported.append(f"input {n}")
-    if unsupported:
-        return CheckResult(v.id, False, 0.0, [f"needs {', '.join(unsupported)}, which your "
-                                              f"code does not take"], skipped=True)
-    if params:
-        if "params" in sig.parameters:
-            kwargs["params"] = params
-        else:
-            for path, arr in params.items():
-                kwargs[path.replace(".", "_")] = arr
-    result = target(*args, **kwargs)
-    return _judge(fn, v, result, backend, dtype)
+def _fresh(backend, arrays: dict, dtype: str) -> dict:
+    # copies: the user's code may modify what it is given, never the loaded spec
+    return convert_inputs(backend, {k: np.array(a, copy=True) for k, a in arrays.items()},
+                          dtype, "cpu")
 
 
-def _judge(fn, v: Vector, result, backend, dtype: str) -> CheckResult:
+def _snapshot(backend, arrays: dict) -> dict:
+    return {k: np.array(backend.to_numpy(a), copy=True) for k, a in arrays.items()}
+
+
+def _mutated(backend, before: dict, arrays: dict) -> list[str]:
+    out = []
+    for k, old in before.items():
+        new = np.asarray(backend.to_numpy(arrays[k]))
+        if new.shape != old.shape or not np.array_equal(new, old, equal_nan=old.dtype.kind == "f"):
+            out.append(k)
+    return out
+
+
+def run_vector(t: Target, fn: Function, v: Vector, backend, dtype: str) -> Outcome:
+    plan = plan_vector(t, fn, v)
+    if plan.unsupported:
+        return Outcome("skip", [_needs(plan.unsupported)], plan.unsupported, plan=plan)
+    inputs, params = _fresh(backend, v.inputs, dtype), _fresh(backend, v.params, dtype)
+    before = _snapshot(backend, {**inputs, **_prefixed(params)})
+    try:
+        target = construct(t, fn, v, plan, params, dtype) if t.is_class else t.obj
+        trace = Trace() if plan.trace else None
+        result = invoke(t, target, fn, plan, inputs, params, trace)
+    except CheckError:
+        raise
+    except ConstructorFailed as exc:
+        return Outcome("fail", [f"constructing {t.name} raised {_exc(exc.exc)}"],
+                       constructor_error=exc.exc, plan=plan)
+    except SystemExit as exc:
+        return Outcome("fail", [_exit_line(exc)], plan=plan)
+    except Exception as exc:  # noqa: BLE001 - the user's code may raise anything
+        return Outcome("fail", [f"raised {_exc(exc)}"], plan=plan)
+    try:
+        outcome = judge_result(fn, v, result, trace, backend, dtype)
+    except Exception as exc:  # noqa: BLE001 - a return value no array can be made of
+        outcome = Outcome("fail", [f"returned {type(result).__name__}, which cannot be compared "
+                                   f"with the spec's arrays ({_exc(exc)})"])
+    mutated = _mutated(backend, before, {**inputs, **_prefixed(params)})
+    if mutated:
+        outcome.status = "fail"
+        outcome.lines.insert(0, f"modified its input(s) {', '.join(mutated)} in place; the spec's "
+                                f"functions leave their arguments unchanged (work on a copy)")
+    outcome.plan = plan
+    return outcome
+
+
+def _prefixed(params: dict) -> dict:
+    return {f"params[{k!r}]": a for k, a in params.items()}
+
+
+def _exc(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _exit_line(exc: SystemExit) -> str:
+    return (f"called sys.exit({exc.code!r}); check caught it and went on (return the result, "
+            f"or raise an exception)")
+
+
+def _needs(unsupported: list) -> str:
+    return f"needs {', '.join(_what(w, val) for w, val in unsupported)}, which your code " \
+           f"does not take"
+
+
+def _what(what: str, val) -> str:
+    return what if val is None and " " in what else f"{what}={val!r}"
+
+
+# ---- judging what came back -------------------------------------------------------------------
+
+def _to_numpy(backend, x) -> np.ndarray:
+    if isinstance(x, (list, tuple)):
+        return np.asarray([_to_numpy(backend, e) for e in x])
+    try:
+        return np.asarray(backend.to_numpy(x))
+    except Exception:  # noqa: BLE001 - another framework's array: let NumPy try
+        return np.asarray(x)
+
+
+def _dtype_name(x) -> str | None:
+    d = getattr(x, "dtype", None)
+    return None if d is None else (getattr(d, "name", None) or str(d).removeprefix("torch."))
+
+
+def returned_outputs(fn: Function, result) -> tuple[dict, list[str]]:
+    """{output name: what the user returned}, and problems with the shape of the return."""
     if isinstance(result, dict):
         got = {k: result[k] for k in fn.returns if k in result}
-    elif isinstance(result, (tuple, list)):
-        got = dict(zip(fn.returns, result))
-    else:
-        got = {fn.returns[0]: result}
-    lines, ok, worst = [], True, 0.0
-    for name, expected in v.outputs.items():
-        if name not in got:
-            lines.append(f"{name}: not returned (not checked)")
+        if not got:
+            return {}, [f"returned a dict with keys {sorted(map(str, result))}; the spec names "
+                        f"the outputs {list(fn.returns)}"]
+        return got, []
+    if isinstance(result, (tuple, list)):
+        if len(fn.returns) == 1:
+            single = len(result) == 1 and not isinstance(result[0], (int, float))
+            return {fn.returns[0]: result[0] if single else result}, []
+        if len(result) > len(fn.returns):
+            return {}, [f"returned {len(result)} values; {fn.name} returns {len(fn.returns)} "
+                        f"({', '.join(fn.returns)})"]
+        return dict(zip(fn.returns, result)), []
+    if result is None:
+        return {}, ["returned None"]
+    return {fn.returns[0]: result}, []
+
+
+def judge_result(fn: Function, v: Vector, result, trace, backend, dtype: str) -> Outcome:
+    got, problems = returned_outputs(fn, result)
+    if problems:
+        return Outcome("fail", problems)
+    outputs = {k: _to_numpy(backend, a) for k, a in got.items() if k in v.outputs}
+    inter = {k: _to_numpy(backend, a) for k, a in (trace.items() if trace else ())
+             if k in v.intermediates}
+    sub = dataclasses.replace(v, outputs={k: v.outputs[k] for k in outputs},
+                              intermediates={k: e for k, e in v.intermediates.items() if k in inter})
+    res = judge(sub, dtype, outputs, inter, Result(v.id, dtype, "pass"))
+    notes = [f"{n}: not returned (not checked)" for n in v.outputs if n not in outputs]
+    if res.status == "pass":
+        done = f", {len(inter)} intermediates" if inter else ""
+        return Outcome("pass", [f"max abs err {res.max_abs_err:.3g}{done}", *notes])
+    head = res.messages[0].removeprefix(f"{v.id} [{dtype}] ")
+    lines = [head, *_nan_lines(outputs, sub.outputs), *res.messages[1:], *notes]
+    wrong = sorted({d for d in map(_dtype_name, got.values()) if d and d.startswith(("float", "bf"))
+                    and d != dtype})
+    if wrong:
+        lines.append(f"returned {', '.join(wrong)} for {dtype} inputs")
+    if trace is not None and not inter and v.intermediates:
+        lines.append(f"recorded none of the intermediates the spec names "
+                     f"({', '.join(v.intermediates)}) in trace")
+    return Outcome("fail", lines)
+
+
+def _nan_lines(got: dict, expected: dict) -> list[str]:
+    out = []
+    for name, exp in expected.items():
+        g = got[name]
+        if g.shape != exp.shape or g.dtype.kind not in "fc":
             continue
-        c = compare(backend.to_numpy(got[name]), expected, dtype, v.tolerances[dtype])
-        worst = max(worst, c.max_abs_err)
-        if not c.ok:
-            ok = False
-            if c.problem:
-                lines.append(f"{name}: {c.problem}")
-            else:
-                lines.append(f"{name}: max abs err {c.max_abs_err:.3g}; at index "
-                             f"{c.worst_index} the spec expects {c.expected_at_worst:.9g}, "
-                             f"got {c.got_at_worst:.9g}")
-    if not any(n in got for n in v.outputs):
-        ok = False
-    return CheckResult(v.id, ok, worst, lines)
+        bad = np.isnan(g) & ~np.isnan(exp)
+        if bad.any():
+            first = tuple(int(i) for i in np.argwhere(bad)[0])
+            out.append(f"output {name!r} is NaN at {int(bad.sum())} of {bad.size} element(s), "
+                       f"first at index {first} (the spec expects {exp[first]:.9g} there)")
+    return out
+
+
+def run_error_vector(t: Target, fn: Function, v: Vector, backend, dtype: str) -> Outcome:
+    """An error vector passes when the spec's class (or a subclass) is raised."""
+    plan = plan_vector(t, fn, v)
+    if plan.unsupported:
+        return Outcome("skip", [_needs(plan.unsupported)], plan.unsupported, plan=plan)
+    want = ERROR_CLASSES[v.error]
+    inputs, params = _fresh(backend, v.inputs, dtype), _fresh(backend, v.params, dtype)
+    try:
+        target = construct(t, fn, v, plan, params, dtype) if t.is_class else t.obj
+        invoke(t, target, fn, plan, inputs, params, Trace() if plan.trace else None)
+    except CheckError:
+        raise
+    except ConstructorFailed as exc:
+        return _judge_error(exc.exc, want, v, plan, "constructing " + t.name)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code may raise anything
+        return _judge_error(exc, want, v, plan, "")
+    return Outcome("fail", [f"raised nothing; the spec raises {v.error}"], plan=plan)
+
+
+def _judge_error(exc: BaseException, want: type, v: Vector, plan: Plan, where: str) -> Outcome:
+    where = f"{where} " if where else ""
+    if isinstance(exc, SystemExit):
+        return Outcome("fail", [f"{where}{_exit_line(exc)}; the spec raises {v.error}"], plan=plan)
+    name = type(exc).__name__
+    if not isinstance(exc, want):
+        base = next(c for c in want.__mro__ if c.__module__ == "builtins").__name__
+        return Outcome("fail", [f"{where}raised {name}, but the spec raises {v.error} ({name}: "
+                                f"{exc}); raise `attnspec.spec.errors.{v.error}` (a {base}, so "
+                                f"`except {base}` still catches it)"], plan=plan)
+    absent = [m for m in v.error_mentions if m not in str(exc)]
+    note = f" (the spec's message also mentions {', '.join(absent)})" if absent else ""
+    return Outcome("pass", [f"{where}raised {name}{note}"], plan=plan)
+
+
+# ---- selecting vectors ------------------------------------------------------------------------
+
+def keyword_matcher(expr: str):
+    """A ``-k`` expression as pytest reads one (words joined by and / or / not, with
+    parentheses), where a word matches a vector whose id or a flag contains it."""
+    tokens = re.findall(r"\(|\)|[^\s()]+", expr)
+    pos = 0
+
+    def peek():
+        return tokens[pos] if pos < len(tokens) else None
+
+    def take():
+        nonlocal pos
+        pos += 1
+        return tokens[pos - 1]
+
+    def parse_or():
+        left = parse_and()
+        while peek() == "or":
+            take()
+            a, b = left, parse_and()
+            left = lambda words, a=a, b=b: a(words) or b(words)  # noqa: E731
+        return left
+
+    def parse_and():
+        left = parse_not()
+        while peek() == "and":
+            take()
+            a, b = left, parse_not()
+            left = lambda words, a=a, b=b: a(words) and b(words)  # noqa: E731
+        return left
+
+    def parse_not():
+        if peek() == "not":
+            take()
+            inner = parse_not()
+            return lambda words: not inner(words)
+        if peek() == "(":
+            take()
+            inner = parse_or()
+            if peek() != ")":
+                raise CheckError(f"-k {expr!r}: unbalanced parentheses")
+            take()
+            return inner
+        word = take() if peek() not in (None, ")", "and", "or") else None
+        if word is None:
+            raise CheckError(f"-k {expr!r}: expected a word at position {pos + 1}")
+        return lambda words: any(word in w for w in words)
+
+    matcher = parse_or()
+    if pos != len(tokens):
+        raise CheckError(f"-k {expr!r}: unexpected {tokens[pos]!r}")
+    return lambda v: matcher((v.id, *v.flags))
+
+
+def variant_matcher(variants: list[str], fn: Function):
+    """``--variant KEY=VALUE`` (or a bare VALUE: any attribute): values of one key are
+    alternatives, different keys must all hold."""
+    wanted = defaultdict(set)
+    for item in variants:
+        key, sep, value = item.rpartition("=")
+        if sep and key not in fn.attributes and key not in fn.required_attributes:
+            raise CheckError(f"--variant {item!r}: {fn.name} has no attribute {key!r}; its "
+                             f"attributes: {', '.join([*fn.attributes, *fn.required_attributes])}")
+        wanted[key if sep else ""].add(value)
+
+    def matches(v: Vector) -> bool:
+        attrs = {**fn.attributes, **v.attributes}
+        for key, values in wanted.items():
+            have = {str(attrs.get(key))} if key else {str(a) for a in attrs.values()}
+            if not have & values:
+                return False
+        return True
+
+    return matches
+
+
+# ---- the command ------------------------------------------------------------------------------
+
+def resolve_function(spec: Spec, component: str, function: str | None) -> Function:
+    if component not in spec.components:
+        close = difflib.get_close_matches(component, spec.components, n=1)
+        raise CheckError(f"unknown component {component!r}"
+                         + (f" (did you mean {close[0]!r}?)" if close else "")
+                         + f"; components: {', '.join(sorted(spec.components))}")
+    names = spec.components[component]
+    function = function or (component if component in names else names[0])
+    if function not in names:
+        raise CheckError(f"component {component!r} has functions {names}, not {function!r}")
+    return spec.functions[function]
+
+
+def _backend(framework: str, dtype: str):
+    from attnspec.backends import get_backend
+
+    backend = get_backend(framework)
+    supported = backend.dtypes("cpu")
+    if dtype not in supported:
+        raise CheckError(f"--dtype {dtype!r}: the {framework} framework supports "
+                         f"{', '.join(supported)} on cpu")
+    return backend
 
 
 def run_check(target: str, component: str, spec: Spec, framework: str = "numpy",
               dtype: str = "float64", function: str | None = None, errors: bool = False,
-              out=None) -> int:
-    from attnspec.backends import get_backend
-
+              out=None, keyword: str | None = None, variants: tuple = ()) -> int:
     out = out or sys.stdout  # looked up now: a default bound at import misses redirection
-
-    if component not in spec.components:
-        raise ConfigError(f"unknown component {component!r}; see `attnspec list`")
-    names = spec.components[component]
-    function = function or (component if component in names else names[0])
-    if function not in names:
-        raise ConfigError(f"component {component!r} has functions {names}, not {function!r}")
-    fn = spec.functions[function]
-    obj = load_target(target)
-    backend = get_backend(framework)
+    fn = resolve_function(spec, component, function)
+    backend = _backend(framework, dtype)
+    t = load_target(target)
+    call_signature(t)  # a class that cannot be called fails here, once
+    chosen = [v for v in spec.vectors if v.function == fn.name and not v.deprecated
+              and dtype in v.dtypes and (v.expect == "value" or errors)]
+    total = len(chosen)
+    if keyword:
+        chosen = list(filter(keyword_matcher(keyword), chosen))
+    if variants:
+        chosen = list(filter(variant_matcher(list(variants), fn), chosen))
+    selected = f" (of {total}, selected by {_selection(keyword, variants)})" if len(
+        chosen) != total else ""
+    print(f"attnspec check {target} against {component}.{fn.name} ({framework}, {dtype}): "
+          f"{len(chosen)} vector{'' if len(chosen) == 1 else 's'}{selected}", file=out)
     t0 = time.perf_counter()
-    vectors = [v for v in spec.vectors if v.function == function and not v.deprecated
-               and dtype in v.dtypes and (v.expect == "value" or errors)]
-    passed = failed = skipped = 0
-    print(f"attnspec check {target} against {component}.{function} "
-          f"({framework}, {dtype}): {len(vectors)} vectors", file=out)
-    for v in vectors:
-        skip = False
-        if v.expect == "error":
-            ok, skip, line = _check_error(obj, fn, v, backend, dtype)
-            lines = [line]
-        else:
-            try:
-                r = check_vector(obj, fn, v, backend, dtype)
-                ok, skip, lines = r.ok, r.skipped, r.lines
-                lines = lines or [f"max abs err {r.max_abs_err:.3g}"]
-            except Exception as exc:  # noqa: BLE001 - the user's code may raise anything
-                ok, lines = False, [f"raised {type(exc).__name__}: {exc}"]
-        if skip:
-            skipped += 1
-            print(f"SKIP  {v.id:36s} {lines[0]}", file=out)
-            continue
-        passed += ok
-        failed += not ok
+    tally = _Tally()
+    for v in chosen:
+        run = run_error_vector if v.expect == "error" else run_vector
+        tally.report(run(t, fn, v, backend, dtype), v, t, fn, out)
+    print(tally.summary(time.perf_counter() - t0), file=out)
+    notes = tally.closing(t, fn, backend, framework, dtype, spec, len(chosen))
+    for line in notes:
+        print(line, file=out)
+    ran = tally.passed + tally.failed
+    return 0 if tally.failed == 0 and ran > 0 and tally.skipped <= ran else 1
+
+
+def _selection(keyword, variants) -> str:
+    parts = ([f"-k {keyword!r}"] if keyword else []) + [f"--variant {x}" for x in variants]
+    return " ".join(parts)
+
+
+@dataclass
+class _Tally:
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    reasons: Counter = field(default_factory=Counter)
+    failed_values: list = field(default_factory=list)
+    constructor_errors: set = field(default_factory=set)
+
+    def report(self, o: Outcome, v: Vector, t: Target, fn: Function, out) -> None:
+        pad = " " * 6 + " " * 37
+        if o.status == "skip":
+            self.skipped += 1
+            self.reasons.update(w for w, _ in o.unsupported)
+            print(f"SKIP  {v.id:36s} {o.lines[0]}", file=out)
+            return
+        ok = o.status == "pass"
+        self.passed += ok
+        self.failed += not ok
+        if not ok and v.expect == "value":
+            self.failed_values.append(v)
+        lines, as_above = o.lines, False
+        if o.constructor_error is not None:  # explained once, however many vectors it hits
+            key = _exc(o.constructor_error)
+            as_above = key in self.constructor_errors
+            self.constructor_errors.add(key)
+            lines = ([f"constructing {t.name} raised {type(o.constructor_error).__name__} (as "
+                      f"above)"] if as_above else [*lines, *textwrap.wrap(
+                          constructor_help(t, fn, v, o.plan), 88)])
+        lines = [part for line in lines for part in line.splitlines() if part.strip()]
         print(f"{'PASS' if ok else 'FAIL'}  {v.id:36s} {lines[0]}", file=out)
         for line in lines[1:]:
-            print(f"      {'':36s} {line}", file=out)
-        if not ok:
-            print(f"      {'':36s} ({v.description})", file=out)
-    tail = f", {skipped} skipped (they need an argument your code does not take)" if skipped else ""
-    print(f"{passed} passed, {failed} failed{tail} ({time.perf_counter() - t0:.2f} s)", file=out)
-    return 0 if failed == 0 and passed > 0 else 1
+            print(f"{pad}{line}", file=out)
+        if not ok and not as_above:
+            print(f"{pad}({v.description})", file=out)
+
+    def summary(self, seconds: float) -> str:
+        tail = f", {self.skipped} skipped" if self.skipped else ""
+        return f"{self.passed} passed, {self.failed} failed{tail} ({seconds:.2f} s)"
+
+    def closing(self, t, fn, backend, framework, dtype, spec, selected) -> list[str]:
+        lines = []
+        ran = self.passed + self.failed
+        if self.skipped:
+            what = ", ".join(f"{w} ({n})" for w, n in self.reasons.most_common())
+            lines.append(f"skipped {self.skipped}: they need what your code does not take: {what}")
+        if selected == 0:
+            lines.append("no vector selected: nothing was checked")
+        elif ran == 0 or self.skipped > ran:
+            lines.append(f"only {ran} of {selected} vectors ran: add those arguments, or select "
+                         f"the vectors you implement with --variant KEY=VALUE or -k EXPR")
+        if self.failed:
+            lines += _framework_hint(t, framework)
+            if dtype == "float64" and self.failed_values:
+                lines += _float32_note(t, fn, self.failed_values, backend)
+        return lines
 
 
-def _check_error(obj, fn, v, backend, dtype) -> tuple[bool, bool, str]:
-    """(ok, skipped, line) for an error vector: any exception counts as refusing."""
-    try:
-        r = check_vector(obj, fn, v, backend, dtype)
-    except Exception as exc:  # noqa: BLE001
-        return True, False, f"raised {type(exc).__name__} (the spec raises {v.error})"
-    if r.skipped:
-        return False, True, r.lines[0]
-    return False, False, f"raised nothing; the spec raises {v.error}"
+def _framework_hint(t: Target, framework: str) -> list[str]:
+    used = frameworks_used(t)
+    if framework in used and (framework != "numpy" or used == {"numpy"}):
+        return []
+    ml = sorted(used - {"numpy"})
+    suggest = ml[0] if len(ml) == 1 else ("numpy" if used == {"numpy"} else None)
+    if suggest is None or suggest == framework:
+        return []
+    return [f"hint: {t.file} uses {suggest}, but the inputs were {framework} arrays; run it "
+            f"with --framework {suggest}"]
 
+
+def _float32_note(t: Target, fn: Function, failed: list, backend) -> list[str]:
+    if "float32" not in backend.dtypes("cpu"):
+        return []
+    again = [v for v in failed if "float32" in v.dtypes]
+    if not again or any(run_vector(t, fn, v, backend, "float32").status != "pass"
+                        for v in again):
+        return []
+    return [f"note: the {len(again)} failing vector(s) that float32 has all pass at float32: your "
+            f"code computes in float32 (an astype(np.float32), dtype=torch.float32, .float(), "
+            f"tf.float32...). Keep the input's dtype, or check it at float32 with "
+            f"--dtype float32"]

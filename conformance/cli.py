@@ -4,11 +4,18 @@
   attnspec verify [--backend numpy] [--device cpu] [--dtype ...] [--json PATH]
   attnspec generate [--check]            regenerate the vector files from the oracle
   attnspec show ID                       a vector, readably
-  attnspec cite ID [--format text|bibtex]
-  attnspec check FILE.py:NAME --component C [--framework numpy] [--dtype float64]
+  attnspec cite ID [--format text|bibtex]   (or: attnspec cite --verify "CITATION LINE")
+  attnspec check FILE.py:NAME --component C [--framework numpy] [--dtype float64] [-k EXPR]
   attnspec export ID [--format npz|json]
   attnspec new-backend NAME [--path DIR]
-  attnspec report --backends numpy,torch,tensorflow --out DIR
+  attnspec report --backends numpy,torch,tensorflow --out DIR [--force]
+
+Exit status: 0 done; 1 the command ran and found a fault (a failing vector, an
+invalid citation, a vector file that would change); 2 a fault in how it was called
+or in its input (unknown id or component, a bad vector or results file, a missing
+optional extra, a file that would be overwritten), printed as one line
+``attnspec CMD: error: ...``; 130/143 interrupted (Ctrl-C/SIGTERM); 3 an internal
+error, printed with its traceback: that is a bug in attnspec, please report it.
 """
 
 from __future__ import annotations
@@ -18,9 +25,21 @@ import json
 import os
 import sys
 import tempfile
-from collections import defaultdict
+import traceback
 
 import numpy as np
+
+
+class CommandError(Exception):
+    """A fault the user can fix (bad argument, missing extra, file in the way):
+    printed as one line, exit 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage fault is one line (``attnspec CMD: error: ...``), exit 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
 def _spec(args=None):
@@ -32,6 +51,9 @@ def _spec(args=None):
 
 def cmd_list(args) -> int:
     spec = _spec(args)
+    if args.component is not None and args.component not in spec.components:
+        raise CommandError(f"no component {args.component!r}; the components are: "
+                           f"{', '.join(spec.components)}")
     rows = [{"id": v.id, "component": v.component, "function": v.function, "expect": v.expect,
              "dtypes": list(v.dtypes), "flags": list(v.flags), "deprecated": v.deprecated,
              **({"error": v.error} if v.error else {})}
@@ -61,42 +83,105 @@ def components_table(spec) -> str:
     return "\n".join(lines)
 
 
-def pytest_args(backend, device, dtype, json_path, extra=(), options=()) -> list[str]:
-    args = ["--pyargs", "attnspec.conformance.suite", "-p", "no:cacheprovider",
-            "--backend", backend, "--device", device, "--attnspec-json", json_path]
+def pytest_args(backend, device, dtype, json_path, extra=(), options=(), *, vectors_dir=None,
+                known_failures=None, timeout=None) -> list[str]:
+    """The pytest command line of one suite run. Options are written ``--opt=value`` and
+    pytest's rootdir and configuration are the suite's own, so no pytest.ini, tox.ini,
+    setup.cfg or pyproject.toml of the current or temporary folder takes part."""
+    from .plugin import SUITE_DIR
+
+    args = ["--pyargs", "attnspec.conformance.suite", "-p", "no:cacheprovider", "--tb=short",
+            f"--rootdir={SUITE_DIR}", f"--config-file={SUITE_DIR / 'pytest.ini'}",
+            f"--attnspec-backend={backend}", f"--attnspec-device={device}",
+            f"--attnspec-json={json_path}"]
     if dtype:
-        args += ["--dtype", dtype]
-    for o in options:
-        args += ["--backend-option", o]
+        args.append(f"--attnspec-dtype={dtype}")
+    args += [f"--attnspec-backend-option={o}" for o in options]
+    if vectors_dir:
+        args.append(f"--attnspec-vectors-dir={vectors_dir}")
+    if known_failures:
+        args.append(f"--attnspec-known-failures={known_failures}")
+    if timeout is not None:
+        args.append(f"--attnspec-timeout={timeout}")
     return args + list(extra)
+
+
+def verify_problem(args) -> str | None:
+    """What stops ``attnspec verify`` before the suite starts, as one line (or None)."""
+    from .plugin import Session, SuiteConfigError
+
+    if args.json:
+        try:
+            _check_writable(args.json)
+        except SuiteConfigError as exc:
+            return str(exc)
+    return Session(backend=args.backend, device=args.device, dtype=args.dtype,
+                   options=args.backend_option, vectors_dir=args.vectors_dir,
+                   known_path=args.known_failures, timeout=_timeout(args)).problem
+
+
+def _timeout(args):
+    """Seconds per test: ``--timeout`` where the parser has it, else ATTNSPEC_TIMEOUT."""
+    return getattr(args, "timeout", None) or os.environ.get("ATTNSPEC_TIMEOUT")
+
+
+def _check_writable(path: str) -> None:
+    from .plugin import SuiteConfigError
+
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise SuiteConfigError(f"--json {path}: cannot write there ({exc.strerror or exc})"
+                               ) from None
+    if not existed:
+        os.unlink(path)
+
+
+def _absolute(path):
+    return os.path.abspath(path) if path else path
 
 
 def cmd_verify(args) -> int:
     import pytest
 
+    from .plugin import SUITE_DIR
+
+    problem = verify_problem(args)
+    if problem:
+        raise CommandError(problem)  # one line, exit 2 (main)
     fd, json_path = tempfile.mkstemp(suffix=".json", prefix="attnspec-")
     os.close(fd)
     try:
         extra = ["-x"] if args.exitfirst else []
-        if args.vectors_dir:
-            extra += ["--vectors-dir", args.vectors_dir]
         if args.k:
             extra += ["-k", args.k]
-        if args.known_failures:
-            extra += ["--known-failures", args.known_failures]
-        code = pytest.main(pytest_args(args.backend, args.device, args.dtype, json_path,
-                                       extra, args.backend_option))
+        argv = pytest_args(args.backend, args.device, args.dtype, json_path, extra,
+                           args.backend_option, vectors_dir=_absolute(args.vectors_dir),
+                           known_failures=_absolute(args.known_failures),
+                           timeout=_timeout(args))
+        # from the suite's folder: pytest loads a conftest.py from the current folder
+        here = os.getcwd()
+        os.chdir(SUITE_DIR)
+        try:
+            code = pytest.main(argv)
+        finally:
+            os.chdir(here)
         with open(json_path, encoding="utf-8") as f:
             doc = json.load(f) if os.path.getsize(json_path) else None
     finally:
         os.unlink(json_path)
     if doc is None:
-        print("attnspec verify: the suite did not run (see above)", file=sys.stderr)
+        print(f"attnspec verify: the suite did not run (pytest exit status {int(code)})",
+              file=sys.stderr)
         return int(code) or 1
     print()
     print(summary_table(doc))
-    for problem in doc.get("problems", []):
-        print(f"attnspec verify: PROBLEM: {problem}", file=sys.stderr)
+    for note in doc.get("notes", []):
+        print(f"attnspec verify: {note}")
+    for line in doc.get("stale_known_failures", []):
+        print(f"attnspec verify: stale known failure: {line}", file=sys.stderr)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=1)
@@ -104,35 +189,44 @@ def cmd_verify(args) -> int:
 
 
 def summary_table(doc: dict) -> str:
-    per = defaultdict(lambda: {"n": 0, "pass": 0, "fail": 0, "error": 0, "missing": 0,
-                               "known": 0, "ulp": 0.0})
-    for r in doc["results"]:
-        row = per[(r["component"], r["dtype"])]
-        row["n"] += 1
-        row["known" if r.get("known_failure") else r["status"]] += 1
-        if r["max_ulp"] is not None:
-            row["ulp"] = max(row["ulp"], r["max_ulp"])
+    """The verify table: one row per (component, dtype), from :mod:`.results`."""
+    from . import results
+
+    rows = results.tally(doc["results"])
     head = (f"{'component':22s} {'dtype':9s} {'vectors':>7s} {'passed':>7s} {'failed':>7s} "
             f"{'error':>6s} {'missing':>7s} {'known':>6s} {'max ULP':>9s}")
     lines = [f"attnspec {doc.get('spec_version')} · backend {doc['backend']} · device "
              f"{doc['device']}", head, "-" * len(head)]
-    for (comp, dtype), r in sorted(per.items()):
-        lines.append(f"{comp:22s} {dtype:9s} {r['n']:7d} {r['pass']:7d} {r['fail']:7d} "
-                     f"{r['error']:6d} {r['missing']:7d} {r['known']:6d} {r['ulp']:9.3g}")
-    keys = ("n", "pass", "fail", "error", "missing", "known")
-    total = {k: sum(r[k] for r in per.values()) for k in keys}
-    lines.append("-" * len(head))
-    lines.append(f"{'total':32s} {total['n']:7d} {total['pass']:7d} {total['fail']:7d} "
-                 f"{total['error']:6d} {total['missing']:7d} {total['known']:6d}")
+    for (comp, dtype), t in sorted(rows.items()):
+        lines.append(f"{comp:22s} {dtype:9s} {_counts(t)} {results.fmt(t.max_ulp):>9s}")
+    lines += ["-" * len(head), f"{'total':32s} {_counts(results.total(rows.values()))}"]
     return "\n".join(lines)
 
 
+def _counts(t) -> str:
+    return (f"{t.n:7d} {t['pass']:7d} {t['fail']:7d} {t['error']:6d} {t['missing']:7d} "
+            f"{t['known']:6d}")
+
+
+def require_extra(module: str, extra: str, what: str) -> None:
+    """Refuse, naming the pip extra, when an optional dependency is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise CommandError(f"{what} needs {module}, which is not installed: "
+                           f"pip install 'attnspec[{extra}]'")
+
+
 def cmd_generate(args) -> int:
-    from attnspec.spec.generate import generate
+    require_extra("mpmath", "oracle", "regenerating the vectors (the mpmath oracle)")
+    from attnspec.spec.generate import GenerationError, generate
     from attnspec.spec.vectors import VECTORS_DIR
 
-    changed = generate(args.dir or VECTORS_DIR, check=args.check, jobs=args.jobs,
-                       only=args.only.split(",") if args.only else None)
+    try:
+        changed = generate(args.dir or VECTORS_DIR, check=args.check, jobs=args.jobs,
+                           only=args.only.split(",") if args.only else None)
+    except GenerationError as exc:
+        raise CommandError(str(exc)) from None
     if args.check:
         if changed:
             print("attnspec generate --check: these files would change:", file=sys.stderr)
@@ -151,6 +245,8 @@ def _fmt_tensor(a: np.ndarray) -> str:
 
 
 def cmd_show(args) -> int:
+    if args.plot:
+        require_extra("matplotlib", "plot", "--plot")
     spec = _spec(args)
     v = spec.vector(args.id)
     out = [v.citation(), f"component: {v.component}   function: {v.function}",
@@ -173,23 +269,74 @@ def cmd_show(args) -> int:
 
 
 def cmd_cite(args) -> int:
-    from attnspec.spec.citing import cite
+    from attnspec.spec.citing import cite, verify
 
-    print(cite(_spec(args), args.id, args.format))
+    if args.verify is not None:
+        ok, line = verify(args.verify, _spec(args))
+        print(line, file=sys.stdout if ok else sys.stderr)
+        return 0 if ok else 1
+    if args.id is None:
+        raise CommandError("give an ID to cite, or --verify 'CITATION LINE'")
+    spec = _spec(args)
+    if "/" in args.id:
+        spec.vector(args.id)  # NoSuchVector names it
+    elif args.id not in (*spec.components, "attnspec"):
+        raise CommandError(f"{args.id!r} is neither a vector id (component/case-NNN), a "
+                           f"component ({', '.join(spec.components)}) nor 'attnspec'")
+    print(cite(spec, args.id, args.format))
     return 0
 
 
 def cmd_check(args) -> int:
+    from attnspec.spec.vectors import default_spec
+
     from .check import run_check
 
-    return run_check(args.target, args.component, _spec(args), args.framework, args.dtype,
-                     args.function, args.errors)
+    custom = args.vectors_dir or os.environ.get("ATTNSPEC_VECTORS_DIR")
+    spec = _spec(args) if custom else default_spec()  # loaded once a process (tests call often)
+    # a CheckError (the check cannot run) is an AttnSpecError: main prints it, exit 2
+    return run_check(args.target, args.component, spec, args.framework, args.dtype,
+                     args.function, args.errors, keyword=args.k, variants=args.variant)
+
+
+CHECK_HELP = """\
+Run every vector of one component against your own function or class, and print
+PASS / FAIL / SKIP per vector with the error against the spec.
+
+How your code is called: a function gets the spec function's required inputs
+positionally, the optional inputs and attributes it names as keywords, and the
+parameters as params={canonical path: array} or one keyword per path (dots as
+underscores: w_q, ffn_w1); one that takes `trace` is handed a Trace to record named
+intermediates in. A class is built by NAME.from_spec(params, **attributes) when it
+has that classmethod, else NAME(**attributes it names) then
+instance.load_spec_params(params); the instance is called with the signature of its
+forward (torch.nn.Module: .eval(), torch.inference_mode()) or call (Keras layer:
+training=False). Vectors needing an argument your code does not take are SKIP.
+
+Exit status: 0 when every vector that ran passed and at most half were skipped;
+1 otherwise; 2 when the check cannot run (file, target, component, dtype).
+See examples/coursework/README.md.
+"""
+
+
+def _check_epilog() -> str:
+    """The components, from the vector manifest (cheap: no vector file is read)."""
+    import textwrap
+
+    from attnspec.spec.vectors import read_manifest
+
+    try:
+        names = sorted(f.removesuffix(".json") for f in read_manifest()["files"])
+    except Exception:  # noqa: BLE001 - help must print even without vectors
+        return "components: see `attnspec list --components`"
+    return "components (functions and vector counts: `attnspec list --components`):\n" + \
+        textwrap.fill(", ".join(names), width=88, initial_indent="  ", subsequent_indent="  ")
 
 
 def cmd_export(args) -> int:
     from .export import export
 
-    path = export(_spec(args), args.id, args.format, args.out)
+    path = export(_spec(args), args.id, args.format, args.out, force=args.force)
     print(f"wrote {path}")
     return 0
 
@@ -206,14 +353,17 @@ def cmd_report(args) -> int:
     from .report import parse_pythons, run_report
 
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if not backends:
+        raise CommandError(f"--backends {args.backends!r} names no backend; give one or "
+                           f"more, e.g. --backends numpy,torch")
     return run_report(backends, args.out, devices=args.devices,
                       pythons=parse_pythons(args.python), k=args.k, dtype=args.dtype,
                       options=args.backend_option, quiet=args.quiet,
-                      command="attnspec " + " ".join(sys.argv[1:]))
+                      command="attnspec " + " ".join(sys.argv[1:]), force=args.force)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="attnspec", description=__doc__,
+    p = Parser(prog="attnspec", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(dest="command", required=True)
@@ -250,24 +400,50 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--plot", metavar="PNG", help="also draw it (needs attnspec[plot])")
     s.set_defaults(func=cmd_show)
 
-    s = sub.add_parser("cite", help="print the citation of a vector, component or the spec")
-    s.add_argument("id")
+    s = sub.add_parser("cite", help="print the citation of a vector, component or the spec, or "
+                                    "check one (--verify)")
+    s.add_argument("id", nargs="?", help="a vector id, a component, or 'attnspec'")
     s.add_argument("--format", choices=["text", "bibtex"], default="text")
+    s.add_argument("--verify", metavar="CITATION",
+                   help="check a citation line from any release, e.g. 'attnspec 1.0.0 · "
+                        "sdpa/fully-masked-001 · sha256:78ec253a0fae': valid (unchanged or "
+                        "superseded, and by what) or invalid (exit 1)")
     s.set_defaults(func=cmd_cite)
 
-    s = sub.add_parser("check", help="check your own function or class against a component")
-    s.add_argument("target", metavar="FILE.py:NAME")
-    s.add_argument("--component", required=True)
-    s.add_argument("--function", help="which function of the component (default: its own name)")
-    s.add_argument("--framework", default="numpy", help="numpy, torch, tensorflow (any backend)")
-    s.add_argument("--dtype", default="float64")
-    s.add_argument("--errors", action="store_true", help="also expect an exception on error vectors")
+    s = sub.add_parser("check", help="check your own function or class against a component",
+                       description=CHECK_HELP, epilog=_check_epilog(),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("target", metavar="FILE.py:NAME",
+                   help="the file, and the function or class in it to check")
+    s.add_argument("--component", required=True, metavar="C",
+                   help="the spec component to check against (listed below)")
+    s.add_argument("--function", metavar="NAME",
+                   help="which function of a component that has several (embedding: lm_head; "
+                        "masks: padding_mask...); default: the one named like the component")
+    s.add_argument("--framework", default="numpy", metavar="NAME",
+                   help="the arrays your code takes and returns: numpy (default), torch, "
+                        "tensorflow (also for Keras), or any installed attnspec backend")
+    s.add_argument("--dtype", default="float64",
+                   choices=["float64", "float32", "float16", "bfloat16"],
+                   help="the inputs' and parameters' dtype, and so the spec tolerance "
+                        "(default float64; the framework must support it on cpu)")
+    s.add_argument("--errors", action="store_true",
+                   help="also run the error vectors: each passes only if your code raises the "
+                        "spec's class (attnspec.spec.errors.ShapeError...) or a subclass")
+    s.add_argument("-k", metavar="EXPR",
+                   help="only vectors whose id or a flag contains these words, as pytest's -k: "
+                        "'mask and not fully', 'basic or causal'")
+    s.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE",
+                   help="only vectors with this attribute value, e.g. norm=pre, "
+                        "variant=annotated, or a bare VALUE for any attribute (repeatable: "
+                        "values of one key are alternatives, different keys must all hold)")
     s.set_defaults(func=cmd_check)
 
     s = sub.add_parser("export", help="write a vector as .npz or .json for other languages")
     s.add_argument("id")
     s.add_argument("--format", choices=["npz", "json"], default="npz")
     s.add_argument("--out", help="output file (default: <component>-<case>.<format>)")
+    s.add_argument("--force", action="store_true", help="replace the output file if it exists")
     s.set_defaults(func=cmd_export)
 
     s = sub.add_parser("new-backend", help="scaffold an installable backend package")
@@ -288,6 +464,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dtype", default=None, help="comma-separated (default: all)")
     s.add_argument("--backend-option", action="append", default=[], metavar="KEY=VALUE")
     s.add_argument("-k", help="pytest -k expression passed to every run")
+    s.add_argument("--force", action="store_true",
+                   help="replace report files already in --out")
     s.add_argument("-q", "--quiet", action="store_true",
                    help="only a line per run, not the suite's own progress")
     s.set_defaults(func=cmd_report)
@@ -304,20 +482,28 @@ def _version() -> str:
 
 
 def main(argv=None) -> int:
+    """Run one command. Faults the user can fix end in one line and exit 2; anything
+    else is a bug in attnspec and keeps its traceback (exit 3)."""
     from attnspec.spec.errors import AttnSpecError
 
     args = build_parser().parse_args(argv)
+    name = f"attnspec {args.command}"
     try:
         return args.func(args)
-    except KeyError as exc:
-        print(f"attnspec: no such vector {exc}", file=sys.stderr)
-        return 2
-    except AttnSpecError as exc:
-        print(f"attnspec: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
     except BrokenPipeError:  # `attnspec list | head`
         sys.stderr.close()
         return 0
+    except (CommandError, AttnSpecError, OSError) as exc:
+        print(f"{name}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=sys.stderr)
+        return 130
+    except Exception:  # noqa: BLE001 - a bug: say so, with the traceback to report
+        traceback.print_exc()
+        print(f"{name}: internal error: this is a bug in attnspec; please report it with the "
+              f"traceback above", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

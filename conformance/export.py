@@ -4,6 +4,7 @@
 ``outputs/y``, ``intermediates/...``), saved without pickled objects (load with
 ``allow_pickle=False``); attributes and the citation go in a JSON string array
 ``meta``. ``.json`` is the vector exactly as in its file, plus the citation.
+An existing file is replaced only with ``force``.
 """
 
 from __future__ import annotations
@@ -12,11 +13,15 @@ import json
 from pathlib import Path
 
 import numpy as np
+from attnspec.spec.errors import ConfigError
 
 
-def export(spec, vid: str, fmt: str = "npz", out: str | None = None) -> Path:
+def export(spec, vid: str, fmt: str = "npz", out: str | None = None,
+           force: bool = False) -> Path:
     v = spec.vector(vid)
     path = Path(out or f"{vid.replace('/', '-')}.{fmt}")
+    if path.exists() and not force:
+        raise ConfigError(f"{path} exists; pass --force to replace it")
     meta = {"id": v.id, "citation": v.citation(spec.version), "function": v.function,
             "attributes": v.attributes, "expect": v.expect, "error": v.error,
             "dtypes": list(v.dtypes), "tolerances": v.tolerances}

@@ -8,8 +8,9 @@ character class), then ``#`` and the reason::
     gru/*                      # not implemented yet
 
 A vector that fails and matches is reported as a known failure (pytest xfail),
-not a pass. A pattern that matches no vector at all is itself a failure, so the
-file cannot rot.
+not a pass. A pattern that matches no vector at all is itself a failure, and one
+whose every result passes now is reported as stale (exit 1), so the file cannot
+rot. A file that cannot be read or is not UTF-8 stops the run with one line.
 """
 
 from __future__ import annotations
@@ -27,9 +28,21 @@ class Known:
     line: int
 
 
+class KnownFailuresError(ValueError):
+    """The known-failures file cannot be read (missing, a folder, not UTF-8)."""
+
+
 def parse(path: Path | str) -> list[Known]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise KnownFailuresError(f"known-failures file {path} is not UTF-8 text "
+                                 f"(byte {exc.start}: {exc.reason})") from None
+    except OSError as exc:
+        raise KnownFailuresError(f"known-failures file {path} cannot be read: "
+                                 f"{exc.strerror or exc}") from None
     out = []
-    for n, raw in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+    for n, raw in enumerate(text.splitlines(), 1):
         text, _, reason = raw.partition("#")
         pattern = text.strip()
         if pattern:
@@ -54,3 +67,13 @@ def match(known: list[Known], vid: str, dtype: str) -> Known | None:
 def unmatched(known: list[Known], ids: list[str], dtypes: list[str]) -> list[Known]:
     return [k for k in known
             if not any(_matches(k, i, d) for i in ids for d in dtypes)]
+
+
+def now_passing(known: list[Known], results) -> list[tuple[Known, int]]:
+    """Patterns that matched results of this run, all of which passed: (pattern, count)."""
+    out = []
+    for k in known:
+        ran = [r for r in results if _matches(k, r.id, r.dtype)]
+        if ran and all(r.status == "pass" for r in ran):
+            out.append((k, len(ran)))
+    return out

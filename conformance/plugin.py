@@ -1,15 +1,29 @@
 """The pytest plugin (entry point ``pytest11: attnspec``).
 
-Options (each with an environment variable):
-  --backend NAME      ATTNSPEC_BACKEND   default numpy
-  --device NAME       ATTNSPEC_DEVICE    default cpu
-  --dtype A,B         ATTNSPEC_DTYPE     default: every dtype the backend supports there
-  --backend-option K=V (repeatable)      passed to the backend (e.g. mode=graph)
-  --attnspec-json PATH                   write the machine-readable results
-  --vectors-dir DIR   ATTNSPEC_VECTORS_DIR  another vector directory (same manifest rules)
+Installed with attnspec, so it is loaded into every pytest run on the machine. It
+therefore only registers its own, namespaced options; everything else (the report
+header, the hypothesis profile, the fixtures, the timeout) acts only when the
+attnspec suite runs, and only on the suite's own tests (the fixtures and
+collection hooks live in ``suite/conftest.py``, which pytest applies to that
+folder alone).
 
-The suite itself is ``attnspec.conformance.suite``; run it with
-``pytest --pyargs attnspec.conformance.suite --backend torch`` or ``attnspec verify``.
+Options (each with an environment variable):
+  --attnspec-backend NAME           ATTNSPEC_BACKEND          default numpy
+  --attnspec-device NAME            ATTNSPEC_DEVICE           default cpu
+  --attnspec-dtype A,B              ATTNSPEC_DTYPE            default: every dtype the backend
+                                                              supports on the device
+  --attnspec-backend-option K=V     (repeatable)              passed to the backend
+  --attnspec-json PATH                                        the machine-readable results
+  --attnspec-vectors-dir DIR        ATTNSPEC_VECTORS_DIR      another vector directory
+  --attnspec-known-failures FILE    ATTNSPEC_KNOWN_FAILURES   known-failure patterns
+  --attnspec-timeout SECONDS        ATTNSPEC_TIMEOUT          per test (default 60; 0: none)
+
+Hypothesis: the suite's tests use attnspec's profile ``ci`` (or ``thorough``, from
+ATTNSPEC_HYPOTHESIS_PROFILE) unless ``--hypothesis-profile`` is given; no other
+test's settings change.
+
+The suite is ``attnspec.conformance.suite``; run it with ``attnspec verify`` or
+``pytest --pyargs attnspec.conformance.suite --attnspec-backend torch``.
 """
 
 from __future__ import annotations
@@ -17,8 +31,14 @@ from __future__ import annotations
 import json
 import os
 import platform
+from pathlib import Path
 
 import pytest
+
+SUITE_DIR = Path(__file__).resolve().parent / "suite"
+SUITE_MODULE = "attnspec.conformance.suite"
+DTYPE_ORDER = ("float64", "float32", "float16", "bfloat16")
+DEFAULT_TIMEOUT = 60.0
 
 HYPOTHESIS_PROFILES = {
     # What tox and `attnspec verify` use: reproducible, bounded, no timing flakiness.
@@ -28,234 +48,303 @@ HYPOTHESIS_PROFILES = {
     "thorough": dict(max_examples=500, deadline=None, print_blob=True),
 }
 
+# option dest -> environment variable
+_ENV = {"attnspec_backend": "ATTNSPEC_BACKEND", "attnspec_device": "ATTNSPEC_DEVICE",
+        "attnspec_dtype": "ATTNSPEC_DTYPE", "attnspec_vectors_dir": "ATTNSPEC_VECTORS_DIR",
+        "attnspec_known_failures": "ATTNSPEC_KNOWN_FAILURES",
+        "attnspec_timeout": "ATTNSPEC_TIMEOUT"}
+_SESSION = pytest.StashKey["Session"]()
 
-def _register_profiles() -> None:
-    from hypothesis import HealthCheck, settings
 
-    for name, kw in HYPOTHESIS_PROFILES.items():
-        settings.register_profile(
-            name, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], **kw)
+class SuiteConfigError(Exception):
+    """A fault in how the suite was asked to run; its message is one line for the user."""
 
 
 def pytest_addoption(parser):
-    g = parser.getgroup("attnspec", "attnspec conformance")
-    g.addoption("--backend", default=None, help="backend name (env ATTNSPEC_BACKEND; numpy)")
-    g.addoption("--device", default=None, help="device (env ATTNSPEC_DEVICE; cpu)")
-    g.addoption("--dtype", default=None,
+    g = parser.getgroup("attnspec", "attnspec conformance suite (attnspec.conformance.suite)")
+    g.addoption("--attnspec-backend", default=None,
+                help="backend name (env ATTNSPEC_BACKEND; numpy)")
+    g.addoption("--attnspec-device", default=None, help="device (env ATTNSPEC_DEVICE; cpu)")
+    g.addoption("--attnspec-dtype", default=None,
                 help="comma-separated dtypes (env ATTNSPEC_DTYPE; all the device supports)")
-    g.addoption("--backend-option", action="append", default=[], metavar="KEY=VALUE",
+    g.addoption("--attnspec-backend-option", action="append", default=[], metavar="KEY=VALUE",
                 help="option passed to the backend, e.g. mode=graph (repeatable)")
     g.addoption("--attnspec-json", default=None, metavar="PATH",
                 help="write per-vector results as JSON")
-    g.addoption("--vectors-dir", default=None,
+    g.addoption("--attnspec-vectors-dir", default=None, metavar="DIR",
                 help="load vectors from this directory (env ATTNSPEC_VECTORS_DIR)")
-    g.addoption("--known-failures", default=None, metavar="FILE",
+    g.addoption("--attnspec-known-failures", default=None, metavar="FILE",
                 help="known-failure patterns for this backend (one 'pattern  # reason' a line)")
+    g.addoption("--attnspec-timeout", default=None, metavar="SECONDS",
+                help=f"fail a suite test that runs longer (env ATTNSPEC_TIMEOUT; "
+                     f"{DEFAULT_TIMEOUT:g}; 0: no limit)")
+
+
+def _value(config, dest: str):
+    return config.getoption(dest) or (os.environ.get(_ENV[dest]) if dest in _ENV else None)
+
+
+def parse_dtypes(text: str | None) -> list[str] | None:
+    if not text:
+        return None
+    dtypes = [d.strip() for d in text.split(",") if d.strip()]
+    unknown = [d for d in dtypes if d not in DTYPE_ORDER]
+    if unknown or not dtypes:
+        raise SuiteConfigError(f"unknown dtype(s) {unknown or [text]}; the spec's dtypes are "
+                               f"{', '.join(DTYPE_ORDER)}")
+    return dtypes
+
+
+def parse_backend_options(pairs) -> dict[str, str]:
+    bad = [p for p in pairs if "=" not in p or not p.partition("=")[0].strip()]
+    if bad:
+        raise SuiteConfigError(f"backend option {bad[0]!r} is not KEY=VALUE (e.g. mode=graph)")
+    return dict(p.split("=", 1) for p in pairs)
+
+
+def parse_timeout(text) -> float:
+    if text in (None, ""):
+        return DEFAULT_TIMEOUT
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        raise SuiteConfigError(f"timeout {text!r} is not a number of seconds >= 0")
+    return seconds
 
 
 class Session:
-    """What the suite runs against, resolved once per pytest session."""
+    """What the suite runs against, resolved once per pytest session.
 
-    def __init__(self, config):
-        opt = config.getoption
-        self.backend_name = opt("backend") or os.environ.get("ATTNSPEC_BACKEND") or "numpy"
-        self.device = opt("device") or os.environ.get("ATTNSPEC_DEVICE") or "cpu"
-        dtype = opt("dtype") or os.environ.get("ATTNSPEC_DTYPE")
-        self.requested_dtypes = [d.strip() for d in dtype.split(",")] if dtype else None
-        self.options = dict(kv.split("=", 1) for kv in opt("backend_option"))
-        self.vectors_dir = opt("vectors_dir") or os.environ.get("ATTNSPEC_VECTORS_DIR")
-        self.json_path = opt("attnspec_json")
-        self.known_path = opt("known_failures") or os.environ.get("ATTNSPEC_KNOWN_FAILURES")
+    ``problem`` is the first fault that stops the suite from running at all (unknown
+    backend, framework not installed, no such device or dtype, unreadable vectors or
+    known-failures file), as one line, or None.
+    """
+
+    def __init__(self, backend="numpy", device="cpu", dtype=None, options=(),
+                 vectors_dir=None, json_path=None, known_path=None, timeout=None):
+        """Arguments as the user gave them (``dtype`` "float32,float64", ``options``
+        ["KEY=VALUE", ...], ``timeout`` seconds as text); faults end in ``problem``."""
+        self.backend_name, self.device = backend, device
+        self.vectors_dir, self.json_path, self.known_path = vectors_dir, json_path, known_path
+        self.requested_dtypes, self.options, self.timeout = None, {}, DEFAULT_TIMEOUT
         self.known: list = []
         self.results: list = []
         self.backend = None
-        self.backend_problem = None
         self.spec = None
-        self.spec_problem = None
-        self._load()
+        self.problem: str | None = None
+        self.notes: list[str] = []
+        try:
+            self.requested_dtypes = parse_dtypes(dtype)
+            self.options = parse_backend_options(options)
+            self.timeout = parse_timeout(timeout)
+            self._load()
+        except SuiteConfigError as exc:
+            self.problem = str(exc)
+
+    @classmethod
+    def from_config(cls, config) -> Session:
+        return cls(backend=_value(config, "attnspec_backend") or "numpy",
+                   device=_value(config, "attnspec_device") or "cpu",
+                   dtype=_value(config, "attnspec_dtype"),
+                   options=config.getoption("attnspec_backend_option"),
+                   vectors_dir=_value(config, "attnspec_vectors_dir"),
+                   json_path=config.getoption("attnspec_json"),
+                   known_path=_value(config, "attnspec_known_failures"),
+                   timeout=_value(config, "attnspec_timeout"))
 
     def _load(self) -> None:
         from attnspec.backends import get_backend
-        from attnspec.spec.vectors import VECTORS_DIR, load
+        from attnspec.spec.vectors import default_spec, load
 
         try:
-            self.spec = load(self.vectors_dir or VECTORS_DIR)
-        except Exception as exc:  # reported by test_completeness and at collection
-            self.spec_problem = f"{type(exc).__name__}: {exc}"
+            self.spec = load(self.vectors_dir) if self.vectors_dir else default_spec()
+        except Exception as exc:  # noqa: BLE001 - reported as the one line
+            raise SuiteConfigError(f"the golden vectors cannot be loaded: {exc}") from None
         try:
             self.backend = get_backend(self.backend_name, **self.options)
-            if self.device not in self.backend.devices():
-                self.backend_problem = (
-                    f"device {self.device!r} is not available to backend "
-                    f"{self.backend_name!r} on this machine (available: "
-                    f"{self.backend.devices()})")
-            else:
-                self.backend.select_device(self.device)
-        except Exception as exc:
-            self.backend_problem = f"{type(exc).__name__}: {exc}"
-        if self.known_path is None and self.backend is not None:
+        except Exception as exc:  # noqa: BLE001
+            raise SuiteConfigError(_one_line(exc)) from None
+        devices = self.backend.devices()
+        if self.device not in devices:
+            raise SuiteConfigError(f"device {self.device!r} is not available to backend "
+                                   f"{self.backend_name!r} on this machine (available: "
+                                   f"{', '.join(devices)})")
+        supported = self.backend.dtypes(self.device)
+        unsupported = [d for d in self.requested_dtypes or () if d not in supported]
+        if unsupported:
+            raise SuiteConfigError(f"backend {self.backend_name!r} does not support "
+                                   f"{', '.join(unsupported)} on {self.device!r} (it supports "
+                                   f"{', '.join(supported)})")
+        self.backend.select_device(self.device)
+        self._load_known()
+        if differential_not_applicable(self.backend):
+            self.notes.append("differential tests: not applicable (the backend under test is "
+                              "the NumPy reference itself)")
+
+    def _load_known(self) -> None:
+        if self.known_path is None:
             found = self.backend.known_failures_file()
             self.known_path = str(found) if found else None
         if self.known_path:
-            from .known import parse
+            from .known import KnownFailuresError, parse
 
-            self.known = parse(self.known_path)
+            try:
+                self.known = parse(self.known_path)
+            except KnownFailuresError as exc:
+                raise SuiteConfigError(str(exc)) from None
 
     @property
     def dtypes(self) -> list[str]:
         if self.requested_dtypes:
             return self.requested_dtypes
-        if self.backend is None or self.backend_problem:
-            return ["float64"]
         return self.backend.dtypes(self.device)
 
     @property
     def property_dtype(self) -> str:
         """Property and differential tests run at the most precise dtype requested."""
-        order = ["float64", "float32", "float16", "bfloat16"]
-        return sorted(self.dtypes, key=lambda d: order.index(d) if d in order else 9)[0]
+        return sorted(self.dtypes, key=DTYPE_ORDER.index)[0]
 
     def header(self) -> list[str]:
         lines = [f"attnspec: backend={self.backend_name} device={self.device} "
-                 f"dtypes={','.join(self.dtypes)} options={self.options or '{}'}"]
-        if self.spec is not None:
-            lines.append(f"attnspec: spec {self.spec.version}, {len(self.spec.vectors)} vectors, "
-                         f"{len(self.spec.functions)} functions in "
-                         f"{len(self.spec.components)} components")
-        if self.backend is not None:
-            versions = dict(self.backend.versions())
-            versions["python"] = platform.python_version()
-            lines.append("attnspec: versions " + ", ".join(f"{k} {v}" for k, v in versions.items()))
-            if self.known_path:
-                lines.append(f"attnspec: known failures: {self.known_path} "
-                             f"({len(self.known)} pattern(s))")
-            describe = self.backend.describe()
-            if describe != self.backend_name:
-                lines.append(f"attnspec: {describe}")
-        for problem in (self.spec_problem, self.backend_problem):
-            if problem:
-                lines.append(f"attnspec: PROBLEM: {problem}")
+                 f"dtypes={','.join(self.dtypes)} options={self.options or '{}'} "
+                 f"timeout={self.timeout:g}s"]
+        lines.append(f"attnspec: spec {self.spec.version}, {len(self.spec.vectors)} vectors, "
+                     f"{len(self.spec.functions)} functions in "
+                     f"{len(self.spec.components)} components")
+        versions = dict(self.backend.versions())
+        versions["python"] = platform.python_version()
+        lines.append("attnspec: versions " + ", ".join(f"{k} {v}" for k, v in versions.items()))
+        if self.known_path:
+            lines.append(f"attnspec: known failures: {self.known_path} "
+                         f"({len(self.known)} pattern(s))")
+        describe = self.backend.describe()
+        if describe != self.backend_name:
+            lines.append(f"attnspec: {describe}")
+        lines += [f"attnspec: {note}" for note in self.notes]
         return lines
 
+    def stale_known_failures(self) -> list[str]:
+        """Known-failure patterns whose every result in this run passed."""
+        from .known import now_passing
 
-def pytest_configure(config):
-    _register_profiles()
-    from hypothesis import settings
+        return [f"{self.known_path}:{k.line}: {k.pattern} now passes ({n} result(s)); remove "
+                f"it from the known failures" for k, n in now_passing(self.known, self.results)]
 
-    if not config.getoption("hypothesis_profile", default=None):
-        settings.load_profile(os.environ.get("ATTNSPEC_HYPOTHESIS_PROFILE", "ci"))
-    config.addinivalue_line("markers", "attnspec: a conformance test")
-    config._attnspec = None
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if text else type(exc).__name__
+
+
+def differential_not_applicable(backend) -> bool:
+    """The differential family compares against the NumPy backend: on NumPy itself it
+    would compare a function with itself."""
+    from attnspec.backends.numpy import NumpyBackend
+
+    return type(backend) is NumpyBackend
+
+
+def suite_requested(config) -> bool:
+    """Whether this pytest run is (or includes) the attnspec suite: an ``--attnspec-*``
+    option, or an argument naming the suite's package or a path inside it."""
+    opt = config.option
+    if any(getattr(opt, dest, None) for dest in (
+            "attnspec_backend", "attnspec_device", "attnspec_dtype", "attnspec_backend_option",
+            "attnspec_json", "attnspec_vectors_dir", "attnspec_known_failures",
+            "attnspec_timeout")):
+        return True
+    for arg in config.args:
+        name = str(arg).split("::")[0]
+        if name == SUITE_MODULE or name.startswith(SUITE_MODULE + "."):
+            return True
+        try:
+            path = Path(name).resolve()
+        except (OSError, ValueError):
+            continue
+        if path == SUITE_DIR or SUITE_DIR in path.parents:
+            return True
+    return False
 
 
 def session(config) -> Session:
-    if config._attnspec is None:
-        config._attnspec = Session(config)
-    return config._attnspec
-
-
-def _in_suite(config) -> bool:
-    return any("conformance" in str(a) for a in config.args) or bool(
-        config.getoption("backend") or os.environ.get("ATTNSPEC_BACKEND"))
-
-
-def pytest_report_header(config):
-    if _in_suite(config):
-        return session(config).header()
-    return None
-
-
-def pytest_generate_tests(metafunc):
-    if "vector_dtype" not in metafunc.fixturenames and "value_vector" not in metafunc.fixturenames:
-        return
-    s = session(metafunc.config)
-    if s.spec is None:
-        metafunc.parametrize("vector_dtype", [pytest.param(None, id="vectors-unloadable")])
-        return
-    if "vector_dtype" in metafunc.fixturenames:
-        expect = getattr(metafunc.function, "expect", "value")
-        params = [pytest.param((v, d), id=f"{v.id}[{d}]")
-                  for v in s.spec.vectors if v.expect == expect and not v.deprecated
-                  for d in s.dtypes if d in v.dtypes]
-        metafunc.parametrize("vector_dtype", params)
-    if "value_vector" in metafunc.fixturenames:
-        params = [pytest.param(v, id=v.id) for v in s.spec.vectors
-                  if v.expect == "value" and not v.deprecated
-                  and s.property_dtype in v.dtypes
-                  and all(o.dtype.kind == "f" for o in v.outputs.values())]
-        metafunc.parametrize("value_vector", params)
-
-
-@pytest.fixture(scope="session")
-def attnspec_session(request) -> Session:
-    s = session(request.config)
-    if s.spec_problem:
-        pytest.fail(f"the golden vectors cannot be loaded: {s.spec_problem}", pytrace=False)
-    if s.backend_problem:
-        pytest.fail(s.backend_problem, pytrace=False)
+    """The resolved Session of a suite run (created at configure time)."""
+    s = config.stash.get(_SESSION, None)
+    if s is None:
+        s = config.stash[_SESSION] = Session.from_config(config)
     return s
 
 
-@pytest.fixture(scope="session")
-def backend(attnspec_session):
-    return attnspec_session.backend
+def pytest_configure(config):
+    if not suite_requested(config):
+        return
+    s = session(config)
+    if s.problem:
+        raise pytest.UsageError(f"attnspec: {s.problem}")
+    _register_hypothesis_profiles()
+    profile_for_suite(config)  # an unknown ATTNSPEC_HYPOTHESIS_PROFILE stops here
 
 
-@pytest.fixture(scope="session")
-def device(attnspec_session):
-    return attnspec_session.device
+def _register_hypothesis_profiles() -> None:
+    from hypothesis import HealthCheck, settings
+
+    for name, kw in HYPOTHESIS_PROFILES.items():
+        settings.register_profile(
+            f"attnspec-{name}",
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], **kw)
 
 
-@pytest.fixture(scope="session")
-def spec(attnspec_session):
-    return attnspec_session.spec
+def profile_for_suite(config) -> str | None:
+    """The hypothesis profile the suite's tests are decorated under, or None to keep the
+    one in force (``--hypothesis-profile`` given)."""
+    if config.getoption("hypothesis_profile", default=None):
+        return None
+    name = os.environ.get("ATTNSPEC_HYPOTHESIS_PROFILE") or "ci"
+    if name not in HYPOTHESIS_PROFILES:
+        raise pytest.UsageError(f"attnspec: ATTNSPEC_HYPOTHESIS_PROFILE={name!r} is not one "
+                                f"of {', '.join(HYPOTHESIS_PROFILES)}")
+    return f"attnspec-{name}"
 
 
-@pytest.fixture(scope="session")
-def ops(attnspec_session):
-    from .ops import Ops
-
-    s = attnspec_session
-    return Ops(s.backend, s.spec, s.device, s.property_dtype)
-
-
-@pytest.fixture
-def record_result(request):
-    """Record a runner Result; a failure matching a known-failure pattern becomes xfail."""
-    s = session(request.config)
-
-    def record(result):
-        from .known import match
-
-        s.results.append(result)
-        if result.status != "pass":
-            known = match(s.known, result.id, result.dtype)
-            if known is not None:
-                result.known_failure = known.reason
-                pytest.xfail(f"known failure ({s.known_path}:{known.line}): {known.reason}")
-        return result
-
-    return record
+def pytest_report_header(config):
+    s = config.stash.get(_SESSION, None)
+    return s.header() if s is not None and not s.problem else None
 
 
 def pytest_sessionfinish(session, exitstatus):
-    s = session.config._attnspec
-    if s is None or not s.json_path:
+    s = session.config.stash.get(_SESSION, None)
+    if s is None or s.problem:
         return
+    stale = s.stale_known_failures() if s.results else []
+    if stale and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    s.stale = stale
+    if s.json_path:
+        write_json(s, int(session.exitstatus), stale)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    s = config.stash.get(_SESSION, None)
+    for line in getattr(s, "stale", ()):
+        terminalreporter.write_line(f"attnspec: stale known failure: {line}", red=True)
+
+
+def write_json(s: Session, exitstatus: int, stale: list[str]) -> None:
     doc = {
         "backend": s.backend_name,
         "device": s.device,
         "dtypes": s.dtypes,
         "options": s.options,
-        "spec_version": s.spec.version if s.spec else None,
-        "versions": ({**s.backend.versions(), "python": platform.python_version()}
-                     if s.backend else {}),
-        "problems": [p for p in (s.spec_problem, s.backend_problem) if p],
-        "exitstatus": int(exitstatus),
+        "spec_version": s.spec.version,
+        "versions": {**s.backend.versions(), "python": platform.python_version()},
+        "problems": [],
+        "notes": s.notes,
+        "stale_known_failures": stale,
+        "exitstatus": exitstatus,
         "results": [r.as_json() for r in s.results],
     }
     tmp = s.json_path + ".part"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1)
     os.replace(tmp, s.json_path)
-

@@ -12,8 +12,10 @@ The results are merged into
   colour-coded.
 
 The files are written to a temporary directory inside ``--out`` and renamed
-into place only when all three are complete; Ctrl-C stops the running child,
-removes the partial files and leaves no report behind.
+into place only when all three are complete; report files already in ``--out``
+are replaced only with ``--force``. Ctrl-C, SIGTERM or SIGHUP stop the running
+child's whole process group, remove the partial files, leave no report behind
+and exit 130, 143 or 129.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
+
+from . import results
 
 REPORT_FILES = ("report.json", "report.md", "report.html")
 FRAMEWORK_MODULE = {"torch": "torch", "tensorflow": "tensorflow"}
@@ -131,16 +135,17 @@ def _stop(proc) -> None:
 
 def load_run(json_path: Path, backend: str, device: str, python: str, code: int,
              lines: list[str], wall: float) -> dict:
-    doc = None
+    doc, why = None, "the suite did not run: "
     if json_path.is_file() and json_path.stat().st_size:
-        with open(json_path, encoding="utf-8") as f:
-            doc = json.load(f)
+        try:
+            doc = results.load(json_path)
+        except results.ResultsError as exc:
+            doc, why = None, f"unreadable results ({exc}): "
     if doc is None:
         tail = [ln for ln in lines if ln.strip()][-8:]
         doc = {"backend": backend, "device": device, "dtypes": [], "options": {},
                "spec_version": None, "versions": {}, "exitstatus": code,
-               "problems": ["the suite did not run: " + (" | ".join(tail) or f"exit {code}")],
-               "results": []}
+               "problems": [why + (" | ".join(tail) or f"exit {code}")], "results": []}
     doc["python"] = python
     doc["returncode"] = code
     doc["wall_s"] = round(wall, 2)
@@ -160,47 +165,34 @@ def _cell_key(run: dict, dtype: str) -> str:
 
 
 def matrix(runs: list[dict]) -> tuple[list[str], list[str], dict]:
-    """(columns, components, {(component, column): cell}); a cell has n, pass, fail,
-    error, missing, known, abs, ulp."""
-    columns, cells, comps = [], {}, set()
+    """(columns, components, {(component, column): results.Tally})."""
+    columns, cells = [], {}
     for run in runs:
-        dtypes = list(dict.fromkeys(run.get("dtypes") or [])) or ["-"]
-        if not run["available"]:
-            dtypes = ["-"]
-        for d in dtypes:
-            col = _cell_key(run, d)
+        dtypes = list(dict.fromkeys(run.get("dtypes") or [])) if run["available"] else []
+        for d in dtypes or ["-"]:
+            if _cell_key(run, d) not in columns:
+                columns.append(_cell_key(run, d))
+        per = results.tally(run["results"], key=lambda r, run=run: (r["component"],
+                                                                    _cell_key(run, r["dtype"])))
+        for (comp, col), t in per.items():
             if col not in columns:
                 columns.append(col)
-        for r in run["results"]:
-            col = _cell_key(run, r["dtype"])
-            if col not in columns:
-                columns.append(col)
-            comps.add(r["component"])
-            c = cells.setdefault((r["component"], col), {
-                "n": 0, "pass": 0, "fail": 0, "error": 0, "missing": 0, "known": 0,
-                "abs": None, "ulp": None})
-            c["n"] += 1
-            c["known" if r.get("known_failure") else r["status"]] += 1
-            for key, field in (("abs", "max_abs_err"), ("ulp", "max_ulp")):
-                if r.get(field) is not None:
-                    c[key] = r[field] if c[key] is None else max(c[key], r[field])
-    return columns, sorted(comps), cells
+            cells[comp, col] = cells[comp, col].merge(t) if (comp, col) in cells else t
+    return columns, sorted({comp for comp, _ in cells}), cells
 
 
-def cell_text(c: dict | None) -> str:
+def cell_text(c: results.Tally | None) -> str:
     if c is None:
         return "—"
-    text = f"{c['pass']}/{c['n']}"
+    text = f"{c['pass']}/{c.n}"
     if c["known"]:
         text += f" ({c['known']} known)"
     if c["missing"]:
         text += f" ({c['missing']} missing)"
-    text += ", " + (f"{c['abs']:.2g}" if c["abs"] is not None else "-")
-    text += ", " + (f"{c['ulp']:.3g} ULP" if c["ulp"] is not None else "- ULP")
-    return text
+    return f"{text}, {results.fmt(c.max_abs, '.2g')}, {results.fmt(c.max_ulp)} ULP"
 
 
-def cell_class(c: dict | None) -> str:
+def cell_class(c: results.Tally | None) -> str:
     if c is None:
         return "na"
     if c["fail"] or c["error"]:
@@ -346,72 +338,109 @@ def write_report(report: dict, out: Path, work: Path) -> list[Path]:
              "report.md": render_md(report), "report.html": render_html(report)}
     for name, text in texts.items():
         (work / name).write_text(text, encoding="utf-8")
-    # The three renames are not interrupted half way (Ctrl-C waits for them).
+    # The three renames are not interrupted half way (Ctrl-C and SIGTERM wait for them).
+    names = [s for s in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, s)]
     try:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        previous = {s: signal.signal(getattr(signal, s), signal.SIG_IGN) for s in names}
     except ValueError:  # not the main thread
-        previous = None
+        previous = {}
     try:
         for name in REPORT_FILES:
             os.replace(work / name, out / name)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        for s, handler in previous.items():
+            signal.signal(getattr(signal, s), handler)
     return [out / name for name in REPORT_FILES]
+
+
+class Stopped(Exception):
+    """SIGTERM or SIGHUP arrived: stop like Ctrl-C, with the signal's exit code."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.code = 128 + signum
+
+
+def _raise_stopped(signum, frame):
+    raise Stopped(signum)
+
+
+def refuse_overwrite(out: Path, force: bool) -> None:
+    """Refuse to replace report files already in ``out`` unless ``force``."""
+    from attnspec.spec.errors import ConfigError
+
+    present = [name for name in REPORT_FILES if (out / name).exists()]
+    if present and not force:
+        raise ConfigError(f"{out / present[0]} exists; pass --force to replace the report "
+                          f"in {out}")
 
 
 def run_report(backends: list[str], out: str | Path, devices: str | None = None,
                pythons: dict[str, str] | None = None, k: str | None = None,
                dtype: str | None = None, options: list[str] = (), quiet: bool = False,
-               command: str = "attnspec report", stream=None) -> int:
+               command: str = "attnspec report", stream=None, force: bool = False) -> int:
+    """Run every (backend, device), write the three files; on Ctrl-C, SIGTERM or SIGHUP
+    stop the running child's whole process group, remove the partial directory and
+    return 130 (143, 129) with no report written."""
+    stream = stream or sys.stdout
+    out = Path(out)
+    refuse_overwrite(out, force)
+    out.mkdir(parents=True, exist_ok=True)
+    state: dict = {"proc": None, "work": None}
+    handled = [s for s in ("SIGTERM", "SIGHUP") if hasattr(signal, s)]
+    try:
+        previous = {s: signal.signal(getattr(signal, s), _raise_stopped) for s in handled}
+    except ValueError:  # not the main thread: no handlers, Ctrl-C only
+        previous = {}
+    try:
+        state["work"] = Path(tempfile.mkdtemp(prefix=".report-partial-", dir=out))
+        paths, ok, wall = _run_all(backends, out, state["work"], state, devices, pythons or {},
+                                   k, dtype, options, quiet, command, stream)
+    except (KeyboardInterrupt, Stopped) as exc:
+        _stop(state["proc"])
+        print("interrupted: no report written", file=sys.stderr, flush=True)
+        return exc.code if isinstance(exc, Stopped) else 130
+    finally:
+        if state["work"] is not None:
+            shutil.rmtree(state["work"], ignore_errors=True)
+        for s, handler in previous.items():
+            signal.signal(getattr(signal, s), handler)
+    print(f"wrote {', '.join(str(p) for p in paths)} in {wall:.1f} s", file=stream, flush=True)
+    return 0 if ok else 1
+
+
+def _run_all(backends, out, work, state, devices, pythons, k, dtype, options, quiet, command,
+             stream) -> tuple[list[Path], bool, float]:
     from attnspec.spec import SPEC_VERSION
 
-    stream = stream or sys.stdout
-    pythons = pythons or {}
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".report-partial-", dir=out))
     plan = [(b, d) for b, devs in parse_devices(devices, backends).items() for d in devs]
-    state: dict = {"proc": None}
     runs = []
     t_all = time.perf_counter()
 
     def say(msg: str) -> None:
         print(msg, file=stream, flush=True)
 
-    try:
-        for i, (backend, device) in enumerate(plan, 1):
-            python = interpreter(backend, pythons)
-            tag = f"[{i}/{len(plan)}] {backend}/{device}"
-            say(f"{tag}: starting ({python})")
-            t0 = time.perf_counter()
-            echo = (lambda line: None) if quiet else (lambda line, t=tag: say(f"  {t} | {line}"))
-            json_path = work / f"{backend}-{device}.json"
-            code, lines = run_one(python, backend, device, json_path, k, dtype, list(options),
-                                  echo, state)
-            run = load_run(json_path, backend, device, python, code, lines,
-                           time.perf_counter() - t0)
-            runs.append(run)
-            counts = defaultdict(int)
-            for r in run["results"]:
-                counts["known" if r.get("known_failure") else r["status"]] += 1
-            summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no results"
-            verdict = "ok" if run["ok"] else ("UNAVAILABLE" if not run["available"] else "FAILED")
-            say(f"{tag}: {verdict} in {run['wall_s']:.1f} s ({summary}; exit {code})")
-            for p in run["problems"]:
-                say(f"{tag}: problem: {p}")
-        report = build_report(runs, {
-            "spec_version": SPEC_VERSION,
-            "date": _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
-            "command": command, "python": platform.python_version(),
-            "platform": platform.platform(), "wall_s": round(time.perf_counter() - t_all, 2)})
-        paths = write_report(report, out, work)
-    except KeyboardInterrupt:
-        _stop(state.get("proc"))
-        shutil.rmtree(work, ignore_errors=True)
-        print("interrupted: no report written", file=sys.stderr, flush=True)
-        return 130
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    say(f"wrote {', '.join(str(p) for p in paths)} in {time.perf_counter() - t_all:.1f} s")
-    return 0 if report["ok"] else 1
+    for i, (backend, device) in enumerate(plan, 1):
+        python = interpreter(backend, pythons)
+        tag = f"[{i}/{len(plan)}] {backend}/{device}"
+        say(f"{tag}: starting ({python})")
+        t0 = time.perf_counter()
+        echo = (lambda line: None) if quiet else (lambda line, t=tag: say(f"  {t} | {line}"))
+        json_path = work / f"{backend}-{device}.json"
+        code, lines = run_one(python, backend, device, json_path, k, dtype, list(options),
+                              echo, state)
+        run = load_run(json_path, backend, device, python, code, lines,
+                       time.perf_counter() - t0)
+        runs.append(run)
+        t = results.total(results.tally(run["results"]).values())
+        summary = ", ".join(f"{n} {o}" for o, n in t.counts.items() if n) or "no results"
+        verdict = "ok" if run["ok"] else ("UNAVAILABLE" if not run["available"] else "FAILED")
+        say(f"{tag}: {verdict} in {run['wall_s']:.1f} s ({summary}; exit {code})")
+        for p in run["problems"]:
+            say(f"{tag}: problem: {p}")
+    report = build_report(runs, {
+        "spec_version": SPEC_VERSION,
+        "date": _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+        "command": command, "python": platform.python_version(),
+        "platform": platform.platform(), "wall_s": round(time.perf_counter() - t_all, 2)})
+    return write_report(report, out, work), report["ok"], time.perf_counter() - t_all

@@ -51,26 +51,80 @@ def convert_inputs(backend, arrays: dict, dtype: str, device: str) -> dict:
     return out
 
 
+class InputModified(Exception):
+    """A spec function wrote into one of its input arrays or parameters."""
+
+
 def call(backend, fn: Function, inputs: dict, attributes: dict, params: dict | None,
-         dtype: str, device: str, trace: bool = True):
-    """Call one spec function with NumPy data; returns ({output: ndarray}, {name: ndarray})."""
+         dtype: str, device: str, trace: bool = True, contract: list | None = None,
+         expected: dict | None = None):
+    """Call one spec function with NumPy data; returns ({output: ndarray}, {name: ndarray}).
+
+    Raises InputModified when the call changed an input or a parameter in place. With a
+    ``contract`` list, each way the raw outputs break the output contract
+    (:func:`contract_problems`, against the ``expected`` outputs) is appended to it."""
     impl = backend.function(fn.name, fn.module)
-    kwargs = convert_inputs(backend, inputs, dtype, device)
-    kwargs.update(attributes)
+    arrays = convert_inputs(backend, inputs, dtype, device)
+    kwargs = {**arrays, **attributes}
     if fn.params:
         kwargs["params"] = convert_inputs(backend, params or {}, dtype, device)
+        arrays.update({f"params[{k!r}]": a for k, a in kwargs["params"].items()})
+    before = {k: np.array(backend.to_numpy(a), copy=True) for k, a in arrays.items()}
     tr = Trace() if (fn.trace and trace) else None
     if tr is not None:
         kwargs["trace"] = tr
     result = impl(**kwargs)
+    changed = [k for k, a in arrays.items()
+               if not np.array_equal(backend.to_numpy(a), before[k],
+                                     equal_nan=before[k].dtype.kind in "fc")]
+    if changed:
+        raise InputModified(f"{fn.name} modified its input(s) {', '.join(changed)} in place")
     if len(fn.returns) == 1:
         result = (result,)
     if not isinstance(result, (tuple, list)) or len(result) != len(fn.returns):
         raise TypeError(f"{fn.name} must return {len(fn.returns)} value(s) "
                         f"{fn.returns}, got {type(result).__name__}")
+    if contract is not None:
+        float_request = any(np.asarray(a).dtype.kind == "f"
+                            for a in (*inputs.values(), *(params or {}).values()))
+        contract += contract_problems(backend, fn, result, expected,
+                                      dtype if float_request else None, device)
     outputs = {name: backend.to_numpy(r) for name, r in zip(fn.returns, result)}
     inter = {k: backend.to_numpy(v) for k, v in tr.items()} if tr is not None else {}
     return outputs, inter
+
+
+def dtype_name(x) -> str | None:
+    """'float32', 'bfloat16', 'int64', 'bool'... for a NumPy, torch, TensorFlow or JAX array."""
+    d = getattr(x, "dtype", None)
+    if d is None:
+        return None
+    name = getattr(d, "name", None)
+    return (name if isinstance(name, str) else str(d)).removeprefix("torch.")
+
+
+def contract_problems(backend, fn: Function, raw: tuple, expected: dict, dtype: str | None,
+                      device: str) -> list[str]:
+    """The output contract, checked here once for every backend and golden vector: each
+    output is an array of the spec's dtype on the requested device. The spec's dtype is
+    the requested one for float outputs of functions with float inputs (``dtype``; None
+    for those without, such as sinusoidal_pe), else the vector's own: int64 for ids,
+    bool for masks. The device is checked when the backend can tell
+    (``Backend.device_of``)."""
+    device_of = getattr(backend, "device_of", None)
+    problems = []
+    for name, x in zip(fn.returns, raw):
+        got = dtype_name(x)
+        if got is None:
+            problems.append(f"output {name!r} is a {type(x).__name__}, not an array")
+            continue
+        want = dtype if expected[name].dtype.kind == "f" else expected[name].dtype.name
+        if want is not None and got != want:
+            problems.append(f"output {name!r} is {got}, the spec's dtype here is {want}")
+        where = device_of(x) if device_of is not None else None
+        if where is not None and where != device:
+            problems.append(f"output {name!r} is on device {where!r}, requested {device!r}")
+    return problems
 
 
 def run_vector(backend, spec: Spec, v: Vector, dtype: str, device: str) -> Result:
@@ -79,7 +133,9 @@ def run_vector(backend, spec: Spec, v: Vector, dtype: str, device: str) -> Resul
     try:
         if v.expect == "error":
             return _run_error(backend, fn, v, dtype, device, res)
-        outputs, inter = call(backend, fn, v.inputs, v.attributes, v.params, dtype, device)
+        contract: list[str] = []
+        outputs, inter = call(backend, fn, v.inputs, v.attributes, v.params, dtype, device,
+                              contract=contract, expected=v.outputs)
     except NotImplementedComponent as exc:
         res.status, res.messages = "missing", [f"missing: {exc}"]
         return res
@@ -87,13 +143,14 @@ def run_vector(backend, spec: Spec, v: Vector, dtype: str, device: str) -> Resul
         res.status = "error"
         res.messages = [f"raised {type(exc).__name__}: {exc}"]
         return res
-    return judge(v, dtype, outputs, inter, res)
+    return judge(v, dtype, outputs, inter, res, contract)
 
 
-def judge(v: Vector, dtype: str, outputs: dict, inter: dict, res: Result) -> Result:
+def judge(v: Vector, dtype: str, outputs: dict, inter: dict, res: Result,
+          contract: list[str] = ()) -> Result:
     tol = v.tolerances[dtype]
     worst_abs, worst_ulp = 0.0, 0.0
-    failures = []
+    failures = list(contract)
     for name, expected in v.outputs.items():
         c = compare(outputs[name], expected, dtype, tol)
         worst_abs, worst_ulp = max(worst_abs, c.max_abs_err), max(worst_ulp, c.max_ulp)

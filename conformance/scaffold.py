@@ -1,5 +1,9 @@
-"""``attnspec new-backend NAME``: an installable backend package with every spec
-function stubbed (``@missing``), so the suite lists exactly what is left.
+"""``attnspec new-backend NAME``: an installable backend package with every kernel
+stubbed (``@missing``), so the suite lists exactly what is left.
+
+The composites (layers, models, decoding, the residual block, the GRU encoder-decoder)
+are not stubbed: each module binds attnspec's shared ones (``backends/composite/``) to
+the package, and ``ops.py`` holds a stub of each primitive op they call.
 
 The package registers itself in the ``attnspec.backends`` entry-point group;
 after ``pip install -e DIR/attnspec-NAME``, ``attnspec verify --backend NAME``
@@ -77,10 +81,25 @@ class Backend(_Base):
         return {{"numpy": np.__version__}}
 '''
 
-MODULE = '''"""{module}: {functions} (stubs: implement them and delete @missing)."""
+MODULE = '''"""{module}: {functions}.
+Stubs: implement them and delete @missing.{shared}"""
+'''
 
-from attnspec.backends.base import missing
+SHARED = """
+Shared composites ({names}): attnspec's backends/composite/ over this
+package's kernels and ops.py; to override one, write it here instead of the binding."""
 
+OPS = '''"""The primitive ops attnspec's shared composites call (backends/composite/, OPS):
+replace each stub with your framework's op."""
+
+from attnspec.spec.errors import DomainError, NotImplementedComponent  # noqa: F401
+'''
+
+OP = '''
+
+def {name}({signature}):
+    """{doc}."""
+    raise NotImplementedComponent("ops.{name} is a scaffold stub; the shared composites need it")
 '''
 
 
@@ -95,6 +114,50 @@ def _signature(fn) -> str:
     if kw:
         parts += ["*", *kw]
     return ", ".join(parts)
+
+
+def _stub(name: str, signature: str, doc: str) -> str:
+    return (f"\n\n@missing\ndef {name}({signature}):\n    \"\"\"{doc}\"\"\"\n"
+            f"    raise NotImplementedError\n")
+
+
+def _bind(family, names: list[str]) -> str:
+    """``a, b = Family.bind(__package__)``, naming the functions when not all of them."""
+    exports = list(family.__dict__["EXPORTS"])
+    names = [n for n in exports if n in names] or names
+    args = "" if names == exports else "".join(f', "{n}"' for n in names)
+    lhs = f"({names[0]},)" if len(names) == 1 else ", ".join(names)
+    return f"\n\n{lhs} = {family.__name__}.bind(__package__{args})\n"
+
+
+def _module(module: str, fns: list) -> str:
+    """A module: a stub per kernel, one binding per shared composite family."""
+    from attnspec.backends.composite import shared
+
+    families = shared()
+    own = [f for f in fns if f[0] not in families]
+    bound = defaultdict(list)
+    for name, _, _ in fns:
+        if name in families:
+            bound[families[name]].append(name)
+    names = ", ".join(n for ns in bound.values() for n in ns)
+    text = MODULE.format(module=module, functions=", ".join(f[0] for f in fns),
+                         shared=SHARED.format(names=names) if bound else "")
+    if not own:
+        text = text.replace("\nStubs: implement them and delete @missing.", "")
+    imports = ["from attnspec.backends.base import missing"] if own else []
+    imports += [f"from attnspec.backends.composite.{f.__module__.rsplit('.', 1)[1]} import "
+                f"{f.__name__}" for f in bound]
+    text += "\n" + "\n".join(imports) + "\n"
+    text += "".join(_stub(*f) for f in own)
+    text += "".join(_bind(family, ns) for family, ns in bound.items())
+    return text
+
+
+def _ops() -> str:
+    from attnspec.backends.composite import OPS as ops
+
+    return OPS + "".join(OP.format(name=n, signature=sig, doc=doc) for n, (sig, doc) in ops.items())
 
 
 def scaffold(spec, name: str, path: Path | str = ".") -> Path:
@@ -118,20 +181,13 @@ def scaffold(spec, name: str, path: Path | str = ".") -> Path:
         "# One fnmatch pattern per line over <id> or <id>[<dtype>], then # and the reason.\n")
     modules = defaultdict(list)
     for fn in spec.functions.values():
-        modules[fn.module].append(fn)
+        modules[fn.module].append((fn.name, _signature(fn), f"Spec component {fn.component}; "
+                                   f"returns {', '.join(fn.returns)}. See "
+                                   f"spec/components/{fn.component}.md."))
+    for fname, module, signature, returns in EXTRA_FUNCTIONS:
+        modules[module].append((fname, signature, f"Incremental decoding API; returns "
+                                f"{returns}. See spec/components/greedy_decode.md."))
     for module, fns in sorted(modules.items()):
-        text = MODULE.format(module=module, functions=", ".join(f.name for f in fns))
-        for fn in fns:
-            returns = ", ".join(fn.returns)
-            text += (f"\n@missing\ndef {fn.name}({_signature(fn)}):\n"
-                     f'    """Spec component {fn.component}; returns {returns}. '
-                     f'See spec/components/{fn.component}.md."""\n'
-                     f"    raise NotImplementedError\n\n")
-        for name, mod, signature, returns in EXTRA_FUNCTIONS:
-            if mod == module:
-                text += (f"\n@missing\ndef {name}({signature}):\n"
-                         f'    """Incremental decoding API; returns {returns}. See '
-                         f'spec/components/greedy_decode.md."""\n'
-                         f"    raise NotImplementedError\n\n")
-        (src / f"{module}.py").write_text(text.rstrip() + "\n")
+        (src / f"{module}.py").write_text(_module(module, fns))
+    (src / "ops.py").write_text(_ops())
     return root

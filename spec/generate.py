@@ -1,7 +1,15 @@
 """Turn the case modules into vector files, deterministically.
 
-``attnspec generate`` writes ``vectors/<component>.json`` and the manifest;
-``--check`` writes nothing and fails, naming the files, if any byte would change.
+``attnspec generate`` writes ``vectors/<component>.json``, the manifest and the
+release record of this version (``releases/<SPEC_VERSION>.json``); ``--check``
+writes nothing and fails, naming the files, if any byte would change.
+
+Every vector gets its own tolerances and content hash. A vector listed in an
+earlier (frozen) release record must come out with the same content: the
+generator fails naming its id otherwise. Where the derived tolerances
+(``cases/tolerances.json``) differ from a released vector's own, the released
+vector is kept, deprecated, and superseded by a new revision ``<id>r<N>``.
+See spec/CITING.md.
 """
 
 from __future__ import annotations
@@ -17,10 +25,17 @@ from pathlib import Path
 import numpy as np
 
 from . import SPEC_VERSION
+from .citing import RELEASES_DIR, dump_record, frozen_vectors, make_record
 from .tensor import FLOAT_DTYPES, encode, representable
-from .vectors import MANIFEST, VECTORS_DIR
+from .vectors import MANIFEST, VECTORS_DIR, content_hash
 
-ID_RE = re.compile(r"^[a-z0-9_]+/[a-z0-9][a-z0-9-]*-\d{3}$")
+ID_RE = re.compile(r"^[a-z0-9_]+/[a-z0-9][a-z0-9-]*-\d{3}(r\d+)?$")
+REVISION_RE = re.compile(r"^(.*-\d{3})(?:r(\d+))?$")
+FLAGS_JSON = Path(__file__).parent / "schema" / "flags.json"
+# Per-vector tolerances derived from real evaluation orders (benchmarks/tolerances.py):
+# {"<id>": {"<dtype>": {"rtol": r, "atol": a}}, "_default": {"<component>": {...}}}; a dtype
+# left out keeps the vector's (or the component's) value; keys starting with "_" are notes.
+TOLERANCES_JSON = Path(__file__).parent / "cases" / "tolerances.json"
 
 
 class GenerationError(Exception):
@@ -33,23 +48,164 @@ def case_modules() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(cases.__path__) if not m.name.startswith("_"))
 
 
-def build_component(module_name: str) -> tuple[str, str]:
-    """Run one case module through the oracle; returns (file name, file text)."""
+def known_flags() -> set[str]:
+    return set(json.loads(FLAGS_JSON.read_text(encoding="utf-8"))["flags"])
+
+
+def read_derived(path: Path | str | None = TOLERANCES_JSON) -> dict:
+    """The derived tolerances; {} for no path or an absent file other than the spec's own,
+    whose absence (a broken install) is an error, not a silent change of every tolerance."""
+    if path is None:
+        return {}
+    path = Path(path)
+    if not path.exists():
+        if path.resolve() == TOLERANCES_JSON.resolve():
+            raise GenerationError(f"{path} is missing: the derived tolerances are part of the "
+                                  f"spec (reinstall attnspec; package data 'cases/*.json')")
+        return {}
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def build_component(module_name: str, frozen: dict | None = None, derived: dict | None = None
+                    ) -> tuple[str, str, list[dict]]:
+    """Run one case module through the oracle.
+
+    ``frozen``: id -> release-record entry of every released vector of the component
+    (its content may not change); ``derived``: the derived tolerances. Returns the file
+    name, the file text and, per vector, what a release record holds.
+    """
     from .cases._build import Rng
 
     mod = importlib.import_module(f"{__package__}.cases.{module_name}")
     comp = mod.COMPONENT
-    vectors = [_build_case(comp, case) for case in mod.cases(Rng(comp.id))]
+    frozen, derived = frozen or {}, derived or {}
+    default = _tolerances(derived.get("_default", {}).get(comp.id), comp.tolerances)
+    built = [(case, _build_case(comp, case)) for case in mod.cases(Rng(comp.id))]
+    vectors = _resolve(comp.id, built, frozen, derived, default)
     _check_ids(comp.id, vectors)
+    _check_flags(vectors)
+    _check_released(comp.id, vectors, frozen)
     doc = {
         "component": comp.id,
         "spec_version": SPEC_VERSION,
         "page": f"components/{comp.id}.md",
         "functions": {name: fn.header() for name, fn in comp.functions.items()},
-        "tolerances": comp.tolerances,
+        "tolerances": default,
         "vectors": vectors,
     }
-    return f"{comp.id}.json", dumps(doc)
+    name = f"{comp.id}.json"
+    entries = [{"id": v["id"], "file": name, "sha256": v["sha256"], "tolerances": v["tolerances"],
+                "deprecated": v.get("deprecated", False)} for v in vectors]
+    return name, dumps(doc), entries
+
+
+def _tolerances(given: dict | None, base: dict) -> dict:
+    """``given`` over ``base``, per dtype, as floats (1e-2 and 0.01 hash alike)."""
+    merged = {d: dict(base[d]) for d in FLOAT_DTYPES}
+    for d, t in (given or {}).items():
+        if d.startswith("_"):  # a note, not a dtype
+            continue
+        if d not in merged:
+            raise GenerationError(f"tolerances name an unknown dtype {d!r}")
+        merged[d].update(t)
+    return {d: {"rtol": float(t["rtol"]), "atol": float(t["atol"])} for d, t in merged.items()}
+
+
+# Key order of a vector in its file (the content hash does not depend on it).
+ORDER = ("id", "sha256", "function", "description", "flags", "dtypes", "dtype_note", "deprecated",
+         "superseded_by", "supersedes", "expect", "attributes", "tolerances", "inputs", "params",
+         "outputs", "intermediates", "error", "error_mentions")
+
+
+def _resolve(component: str, built: list, frozen: dict, derived: dict, default: dict) -> list[dict]:
+    """Give every vector its tolerances; a released vector keeps the ones it was released
+    with, and where the derived tolerances differ it is followed by a revision that has them."""
+    out: list[dict] = []
+    yielded = {case.id for case, _ in built}
+    explicit = {case.supersedes for case, _ in built if case.supersedes}
+    for case, v in built:
+        if case.supersedes:
+            v["supersedes"] = case.supersedes
+        if case.id not in frozen:
+            v["tolerances"] = _tolerances(derived.get(case.id, case.tolerances), default)
+            out.append(v)
+            continue
+        v["tolerances"] = _tolerances(None, frozen[case.id]["tolerances"])
+        chain = [v] + _released_revisions(v, frozen, yielded)
+        last = chain[-1]
+        stem = REVISION_RE.match(case.id).group(1)
+        given = derived.get(last["id"], derived.get(case.id, derived.get(stem)))
+        want = _tolerances(given, last["tolerances"])
+        if want != last["tolerances"] and not case.deprecated and last["id"] not in explicit:
+            chain.append(_revision(last, want))
+        out.extend(chain)
+    return _link(component, out)
+
+
+def _released_revisions(v: dict, frozen: dict, yielded: set) -> list[dict]:
+    """Automatic revisions of ``v`` already released (rebuilt from its case)."""
+    stem, n = REVISION_RE.match(v["id"]).groups()
+    out, prev, k = [], v, int(n or 1) + 1
+    while f"{stem}r{k}" in frozen and f"{stem}r{k}" not in yielded:
+        prev = _revision(prev, _tolerances(None, frozen[f"{stem}r{k}"]["tolerances"]))
+        out.append(prev)
+        k += 1
+    return out
+
+
+def _revision(old: dict, tolerances: dict) -> dict:
+    """A copy of ``old`` under the next revision id, with new tolerances."""
+    stem, n = REVISION_RE.match(old["id"]).groups()
+    new = dict(old, id=f"{stem}r{int(n or 1) + 1}", tolerances=tolerances, supersedes=old["id"])
+    new.pop("superseded_by", None)
+    new.pop("deprecated", None)
+    return new
+
+
+def _link(component: str, vectors: list[dict]) -> list[dict]:
+    """Mark each superseded vector deprecated + superseded_by, hash, order the keys."""
+    by_id = {v["id"]: v for v in vectors}
+    for v in vectors:
+        target = v.get("supersedes")
+        if target is None:
+            continue
+        old = by_id.get(target)
+        if old is None:
+            raise GenerationError(f"{v['id']}: supersedes {target!r}, which {component} does not have")
+        if old.get("superseded_by") not in (None, v["id"]):
+            raise GenerationError(f"{target}: superseded by both {old['superseded_by']} and {v['id']}")
+        old["deprecated"], old["superseded_by"] = True, v["id"]
+    out = []
+    for v in vectors:
+        v["sha256"] = content_hash(v)
+        out.append({k: v[k] for k in ORDER if k in v})
+    return out
+
+
+def _check_flags(vectors: list[dict]) -> None:
+    known = known_flags()
+    for v in vectors:
+        unknown = [f for f in v["flags"] if f not in known]
+        if unknown:
+            raise GenerationError(f"{v['id']}: unknown flag(s) {unknown}: describe each in "
+                                  f"spec/schema/flags.json, then run "
+                                  f"python -m attnspec.spec.schema --write-flags")
+
+
+def _check_released(component: str, vectors: list[dict], frozen: dict) -> None:
+    """A released vector is never changed in place, and never removed."""
+    have = {v["id"]: v for v in vectors}
+    for vid, entry in frozen.items():
+        v = have.get(vid)
+        if v is None:
+            raise GenerationError(f"{vid}: released in attnspec {entry['released']} but no longer "
+                                  f"generated (a released vector stays; deprecate it instead)")
+        if v["sha256"] != entry["sha256"]:
+            raise GenerationError(
+                f"{vid}: its content would change (sha256 {v['sha256'][:12]} != "
+                f"{entry['sha256'][:12]}, released in attnspec {entry['released']}): a released "
+                f"vector is never changed in place; add {REVISION_RE.match(vid).group(1)}r<N> "
+                f"with supersedes={vid!r} (see spec/CITING.md)")
 
 
 def _build_case(comp, case) -> dict:
@@ -78,7 +234,11 @@ def _build_case(comp, case) -> dict:
     if case.deprecated:
         v["deprecated"] = True
     v["expect"] = case.expect
-    v["attributes"] = {**fn.attributes, **case.attributes}
+    attributes = {**fn.attributes, **case.attributes}  # what the oracle computes with
+    absent = [a for a in fn.required if a not in case.attributes]
+    if case.omit_defaults and absent:
+        raise GenerationError(f"{where}: omit_defaults leaves out required {absent}")
+    v["attributes"] = dict(case.attributes) if case.omit_defaults else attributes
     v["inputs"] = {k: encode(a) for k, a in case.inputs.items()}
     if case.params:
         v["params"] = {k: encode(a) for k, a in case.params.items()}
@@ -87,7 +247,7 @@ def _build_case(comp, case) -> dict:
         v["error_mentions"] = case.error_mentions
         return v
     kwargs = dict(case.inputs)
-    kwargs.update(case.attributes)
+    kwargs.update(attributes)
     if fn.params:
         kwargs["params"] = case.params
     result = fn.oracle(**kwargs)
@@ -117,10 +277,20 @@ def _check_ids(component: str, vectors: list[dict]) -> None:
     for v in vectors:
         vid = v["id"]
         if not ID_RE.match(vid) or not vid.startswith(component + "/"):
-            raise GenerationError(f"bad vector id {vid!r} (want {component}/<case>-NNN)")
+            raise GenerationError(f"bad vector id {vid!r} (want {component}/<case>-NNN, or "
+                                  f"-NNNr<N> for a revision)")
         if vid in seen:
             raise GenerationError(f"duplicate vector id {vid!r}")
         seen.add(vid)
+        stem, n = REVISION_RE.match(vid).groups()
+        if n is not None:
+            prev = stem if n == "2" else f"{stem}r{int(n) - 1}"
+            if int(n) < 2 or v.get("supersedes") != prev:
+                raise GenerationError(f"{vid}: a revision supersedes the one before it "
+                                      f"(want supersedes={prev!r}, got {v.get('supersedes')!r})")
+        elif "supersedes" in v:
+            raise GenerationError(f"{vid}: supersedes {v['supersedes']!r} but is not a revision "
+                                  f"id (want {v['supersedes']}r<N>)")
 
 
 # -- writing: stable, diff-friendly JSON (one tensor per line) -----------------
@@ -141,45 +311,87 @@ def _dump(obj, level: int) -> str:
 
 
 def _is_tensor(obj) -> bool:
+    """A tensor, or a tolerance table: written on one line."""
+    if isinstance(obj, dict) and obj and all(isinstance(t, dict) and set(t) == {"rtol", "atol"}
+                                             for t in obj.values()):
+        return True
     return isinstance(obj, dict) and set(obj) == {"dtype", "shape", "data"}
 
 
 def generate(directory: Path | str = VECTORS_DIR, check: bool = False, jobs: int = 2,
-             only: list[str] | None = None) -> list[str]:
+             only: list[str] | None = None, releases_dir: Path | str | None = None,
+             frozen_dir: Path | str = RELEASES_DIR,
+             tolerances: Path | str | None = TOLERANCES_JSON) -> list[str]:
     """Regenerate every vector file; returns the names of files that changed (or would).
 
     ``only`` rebuilds just those components; the manifest keeps the others' hashes
-    as they are on disk.
+    as they are on disk. ``frozen_dir`` holds the release records whose vectors may not
+    change; the record of this version is written to ``releases_dir`` (by default the
+    package's ``releases/`` when ``directory`` is the package's vector directory).
     """
     directory = Path(directory)
+    if releases_dir is None and directory.resolve() == VECTORS_DIR.resolve():
+        releases_dir = RELEASES_DIR
     modules = case_modules()
     if only:
         unknown = sorted(set(only) - set(modules))
         if unknown:
             raise GenerationError(f"no case module for {unknown}")
         modules = [m for m in modules if m in only]
+    frozen, derived = frozen_vectors(frozen_dir, SPEC_VERSION), read_derived(tolerances)
+    per = [{k: e for k, e in frozen.items() if k.split("/")[0] == m} for m in modules]
     if jobs > 1 and len(modules) > 1:
         with ProcessPoolExecutor(jobs) as pool:
-            built = list(pool.map(build_component, modules))
+            built = list(pool.map(build_component, modules, per, [derived] * len(modules)))
     else:
-        built = [build_component(m) for m in modules]
-    files = {name: text.encode("utf-8") for name, text in built}
+        built = [build_component(m, f, derived) for m, f in zip(modules, per)]
+    files = {name: text.encode("utf-8") for name, text, _ in built}
+    entries = [e for _, _, es in built for e in es]
+    if not only:
+        _check_derived(derived, entries, modules)
     hashes = {n: hashlib.sha256(b).hexdigest() for n, b in files.items()}
     if only:
         for m in case_modules():
             path = directory / f"{m}.json"
             if f"{m}.json" not in hashes and path.exists():
                 hashes[path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
+                entries += _entries_on_disk(path)
     manifest = {"spec_version": SPEC_VERSION, "files": dict(sorted(hashes.items()))}
     files[MANIFEST] = dumps(manifest).encode("utf-8")
+    changed = _write(directory, files, check)
+    stale = [] if only else sorted(p.name for p in directory.glob("*.json")
+                                   if p.name not in files)
+    changed.extend(f"{name} (no case module)" for name in stale)
+    if releases_dir is not None:
+        record = dump_record(make_record(SPEC_VERSION, hashes, entries)).encode("utf-8")
+        name = f"{SPEC_VERSION}.json"
+        changed += [f"releases/{n}" for n in _write(Path(releases_dir), {name: record}, check)]
+    return changed
+
+
+def _check_derived(derived: dict, entries: list[dict], modules: list[str]) -> None:
+    """Every id and component the derived tolerances name exists (no stale entries)."""
+    ids = {e["id"] for e in entries}
+    stale = sorted(k for k in derived if not k.startswith("_") and k not in ids)
+    stale += sorted(f"_default.{c}" for c in derived.get("_default", {}) if c not in modules)
+    if stale:
+        raise GenerationError(f"{TOLERANCES_JSON.name} names what no case module yields: "
+                              f"{', '.join(stale[:5])}{' ...' if len(stale) > 5 else ''}")
+
+
+def _write(directory: Path, files: dict[str, bytes], check: bool) -> list[str]:
     changed = []
     for name, data in sorted(files.items()):
         path = directory / name
         if not path.exists() or path.read_bytes() != data:
             changed.append(name)
             if not check:
+                path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(data)
-    stale = [] if only else sorted(p.name for p in directory.glob("*.json")
-                                   if p.name not in files)
-    changed.extend(f"{name} (no case module)" for name in stale)
     return changed
+
+
+def _entries_on_disk(path: Path) -> list[dict]:
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    return [{"id": v["id"], "file": path.name, "sha256": v["sha256"], "tolerances": v["tolerances"],
+             "deprecated": v.get("deprecated", False)} for v in doc["vectors"]]

@@ -1,19 +1,76 @@
 """Validate every vector file against ``schema/vectors.schema.json``, plus the
 checks a schema cannot express: unique ids across files, tensor sizes that
-match their shapes, and manifest hashes.
+match their shapes, manifest and per-vector hashes, supersedes links; and that
+the flag registry (``schema/flags.json``), ``FLAGS.md`` and the schema's flag
+enumeration agree.
 
     python -m attnspec.spec.schema [DIR]
+    python -m attnspec.spec.schema --write-flags   # FLAGS.md and the enum, from flags.json
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
-from .vectors import MANIFEST, VECTORS_DIR, read_file, read_manifest
+from .vectors import MANIFEST, VECTORS_DIR, content_hash, read_file, read_manifest
 
 SCHEMA = Path(__file__).parent / "schema" / "vectors.schema.json"
+FLAGS = Path(__file__).parent / "schema" / "flags.json"
+FLAGS_MD = Path(__file__).parent / "FLAGS.md"
+_FLAG_ENUM = re.compile(r'^    "flag": \{"enum": \[.*\]\},$', re.M)
+
+
+def registry() -> dict:
+    return json.loads(FLAGS.read_text(encoding="utf-8"))
+
+
+def render_flags_md(reg: dict) -> str:
+    """FLAGS.md: every flag once, grouped by the kind of bug it targets."""
+    out = ["# Vector flags", "",
+           "<!-- Generated from spec/schema/flags.json by "
+           "`python -m attnspec.spec.schema --write-flags`; do not edit. -->", "",
+           "A vector's `flags` say why it exists: what it exercises and which bug it is there",
+           "to catch (as Wycheproof's notes do). Flags are editorial: they are not part of a",
+           "vector's content hash. The generator refuses a flag that is not listed here, and",
+           "the schema enumerates the same names.", "", "| bug type | what it means |", "|---|---|"]
+    out += [f"| `{t}` | {text} |" for t, text in reg["bug_types"].items()]
+    for t in reg["bug_types"]:
+        names = [n for n, f in reg["flags"].items() if f["bug_type"] == t]
+        if not names:
+            continue
+        out += ["", f"## {t}", "", "| flag | meaning | bug it targets |", "|---|---|---|"]
+        out += [f"| `{n}` | {reg['flags'][n]['meaning']} | {reg['flags'][n]['bug']} |" for n in names]
+    return "\n".join(out) + "\n"
+
+
+def schema_with_flags(text: str, names: list[str]) -> str:
+    line = '    "flag": {"enum": ' + json.dumps(sorted(names)) + "},"
+    return _FLAG_ENUM.sub(lambda _: line, text, count=1)
+
+
+def flag_problems() -> list[str]:
+    reg = registry()
+    found = [f"flags.json: {n}: unknown bug_type {f.get('bug_type')!r}"
+             for n, f in reg["flags"].items() if f.get("bug_type") not in reg["bug_types"]]
+    found += [f"flags.json: {n}: needs a meaning and a bug" for n, f in reg["flags"].items()
+              if not (f.get("meaning") and f.get("bug"))]
+    text = SCHEMA.read_text(encoding="utf-8")
+    if schema_with_flags(text, list(reg["flags"])) != text:
+        found.append("vectors.schema.json: the flag enum differs from flags.json "
+                     "(run python -m attnspec.spec.schema --write-flags)")
+    if not FLAGS_MD.exists() or FLAGS_MD.read_text(encoding="utf-8") != render_flags_md(reg):
+        found.append("FLAGS.md: differs from flags.json (run python -m attnspec.spec.schema --write-flags)")
+    return found
+
+
+def write_flags() -> None:
+    reg = registry()
+    FLAGS_MD.write_text(render_flags_md(reg), encoding="utf-8")
+    SCHEMA.write_text(schema_with_flags(SCHEMA.read_text(encoding="utf-8"), list(reg["flags"])),
+                      encoding="utf-8")
 
 
 def problems(directory: Path | str = VECTORS_DIR) -> list[str]:
@@ -29,8 +86,10 @@ def problems(directory: Path | str = VECTORS_DIR) -> list[str]:
         for err in validator.iter_errors(doc):
             where = "/".join(str(p) for p in err.absolute_path)
             found.append(f"{name}: {where}: {err.message[:200]}")
+        ids = {v.get("id") for v in doc.get("vectors", [])}
         for v in doc.get("vectors", []):
             vid = v.get("id", "?")
+            found += _vector_problems(name, v, ids)
             if vid in seen:
                 found.append(f"{name}: duplicate id {vid} (also in {seen[vid]})")
             seen[vid] = name
@@ -51,10 +110,25 @@ def problems(directory: Path | str = VECTORS_DIR) -> list[str]:
     return found
 
 
+def _vector_problems(name: str, v: dict, ids: set) -> list[str]:
+    vid = v.get("id", "?")
+    found = []
+    if "sha256" in v and "tolerances" in v and content_hash(v) != v["sha256"]:
+        found.append(f"{name}: {vid}: content does not match its sha256")
+    for key in ("supersedes", "superseded_by"):
+        if key in v and v[key] not in ids:
+            found.append(f"{name}: {vid}: {key} {v[key]!r} is not in the file")
+    return found
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--write-flags"]:
+        write_flags()
+        print(f"wrote {FLAGS_MD} and the flag enum of {SCHEMA}")
+        return 0
     directory = Path(argv[0]) if argv else VECTORS_DIR
-    found = problems(directory)
+    found = problems(directory) + flag_problems()
     for p in found:
         print(p, file=sys.stderr)
     if found:

@@ -1,11 +1,16 @@
 """Loading golden vectors: hashes first, then plain JSON (never pickle, never code).
 
-``load_all()`` reads ``vectors/MANIFEST.json``, checks the SHA-256 of every
-file it lists before parsing it, and returns :class:`Vector` objects.
+``load()`` reads ``vectors/MANIFEST.json``, refuses a directory whose ``*.json``
+files and manifest entries differ, checks the SHA-256 of every file it lists
+before parsing it, then checks every vector's own SHA-256 (of its canonical
+content, see :func:`content_hash`) and its structure, and returns :class:`Vector`
+objects. Every refusal is a :class:`VectorFileError` naming the file, and the
+vector and field where there is one.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -15,11 +20,39 @@ from pathlib import Path
 import numpy as np
 
 from . import SPEC_VERSION
-from .errors import VectorFileError
+from .errors import AttnSpecError, VectorFileError
 from .tensor import decode
 
 VECTORS_DIR = Path(__file__).parent / "vectors"
 MANIFEST = "MANIFEST.json"
+
+# What a vector claims: the fields its content hash covers. description, flags,
+# dtype_note and the deprecated/supersedes links are editorial and left out.
+CANONICAL_FIELDS = ("id", "function", "dtypes", "expect", "attributes", "inputs", "params",
+                    "outputs", "intermediates", "error", "error_mentions", "tolerances")
+
+
+def canonical_json(v: dict, tolerances: dict | None = None) -> bytes:
+    """The canonical serialisation of a vector's content: the fields of
+    ``CANONICAL_FIELDS`` that it has, keys sorted, no whitespace, UTF-8.
+    ``tolerances`` stands in for a vector that carries none (spec 1.0.0 files kept
+    them at file level)."""
+    content = {k: v[k] for k in CANONICAL_FIELDS if k in v}
+    if "tolerances" not in content and tolerances is not None:
+        content["tolerances"] = tolerances
+    return json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode("utf-8")
+
+
+def content_hash(v: dict, tolerances: dict | None = None) -> str:
+    """SHA-256 (hex) of :func:`canonical_json`: what a vector citation pins."""
+    return hashlib.sha256(canonical_json(v, tolerances)).hexdigest()
+
+
+def component_hash(pairs) -> str:
+    """A component's hash: SHA-256 of its vectors' sorted ``id sha256`` lines."""
+    text = "".join(f"{vid} {sha}\n" for vid, sha in sorted(pairs))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -56,13 +89,25 @@ class Vector:
     error_mentions: tuple[str, ...]
     tolerances: dict = field(repr=False)
     file: str = ""
-    sha256: str = ""
+    sha256: str = ""  # of the vector's canonical content (content_hash), not of its file
     dtype_note: str | None = None
     deprecated: bool = False
+    supersedes: str | None = None  # the id this vector corrects
+    superseded_by: str | None = None  # the id that corrects this one (then deprecated)
     raw: dict = field(default=None, repr=False, compare=False)
+
+    def __repr__(self) -> str:  # short: hypothesis and pytest print it in failure reports
+        return f"<Vector {self.id}>"
 
     def citation(self, version: str = SPEC_VERSION) -> str:
         return f"attnspec {version} · {self.id} · sha256:{self.sha256[:12]}"
+
+
+class NoSuchVector(AttnSpecError, KeyError):
+    """An id that the loaded vectors do not hold (a ``KeyError`` too, for old callers)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 def sha256_of(path: Path) -> str:
@@ -75,6 +120,27 @@ def read_manifest(directory: Path | str = VECTORS_DIR) -> dict:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise VectorFileError(f"cannot read vector manifest {path}: {exc}") from exc
+
+
+def listed_files(directory: Path, manifest: dict) -> dict[str, str]:
+    """The manifest's ``{file name: sha256}``, refused unless it names exactly the
+    ``*.json`` files (besides the manifest) that the directory holds."""
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or not isinstance(manifest.get("spec_version"), str):
+        raise VectorFileError(f"vector manifest {directory / MANIFEST} needs 'spec_version' "
+                              f"and 'files' (name -> sha256)")
+    on_disk = {p.name for p in directory.glob("*.json")} - {MANIFEST}
+    unlisted, absent = sorted(on_disk - set(files)), sorted(set(files) - on_disk)
+    if unlisted:
+        raise VectorFileError(
+            f"vector file {directory / unlisted[0]} is not listed in {MANIFEST}"
+            f"{f' (nor are {unlisted[1:]})' if unlisted[1:] else ''}: its vectors would be "
+            f"skipped silently; run `attnspec generate`, or remove the file")
+    if absent:
+        raise VectorFileError(
+            f"{MANIFEST} lists {absent[0]}, but {directory / absent[0]} does not exist"
+            f"{f' (nor do {absent[1:]})' if absent[1:] else ''}")
+    return files
 
 
 def read_file(path: Path, expected_sha: str) -> dict:
@@ -95,6 +161,76 @@ def read_file(path: Path, expected_sha: str) -> dict:
         raise VectorFileError(f"vector file {path} is not valid JSON: {exc}") from exc
 
 
+# -- structure: what the loader relies on (the JSON schema in schema/ says more) --------
+
+_FILE_FIELDS = {"component": str, "functions": dict, "vectors": list}
+_FUNCTION_FIELDS = {"module": str, "inputs": list, "returns": list}
+_FUNCTION_OPTIONAL = {"optional": list, "attributes": dict, "params": bool, "trace": bool,
+                      "required_attributes": list}
+_VECTOR_FIELDS = {"id": str, "sha256": str, "function": str, "description": str,
+                  "dtypes": list, "expect": str, "tolerances": dict}
+_VECTOR_OPTIONAL = {"flags": list, "attributes": dict, "inputs": dict, "params": dict,
+                    "outputs": dict, "intermediates": dict, "error": str,
+                    "error_mentions": list, "dtype_note": str, "deprecated": bool,
+                    "supersedes": str, "superseded_by": str}
+TENSOR_GROUPS = ("inputs", "params", "outputs", "intermediates")
+_JSON_TYPE = {str: "a string", list: "an array", dict: "an object", bool: "true or false"}
+
+
+def _fields(obj: dict, required: dict, optional: dict, where: str) -> None:
+    for name, kind in {**required, **optional}.items():
+        if name not in obj:
+            if name in required:
+                raise VectorFileError(f"{where}: field '{name}' is missing")
+        elif not isinstance(obj[name], kind):
+            raise VectorFileError(f"{where}: field '{name}' must be {_JSON_TYPE[kind]}, "
+                                  f"got {type(obj[name]).__name__} {str(obj[name])[:40]}")
+
+
+def check_file_structure(doc, file: str) -> None:
+    """Refuse a parsed vector file that lacks what the loader reads, naming the field."""
+    if not isinstance(doc, dict):
+        raise VectorFileError(f"file {file}: not a JSON object")
+    _fields(doc, _FILE_FIELDS, {}, f"file {file}")
+    for name, f in doc["functions"].items():
+        if not isinstance(f, dict):
+            raise VectorFileError(f"file {file}: function {name}: not a JSON object")
+        _fields(f, _FUNCTION_FIELDS, _FUNCTION_OPTIONAL, f"file {file}: function {name}")
+    for i, v in enumerate(doc["vectors"]):
+        if not isinstance(v, dict):
+            raise VectorFileError(f"file {file}: vectors[{i}]: not a JSON object")
+
+
+def _check_vector(v: dict, functions: dict, file: str) -> None:
+    where = f"file {file}: vector {v.get('id', '?')}"
+    _fields(v, _VECTOR_FIELDS, _VECTOR_OPTIONAL, where)
+    if v["function"] not in functions:
+        raise VectorFileError(f"{where}: field 'function': {v['function']!r} is not one of "
+                              f"the file's functions {sorted(functions)}")
+    if v["expect"] not in ("value", "error"):
+        raise VectorFileError(f"{where}: field 'expect' must be 'value' or 'error', "
+                              f"got {v['expect']!r}")
+    if v["expect"] == "error" and "error" not in v:
+        raise VectorFileError(f"{where}: field 'error' is missing (expect is 'error')")
+    for d in v["dtypes"]:
+        tol = v["tolerances"].get(d)
+        if not (isinstance(tol, dict) and {"rtol", "atol"} <= set(tol)):
+            raise VectorFileError(f"{where}: field 'tolerances': no {{rtol, atol}} for "
+                                  f"dtype {d!r}, which the vector lists")
+
+
+def _tensors(v: dict, group: str, file: str) -> dict[str, np.ndarray]:
+    out = {}
+    for name, t in v.get(group, {}).items():
+        try:
+            out[name] = decode(t)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise VectorFileError(
+                f"file {file}: vector {v['id']}: field '{group}.{name}' is not a tensor "
+                f"{{dtype, shape, data}} ({type(exc).__name__}: {exc})") from None
+    return out
+
+
 def functions_of(doc: dict) -> dict[str, Function]:
     out = {}
     for name, f in doc["functions"].items():
@@ -105,23 +241,39 @@ def functions_of(doc: dict) -> dict[str, Function]:
     return out
 
 
-def vectors_of(doc: dict, file: str = "", sha: str = "") -> list[Vector]:
-    tolerances = doc["tolerances"]
+def vectors_of(doc: dict, file: str = "") -> list[Vector]:
+    """The vectors of one parsed file; refuses one whose content hash does not match."""
+    check_file_structure(doc, file)
     out = []
     for v in doc["vectors"]:
+        sha = _checked_hash(v, file)
+        _check_vector(v, doc["functions"], file)
         out.append(Vector(
             id=v["id"], component=doc["component"], function=v["function"],
             description=v["description"], flags=tuple(v.get("flags", ())),
             dtypes=tuple(v["dtypes"]), expect=v["expect"],
             attributes=dict(v.get("attributes", {})),
-            inputs={k: decode(t) for k, t in v.get("inputs", {}).items()},
-            params={k: decode(t) for k, t in v.get("params", {}).items()},
-            outputs={k: decode(t) for k, t in v.get("outputs", {}).items()},
-            intermediates={k: decode(t) for k, t in v.get("intermediates", {}).items()},
+            **{group: _tensors(v, group, file) for group in TENSOR_GROUPS},
             error=v.get("error"), error_mentions=tuple(v.get("error_mentions", ())),
-            tolerances=v.get("tolerances", tolerances), file=file, sha256=sha,
-            dtype_note=v.get("dtype_note"), deprecated=bool(v.get("deprecated", False)), raw=v))
+            tolerances=v["tolerances"], file=file, sha256=sha,
+            dtype_note=v.get("dtype_note"), deprecated=bool(v.get("deprecated", False)),
+            supersedes=v.get("supersedes"), superseded_by=v.get("superseded_by"), raw=v))
     return out
+
+
+def _checked_hash(v: dict, file: str) -> str:
+    vid = v.get("id", "?")
+    if "sha256" not in v or "tolerances" not in v:
+        raise VectorFileError(f"vector {vid} in {file or 'a vector file'} has no "
+                              f"{'sha256' if 'sha256' not in v else 'tolerances'} "
+                              f"(a file older than spec 1.1.0? run `attnspec generate`)")
+    actual = content_hash(v)
+    if actual != v["sha256"]:
+        raise VectorFileError(
+            f"vector {vid} in {file or 'a vector file'} does not match its own sha256: "
+            f"{actual[:12]}... != {str(v['sha256'])[:12]}... (edited by hand? a vector is "
+            f"never changed in place: add a revision that supersedes it)")
+    return actual
 
 
 @dataclass
@@ -132,11 +284,24 @@ class Spec:
     files: dict[str, str]  # file name -> sha256
     components: dict[str, list[str]]  # component -> function names
 
+    def __repr__(self) -> str:  # short: the whole spec is megabytes of text
+        return (f"<Spec {self.version}: {len(self.vectors)} vectors, "
+                f"{len(self.functions)} functions>")
+
+    def component_hash(self, component: str) -> str:
+        """What a component citation pins: its vectors' (id, sha256) pairs."""
+        if component not in self.components:
+            raise KeyError(component)
+        return component_hash((v.id, v.sha256) for v in self.vectors if v.component == component)
+
     def vector(self, vid: str) -> Vector:
         for v in self.vectors:
             if v.id == vid:
                 return v
-        raise KeyError(vid)
+        near = difflib.get_close_matches(vid, [v.id for v in self.vectors], n=3)
+        raise NoSuchVector(f"no such vector {vid!r} in attnspec {self.version}"
+                           + (f" (did you mean {', '.join(near)}?)" if near else
+                              " (`attnspec list` shows every id)"))
 
     def by_component(self) -> dict[str, list[Vector]]:
         out: dict[str, list[Vector]] = {c: [] for c in self.components}
@@ -149,16 +314,18 @@ def load(directory: Path | str = VECTORS_DIR) -> Spec:
     """Load and hash-check every vector file listed in the manifest."""
     directory = Path(directory)
     manifest = read_manifest(directory)
+    files = listed_files(directory, manifest)
     functions: dict[str, Function] = {}
     vectors: list[Vector] = []
     components: dict[str, list[str]] = {}
-    for name, sha in manifest["files"].items():
+    for name, sha in files.items():
         doc = read_file(directory / name, sha)
+        check_file_structure(doc, name)
         fns = functions_of(doc)
         functions.update(fns)
         components[doc["component"]] = list(fns)
-        vectors.extend(vectors_of(doc, name, sha))
-    return Spec(manifest["spec_version"], functions, vectors, dict(manifest["files"]), components)
+        vectors.extend(vectors_of(doc, name))
+    return Spec(manifest["spec_version"], functions, vectors, dict(files), components)
 
 
 @cache

@@ -11,6 +11,9 @@ would pass on a bfloat16 backend).
 
 from __future__ import annotations
 
+import functools
+
+import numpy as np
 from attnspec.backends.numpy import NumpyBackend
 from attnspec.conformance.runner import Result, call, judge, run_vector
 from attnspec.spec.tensor import FLOAT_DTYPES
@@ -26,19 +29,58 @@ class Mutant(NumpyBackend):
 
     def function(self, name, module):
         if name in self.overrides:
-            return self.overrides[name]
+            return _keeping_dtype(self.overrides[name])
         return super().function(name, module)
+
+
+def _keeping_dtype(fn):
+    """A planted bug is about values: its float outputs are cast to its float inputs'
+    dtype, since the sketches compute in float64 and the suite checks output dtypes too."""
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        arrays = [*args, *kwargs.values(), *dict(kwargs.get("params") or {}).values()]
+        floats = [a.dtype for a in arrays if isinstance(a, np.ndarray) and a.dtype.kind == "f"]
+        out = fn(*args, **kwargs)
+        if not floats:
+            return out
+        dtype = np.result_type(*floats)
+
+        def cast(y):
+            return y.astype(dtype) if isinstance(y, np.ndarray) and y.dtype.kind == "f" else y
+
+        return tuple(map(cast, out)) if isinstance(out, tuple) else cast(out)
+
+    return wrapped
 
 
 def mutant(**overrides) -> Mutant:
     return Mutant(**overrides)
 
 
-def rejections(backend, component: str) -> dict[str, int]:
+def composite_mutant(family, methods=None, kernels=None) -> Mutant:
+    """The NumPy backend whose composites are ``family`` (a class of
+    ``backends/composite``) with ``methods`` replaced, calling ``kernels`` in place of the
+    NumPy ones. Every composite of the family calls the mutated ones, as in a backend."""
+    from attnspec.backends.composite import Kernels
+
+    k = Kernels("attnspec.backends.numpy")
+    mutated = type(f"Mutated{family.__name__}", (family,), dict(methods or {}))(k)
+    names = {n for c in family.__mro__ for n in c.__dict__.get("EXPORTS", ())}
+    exported = {n: getattr(mutated, n) for n in names}
+    for name, fn in {**exported, **(kernels or {})}.items():
+        setattr(k, name, fn)
+    return Mutant(**exported)
+
+
+def rejections(backend, component: str, flag: str | None = None) -> dict[str, int]:
+    """Per dtype, how many value vectors of ``component`` (with ``flag``, if given) fail."""
     spec = default_spec()
     fails = dict.fromkeys(FLOAT_DTYPES, 0)
     for v in spec.vectors:
         if v.component != component or v.expect != "value" or v.deprecated:
+            continue
+        if flag is not None and flag not in v.flags:
             continue
         for dtype in ("float64", "float32"):
             if dtype in v.dtypes and run_vector(backend, spec, v, dtype, "cpu").status != "pass":
@@ -64,3 +106,73 @@ def assert_rejected(backend, component: str) -> None:
     passed = [d for d, n in fails.items() if n == 0]
     assert not passed, (f"a planted bug in {component} passes every vector at {passed}: "
                         f"the vectors do not discriminate it ({fails})")
+
+
+# -- the catalogue, for benchmarks/tolerances.py ---------------------------------------
+
+def catalogue() -> list[tuple[str, str, object]]:
+    """Every planted bug of the project tests as (component, name, backend).
+
+    Found by running each test named ``*rejected*`` or ``*caught*`` of every test module
+    that imports this one, with ``assert_rejected`` and ``rejections`` recording their
+    backend instead of judging it, so a bug planted there is in the tolerance table
+    without being listed twice. (A test that judges its bug otherwise, vector by vector,
+    is not harvested.)
+    """
+    import importlib
+    from pathlib import Path
+    from unittest import mock
+
+    found: dict[tuple[str, str], object] = {}
+    here = Path(__file__).parent
+    for path in sorted(here.glob("test_*.py")):
+        if "from .mutants import" not in path.read_text(encoding="utf-8"):
+            continue
+        module = importlib.import_module(f"{__package__}.{path.stem}")
+        for fname, fn in sorted(vars(module).items()):
+            if not (fname.startswith("test_") and callable(fn)) or "correct" in fname \
+                    or not ("rejected" in fname or "caught" in fname):
+                continue
+            for label, kwargs in _parametrizations(fn):
+                name = label or fname.removeprefix("test_").removesuffix("_is_rejected") \
+                    .removesuffix("_is_caught")
+
+                def record(backend, component, *_, name=name, **__):
+                    if getattr(backend, "overrides", None):
+                        found.setdefault((component, name), backend)
+                    return dict.fromkeys(FLOAT_DTYPES, 1)
+
+                with mock.patch.object(module, "assert_rejected", record, create=True), \
+                        mock.patch.object(module, "rejections", record, create=True), \
+                        np.errstate(all="ignore"):
+                    try:
+                        fn(**kwargs)
+                    except Exception:  # noqa: BLE001 - its other checks are its own test's
+                        pass
+    return [(c, n, b) for (c, n), b in found.items()]
+
+
+def _parametrizations(fn):
+    """(label, kwargs) for each case of ``fn``'s pytest.mark.parametrize marks."""
+    cases = [("", {})]
+    for mark in reversed(getattr(fn, "pytestmark", [])):
+        if mark.name != "parametrize":
+            continue
+        names, values = mark.args[0], list(mark.args[1])
+        names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+        ids = mark.kwargs.get("ids")
+        labels = []
+        for i, val in enumerate(values):
+            if callable(ids):
+                labels.append(str(ids(val)))
+            elif ids is not None:
+                labels.append(str(ids[i]))
+            else:
+                labels.append(getattr(val, "__name__", None) or "-".join(map(str, val))
+                              if isinstance(val, tuple) else getattr(val, "__name__", str(val)))
+        new = []
+        for (label, kw), (lab, val) in ((c, lv) for c in cases for lv in zip(labels, values)):
+            vals = val if len(names) > 1 else (val,)
+            new.append(("-".join(x for x in (label, lab) if x), {**kw, **dict(zip(names, vals))}))
+        cases = new
+    return cases

@@ -5,19 +5,20 @@ import hashlib
 import json
 import shutil
 
-from attnspec.spec.vectors import MANIFEST, VECTORS_DIR
+from attnspec.spec.vectors import MANIFEST, VECTORS_DIR, content_hash
 
 from .test_cli import attnspec
 
 
 def _vectors_with_a_wrong_expectation(tmp_path):
-    """A copy of the vectors where softmax/basic-001 expects a wrong value, re-hashed, so
-    the correct NumPy backend fails exactly that vector."""
+    """A copy of the vectors where softmax/basic-001 expects a wrong value, re-hashed (the
+    vector and its file), so the correct NumPy backend fails exactly that vector."""
     d = tmp_path / "vectors"
     shutil.copytree(VECTORS_DIR, d)
     doc = json.loads((d / "softmax.json").read_text())
     vec = next(v for v in doc["vectors"] if v["id"] == "softmax/basic-001")
     vec["outputs"]["y"]["data"][0] += 0.125
+    vec["sha256"] = content_hash(vec)
     (d / "softmax.json").write_text(json.dumps(doc))
     manifest = json.loads((d / MANIFEST).read_text())
     manifest["files"]["softmax.json"] = hashlib.sha256((d / "softmax.json").read_bytes()).hexdigest()

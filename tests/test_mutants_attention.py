@@ -73,6 +73,57 @@ def test_combined_mask_mutant_is_rejected(broken):
     assert_rejected(mutant(combined_mask=broken), "masks")
 
 
+def window_top_left(*, t, s, window):
+    """The band aligned at the top left (query i at position i), wrong with a cache."""
+    i, j = np.arange(t)[:, None], np.arange(s)[None, :]
+    return (j <= i) & (j > i - window)
+
+
+def window_plus_one(*, t, s, window):
+    """q - k <= window: window + 1 keys (FlexAttention's sliding_window example)."""
+    return attention.sliding_window_mask(t=t, s=s, window=window + 1)
+
+
+def window_symmetric(*, t, s, window):
+    """|q - k| < window: a local band that also looks ahead (not causal)."""
+    p, j = np.arange(t)[:, None] + (s - t), np.arange(s)[None, :]
+    return np.abs(p - j) < window
+
+
+def window_ignored(*, t, s, window):
+    """The plain causal mask: the window dropped."""
+    return attention.causal_mask(t=t, s=s)
+
+
+@pytest.mark.parametrize("broken", [window_top_left, window_plus_one, window_symmetric,
+                                    window_ignored], ids=lambda f: f.__name__)
+def test_sliding_window_mask_mutant_is_rejected(broken):
+    assert_rejected(mutant(sliding_window_mask=broken), "masks")
+
+
+def softcap_hard_clip(x, *, cap):
+    return np.clip(x, -cap, cap)
+
+
+def softcap_no_division(x, *, cap):
+    return cap * np.tanh(x)
+
+
+def softcap_no_scaling(x, *, cap):
+    return np.tanh(x / cap)
+
+
+def softcap_gemma_default(x, *, cap):
+    """Gemma 2's attention cap 50 whatever cap is asked."""
+    return attention.softcap(x, cap=50.0)
+
+
+@pytest.mark.parametrize("broken", [softcap_hard_clip, softcap_no_division, softcap_no_scaling,
+                                    softcap_gemma_default], ids=lambda f: f.__name__)
+def test_softcap_mutant_is_rejected(broken):
+    assert_rejected(mutant(softcap=broken), "softcap")
+
+
 # -- sdpa ----------------------------------------------------------------------
 
 
@@ -160,7 +211,28 @@ def sdpa_no_max_subtraction(q, k, v, mask=None, bias=None, *, scale=None):
     return w @ np.asarray(v), w
 
 
-SDPA_MUTANTS = [sdpa_no_scale, sdpa_scale_one_over_k, sdpa_scale_sqrt_v, sdpa_scale_sqrt_d,
+def sdpa_multiplies_masked_values(q, k, v, mask=None, bias=None, *, scale=None):
+    """weights @ v: a masked key's NaN value times its weight 0 is NaN in the output."""
+    _, w = attention.sdpa(q, k, v, mask, bias, scale=scale)
+    return w @ np.asarray(v), w
+
+
+def sdpa_mask_as_minus_inf_bias(q, k, v, mask=None, bias=None, *, scale=None):
+    """The mask added as a -inf bias: a NaN score at a masked key stays NaN (NaN - inf)."""
+    fill = 0.0 if mask is None else np.where(mask, 0.0, -np.inf)
+    extra = fill if bias is None else np.asarray(bias) + fill
+    return attention.sdpa(q, k, v, None, np.broadcast_to(extra, np.shape(extra)).astype(
+        np.asarray(q).dtype) if np.ndim(extra) else None, scale=scale)
+
+
+def sdpa_nan_to_num(q, k, v, mask=None, bias=None, *, scale=None):
+    """NaN outputs replaced by 0 (nan_to_num): a kept NaN no longer propagates."""
+    out, w = attention.sdpa(q, k, v, mask, bias, scale=scale)
+    return np.nan_to_num(out, nan=0.0), np.nan_to_num(w, nan=0.0)
+
+
+SDPA_MUTANTS = [sdpa_multiplies_masked_values, sdpa_mask_as_minus_inf_bias, sdpa_nan_to_num,
+                sdpa_no_scale, sdpa_scale_one_over_k, sdpa_scale_sqrt_v, sdpa_scale_sqrt_d,
                 sdpa_scale_after_softmax, sdpa_ignores_scale_attribute, sdpa_bias_scaled,
                 sdpa_wrong_axis, sdpa_inverted_mask, sdpa_ignores_mask, sdpa_fill_minus_1e9,
                 sdpa_no_max_subtraction]
@@ -224,6 +296,27 @@ def topk_plain_sdpa(q, k, v, mask=None, *, top_k, scale=None):
     return attention.sdpa(q, k, v, mask, scale=scale)
 
 
+def topk_ties_attribute_ignored(q, k, v, mask=None, *, top_k, scale=None, ties="lower_index"):
+    return attention.topk_attention(q, k, v, mask, top_k=top_k, scale=scale)
+
+
+def topk_always_keep_all(q, k, v, mask=None, *, top_k, scale=None, ties="lower_index"):
+    """The Explicit Sparse Transformer code's >= k-th rule where the default is asked for."""
+    return attention.topk_attention(q, k, v, mask, top_k=top_k, scale=scale, ties="keep_all")
+
+
+def topk_multiplies_masked_values(q, k, v, mask=None, *, top_k, scale=None, ties="lower_index"):
+    _, w = attention.topk_attention(q, k, v, mask, top_k=top_k, scale=scale, ties=ties)
+    return w @ np.asarray(v), w
+
+
+@pytest.mark.parametrize("broken", [topk_ties_attribute_ignored, topk_always_keep_all,
+                                    topk_multiplies_masked_values])
+def test_topk_attention_edge_mutant_is_rejected(broken):
+    with np.errstate(all="ignore"):
+        assert_rejected(mutant(topk_attention=broken), "topk_attention")
+
+
 @pytest.mark.parametrize("broken", [topk_reversed_ties, topk_select_before_mask,
                                     topk_off_by_one, topk_no_scale, topk_scale_ignored,
                                     topk_inverted_mask, topk_plain_sdpa],
@@ -267,6 +360,32 @@ def test_attention_entropy_mutant_is_rejected(broken):
         assert_rejected(mutant(attention_entropy=broken), "attention_entropy")
 
 
-@pytest.mark.parametrize("component", ["masks", "sdpa", "topk_attention", "attention_entropy"])
+# -- sdpa with num_kv_heads (grouped-query attention) ----------------------------
+
+
+def _gqa(kv_index):
+    """An sdpa whose query head h reads kv head kv_index(h, H, H_kv)."""
+    def broken(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None):
+        if num_kv_heads is not None:
+            h = np.shape(q)[-3]
+            idx = [kv_index(i, h, num_kv_heads) for i in range(h)]
+            k, v = np.take(k, idx, axis=-3), np.take(v, idx, axis=-3)
+        return attention.sdpa(q, k, v, mask, bias, scale=scale)
+    return broken
+
+
+gqa_modulo = _gqa(lambda i, h, h_kv: i % h_kv)  # k.repeat(...) / tile instead of interleave
+gqa_first_kv_head = _gqa(lambda i, h, h_kv: 0)
+gqa_reversed_groups = _gqa(lambda i, h, h_kv: h_kv - 1 - i // (h // h_kv))
+
+
+@pytest.mark.parametrize("broken", [gqa_modulo, gqa_first_kv_head, gqa_reversed_groups],
+                         ids=lambda f: f.__name__)
+def test_sdpa_gqa_mutant_is_rejected(broken):
+    assert_rejected(mutant(sdpa=broken), "sdpa")
+
+
+@pytest.mark.parametrize("component", ["masks", "sdpa", "topk_attention", "attention_entropy",
+                                       "softcap"])
 def test_correct_backend_is_not_rejected(component):
     assert set(rejections(mutant(), component).values()) == {0}

@@ -1,4 +1,5 @@
-"""Planted bugs in layer_norm, rms_norm, feedforward, dropout, residual and embedding
+"""Planted bugs in layer_norm, rms_norm, feedforward, gated_feedforward, dropout, residual and
+embedding
 that the vectors must catch at every dtype (or, where the page says so, at the dtypes
 that can resolve them)."""
 
@@ -192,6 +193,83 @@ def test_feedforward_gelu_variant_rejected_where_resolvable(broken):
     assert fails["float64"] > 0 and fails["float32"] > 0, fails
 
 
+# -- gated_feedforward -----------------------------------------------------------------
+
+def _glu(x, params, act, gate="w_gate", up="w_up"):
+    return (act(x @ params[gate]) * (x @ params[up])) @ params["w_down"]
+
+
+def _sigmoid(h):
+    return 1 / (1 + np.exp(-h))
+
+
+def glu_silu_is_gelu(x, *, activation="silu", params):
+    """Swish replaced by GELU (SwiGLU computed as GeGLU)."""
+    return ff.gated_feedforward(x, activation="gelu" if activation == "silu" else activation,
+                                params=params)
+
+
+def glu_gelu_is_silu(x, *, activation="silu", params):
+    """GeGLU computed as SwiGLU."""
+    return ff.gated_feedforward(x, activation="silu" if activation == "gelu" else activation,
+                                params=params)
+
+
+def glu_gate_up_swapped(x, *, activation="silu", params):
+    """The activation applied to x W_up instead of x W_gate."""
+    return _glu(x, params, ff.GATES[activation], gate="w_up", up="w_gate")
+
+
+def glu_sigmoid_gate(x, *, activation="silu", params):
+    """The original GLU's sigmoid where silu is asked."""
+    act = _sigmoid if activation == "silu" else ff.GATES[activation]
+    return _glu(x, params, act)
+
+
+def glu_relu_gate(x, *, activation="silu", params):
+    """ReGLU: relu where silu is asked."""
+    act = ff.relu if activation == "silu" else ff.GATES[activation]
+    return _glu(x, params, act)
+
+
+def glu_act_on_product(x, *, activation="silu", params):
+    """act(x W_gate * x W_up) W_down: the activation after the product."""
+    act = ff.GATES[activation]
+    return act((x @ params["w_gate"]) * (x @ params["w_up"])) @ params["w_down"]
+
+
+def glu_ungated(x, *, activation="silu", params):
+    """act(x W_gate) W_down: the up branch dropped."""
+    return ff.GATES[activation](x @ params["w_gate"]) @ params["w_down"]
+
+
+def glu_gelu_is_tanh(x, *, activation="silu", params):
+    return ff.gated_feedforward(x, activation="gelu_tanh" if activation == "gelu" else activation,
+                                params=params)
+
+
+def glu_tanh_is_gelu(x, *, activation="silu", params):
+    return ff.gated_feedforward(x, activation="gelu" if activation == "gelu_tanh" else activation,
+                                params=params)
+
+
+GLU = [glu_silu_is_gelu, glu_gelu_is_silu, glu_gate_up_swapped, glu_sigmoid_gate, glu_relu_gate,
+       glu_act_on_product, glu_ungated]
+
+
+@pytest.mark.parametrize("broken", GLU, ids=lambda f: f.__name__)
+def test_gated_feedforward_mutant_is_rejected(broken):
+    with np.errstate(all="ignore"):
+        assert_rejected(mutant(gated_feedforward=broken), "gated_feedforward")
+
+
+@pytest.mark.parametrize("broken", [glu_gelu_is_tanh, glu_tanh_is_gelu], ids=lambda f: f.__name__)
+def test_gated_feedforward_gelu_variant_rejected_where_resolvable(broken):
+    """erf-GELU vs tanh-GELU in the gate: caught at float64 and float32 (the tail vectors)."""
+    fails = rejections(mutant(gated_feedforward=broken), "gated_feedforward")
+    assert fails["float64"] > 0 and fails["float32"] > 0, fails
+
+
 # -- dropout ---------------------------------------------------------------------------
 
 def drop_scale_by_keep_prob(x, keep_mask=None, *, p, seed=None):
@@ -328,8 +406,8 @@ def test_lm_head_mutant_is_rejected(broken):
     assert_rejected(mutant(lm_head=broken), "embedding")
 
 
-@pytest.mark.parametrize("component", ["layer_norm", "rms_norm", "feedforward", "dropout",
-                                       "residual", "embedding"])
+@pytest.mark.parametrize("component", ["layer_norm", "rms_norm", "feedforward",
+                                       "gated_feedforward", "dropout", "residual", "embedding"])
 def test_correct_backend_is_not_rejected(component):
     fails = rejections(mutant(), component)
     assert not any(fails.values()), fails

@@ -109,10 +109,13 @@ def _rel_attn(q, k, v, mask=None, *, max_distance, scale=None, params, rows=None
     rel = np.einsum("btk,tsk->bts", q, rel_k[idx]) if use_k else 0
     e = q @ k.swapaxes(-1, -2) * scale + rel * (scale if scale_rel else 1)
     keep = np.ones(e.shape, bool) if mask is None else np.broadcast_to(mask, e.shape)
+    top = keep & (e == np.inf)  # kept +inf scores share the weight (the limit)
+    e = np.where(top.any(-1, keepdims=True), np.where(top, 0, -np.inf), e)
     w = np.where(keep, np.exp(np.where(keep, e, -np.inf) - np.max(
         np.where(keep, e, -np.inf), -1, keepdims=True)), 0)
     w = np.nan_to_num(w / w.sum(-1, keepdims=True))
-    z = w @ v + (np.einsum("bts,tsv->btv", w, rel_v[idx]) if use_v else 0)
+    vv = v[:, None] + (rel_v[idx] if use_v else 0)  # (B, T, S, V)
+    z = np.sum(np.where((w != 0)[..., None], w[..., None] * vv, 0), -2)  # weight 0: left out
     return z, w
 
 
@@ -211,11 +214,59 @@ def test_rope_float32_angles_fail_float32():
     assert rejections(mutant(rope=float32_angles), "rope")["float32"] > 0
 
 
+# -- alibi ---------------------------------------------------------------------
+
+
+def _alibi(slopes, t, s, *, top_left=False, symmetric=False):
+    m = np.asarray(slopes, dtype=np.float64)[:, None, None]
+    p = np.arange(t)[:, None] + (0 if top_left else s - t)
+    d = p - np.arange(s)[None, :]
+    return -m * (np.abs(d) if symmetric else d)
+
+
+def alibi_geometric_for_every_h(*, num_heads, t, s):
+    """m_h = 2^(-8 (h + 1) / H) also when H is not a power of two."""
+    return _alibi(2.0 ** (-8.0 * np.arange(1, num_heads + 1) / num_heads), t, s)
+
+
+def alibi_halving_slopes(*, num_heads, t, s):
+    """m_h = 2^-(h + 1) whatever H (the 8-head slopes)."""
+    return _alibi(2.0 ** -np.arange(1, num_heads + 1.0), t, s)
+
+
+def alibi_reversed_heads(*, num_heads, t, s):
+    return positional.alibi_bias(num_heads=num_heads, t=t, s=s)[::-1]
+
+
+def alibi_top_left(*, num_heads, t, s):
+    m = -positional.alibi_bias(num_heads=num_heads, t=1, s=2)[:, 0, 0]
+    return _alibi(m, t, s, top_left=True)
+
+
+def alibi_symmetric(*, num_heads, t, s):
+    """-m |p - j| (the encoder variant), equal to the spec below the diagonal only."""
+    m = -positional.alibi_bias(num_heads=num_heads, t=1, s=2)[:, 0, 0]
+    return _alibi(m, t, s, symmetric=True)
+
+
+def alibi_sign_flipped(*, num_heads, t, s):
+    return -positional.alibi_bias(num_heads=num_heads, t=t, s=s)
+
+
+ALIBI = [alibi_geometric_for_every_h, alibi_halving_slopes, alibi_reversed_heads,
+         alibi_top_left, alibi_symmetric, alibi_sign_flipped]
+
+
+@pytest.mark.parametrize("broken", ALIBI, ids=lambda f: f.__name__)
+def test_alibi_mutant_is_rejected(broken):
+    assert_rejected(mutant(alibi_bias=broken), "alibi")
+
+
 # -- the correct backend ---------------------------------------------------------
 
 
 @pytest.mark.parametrize("component", ["sinusoidal_pe", "learned_pe", "relative_attention",
-                                       "rope"])
+                                       "rope", "alibi"])
 def test_correct_backend_is_not_rejected(component):
     assert set(rejections(mutant(), component).values()) == {0}
 

@@ -1,8 +1,9 @@
 """Planted bugs in the recurrent components that the vectors must catch at every dtype.
 
-Each mutant patches one piece of ``backends/numpy/rnn.py`` (the GRU step, the attention
-call, the decoder step...) for the duration of a call, so the public functions run the
-real code around the planted bug.
+A GRU mutant patches one piece of ``backends/numpy/rnn.py`` (the step, the run) for the
+duration of a call; an encoder-decoder mutant overrides one method of the shared composite
+(the attention call, the decoder step...). Either way the public functions run the real
+code around the planted bug.
 """
 
 import contextlib
@@ -10,16 +11,17 @@ from unittest import mock
 
 import numpy as np
 import pytest
+from attnspec.backends.composite import Kernels
+from attnspec.backends.composite.rnn import Seq2Seq
 from attnspec.backends.numpy import embedding as np_embedding
 from attnspec.backends.numpy import rnn
 from attnspec.conformance.runner import run_vector
 from attnspec.spec.vectors import default_spec
 
-from .mutants import assert_rejected, mutant, rejections
+from .mutants import assert_rejected, composite_mutant, mutant, rejections
 
-FUNCTIONS = ("gru_cell", "gru", "seq2seq_attention", "seq2seq_greedy_decode")
-_real = {name: getattr(rnn, name) for name in
-         ("_step", "_attend", "_decoder_step", "_encode", "_sigmoid", "_run")}
+FUNCTIONS = ("gru_cell", "gru", "seq2seq_attention", "seq2seq_greedy_decode")  # use rnn._step
+_real = {name: getattr(rnn, name) for name in ("_step", "_sigmoid", "_run")}
 
 
 def rnn_mutant(target=rnn, **replacements):
@@ -98,72 +100,68 @@ def test_gru_ignoring_h0_is_rejected():
 
 
 # -- encoder-decoder ------------------------------------------------------------------
+# The encoder-decoder is the shared composite (backends/composite/rnn.py): a mutant
+# overrides one of its methods, or one kernel it calls, on the NumPy kernels.
 
-def attend_unmasked(m, query):
+def attend_unmasked(self, m, queries):
     """Source padding not masked: pad positions take part in the attention softmax."""
-    return _real["_attend"](m._replace(keep=np.ones_like(m.keep)), query)
+    return Seq2Seq._attend(self, m._replace(keep=np.ones_like(m.keep)), queries)
 
 
-def last_state_regardless_of_padding(src_ids, attention, pad_id, params):
+def last_state_regardless_of_padding(self, src_ids, attention, pad_id, params):
     """The decoder starts from the encoder's state at position S-1, even when it is a pad."""
-    m = _real["_encode"](src_ids, attention, pad_id, params)
+    m = Seq2Seq._encode(self, src_ids, attention, pad_id, params)
     return m._replace(h0=m.outputs[:, -1])
 
 
-def _luong_step(combine):
-    def step(m, y_prev, h_prev):
-        if m.attention == "additive":
-            return _real["_decoder_step"](m, y_prev, h_prev)
-        emb = np_embedding.embedding(y_prev, scale=False, params=m.params.scope("decoder.embed"))
-        h = rnn._step(emb, h_prev, m.decoder)
-        return combine(m, h, h_prev, emb)
-    return step
+def luong_from_previous_state(self, m, embs):
+    """Luong attention from h_{t-1} instead of h_t (teacher-forced and decoding)."""
+    if m.attention == "additive":
+        return Seq2Seq._teacher_forced(self, m, embs)
+    states, _ = rnn.gru(embs, m.h0, params=m.params.scope("decoder.gru"))
+    previous = np.concatenate([m.h0[:, None], states[:, :-1]], axis=1)  # (B, T, H)
+    context, weights = self._attend(m, previous)
+    return states, weights, context, self._combine(m, context, states)
 
 
-def _finish(m, h, context, weights, first, second):
-    combined = np.tanh(np.concatenate([first, second], axis=-1) @ m.combine)
-    logits = np_embedding.lm_head(combined, tied=False, params=m.params.scope("out"))
-    return h, logits, weights, context, combined
+def luong_step_from_previous_state(self, m, emb, h_prev):
+    if m.attention == "additive":
+        return Seq2Seq._decoder_step(self, m, emb, h_prev)
+    h = rnn.gru_cell(emb, h_prev, params=m.params.scope("decoder.gru"))
+    context, weights = self._attend(m, h_prev[:, None])
+    return h, self._logits(m, self._combine(m, context[:, 0], h)), weights[:, 0], context[:, 0]
 
 
-def _previous_state(m, h, h_prev, emb):
-    context, weights = rnn._attend(m, h_prev)  # Luong attention from h_{t-1}
-    return _finish(m, h, context, weights, context, h)
+def swapped_concat(self, m, context, h):
+    """[h_t; c_t] instead of [c_t; h_t]."""
+    return np.tanh(np.concatenate([h, context], axis=-1) @ m.combine)
 
 
-def _swapped_concat(m, h, h_prev, emb):
-    context, weights = rnn._attend(m, h)
-    return _finish(m, h, context, weights, h, context)  # [h_t; c_t] instead of [c_t; h_t]
-
-
-def bahdanau_from_current_state(m, y_prev, h_prev):
+def bahdanau_from_current_state(self, m, emb, h_prev):
     """additive: the attention query is the state after a GRU step without context."""
     if m.attention != "additive":
-        return _real["_decoder_step"](m, y_prev, h_prev)
-    emb = np_embedding.embedding(y_prev, scale=False, params=m.params.scope("decoder.embed"))
-    zero = np.zeros_like(h_prev)
-    guess = rnn._step(np.concatenate([emb, zero], axis=-1), h_prev, m.decoder)
-    context, weights = rnn._attend(m, guess)
-    h = rnn._step(np.concatenate([emb, context], axis=-1), h_prev, m.decoder)
-    logits = np_embedding.lm_head(h, tied=False, params=m.params.scope("out"))
-    return h, logits, weights, context, h
+        return Seq2Seq._decoder_step(self, m, emb, h_prev)
+    gru = m.params.scope("decoder.gru")
+    guess = rnn.gru_cell(np.concatenate([emb, np.zeros_like(h_prev)], axis=-1), h_prev,
+                         params=gru)
+    context, weights = self._attend(m, guess[:, None])
+    h = rnn.gru_cell(np.concatenate([emb, context[:, 0]], axis=-1), h_prev, params=gru)
+    return h, self._logits(m, h), weights[:, 0], context[:, 0]
 
 
 def scaled_embedding(ids, *, scale=True, params):
     """The Transformer's sqrt(D) embedding scale applied in the RNN model."""
-    return _real_embedding(ids, scale=True, params=params)
-
-
-_real_embedding = np_embedding.embedding
+    return np_embedding.embedding(ids, scale=True, params=params)
 
 
 def no_pad_after_eos(src_ids, *, attention, pad_id, bos_id, eos_id, max_len, params):
     """Decoding goes on after EOS instead of padding the row."""
-    m = rnn._encode(rnn._ids("src_ids", src_ids), attention, pad_id, params)
+    s = Seq2Seq(Kernels("attnspec.backends.numpy"))
+    m = s._encode(s._ids("src_ids", src_ids), attention, pad_id, params)
     ids = np.full((src_ids.shape[0], max_len), bos_id, dtype=np.int64)
     h = m.h0
     for t in range(1, max_len):
-        h, logits = rnn._decoder_step(m, ids[:, t - 1], h)[:2]
+        h, logits = s._decoder_step(m, s._embed(m, ids[:, t - 1]), h)[:2]
         ids[:, t] = np.argmax(logits, axis=-1)
     return ids
 
@@ -171,19 +169,21 @@ def no_pad_after_eos(src_ids, *, attention, pad_id, bos_id, eos_id, max_len, par
 S2S_MUTANTS = {
     "padding-not-masked": dict(_attend=attend_unmasked),
     "initial-state-at-last-position": dict(_encode=last_state_regardless_of_padding),
-    "luong-attends-from-previous-state": dict(_decoder_step=_luong_step(_previous_state)),
-    "luong-concat-order-swapped": dict(_decoder_step=_luong_step(_swapped_concat)),
+    "luong-attends-from-previous-state": dict(_teacher_forced=luong_from_previous_state,
+                                              _decoder_step=luong_step_from_previous_state),
+    "luong-concat-order-swapped": dict(_combine=swapped_concat),
     "bahdanau-attends-from-current-state": dict(_decoder_step=bahdanau_from_current_state),
 }
 
 
 @pytest.mark.parametrize("name", list(S2S_MUTANTS))
 def test_seq2seq_mutant_is_rejected(name):
-    assert_rejected(rnn_mutant(**S2S_MUTANTS[name]), "seq2seq_attention")
+    assert_rejected(composite_mutant(Seq2Seq, S2S_MUTANTS[name]), "seq2seq_attention")
 
 
 def test_seq2seq_scaled_embedding_is_rejected():
-    assert_rejected(rnn_mutant(np_embedding, embedding=scaled_embedding), "seq2seq_attention")
+    assert_rejected(composite_mutant(Seq2Seq, kernels=dict(embedding=scaled_embedding)),
+                    "seq2seq_attention")
 
 
 def test_decoding_without_padding_after_eos_is_rejected():
@@ -202,9 +202,10 @@ def _greedy_failures(backend) -> int:
 @pytest.mark.parametrize("name", [n for n in S2S_MUTANTS if not n.startswith("bahdanau")])
 def test_greedy_vectors_alone_catch_decoder_mutants(name):
     """The decoding vectors (exact ids) also reject each decoder mutant on their own."""
-    assert _greedy_failures(rnn_mutant(**S2S_MUTANTS[name])) > 0
+    assert _greedy_failures(composite_mutant(Seq2Seq, S2S_MUTANTS[name])) > 0
 
 
 @pytest.mark.parametrize("component", ["gru_cell", "gru", "seq2seq_attention"])
 def test_correct_backend_is_not_rejected(component):
     assert set(rejections(mutant(), component).values()) == {0}
+    assert set(rejections(composite_mutant(Seq2Seq), component).values()) == {0}

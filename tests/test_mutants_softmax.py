@@ -28,7 +28,26 @@ def wrong_axis(x, mask=None, *, axis=-1):
     return attention.softmax(x, mask, axis=-1)
 
 
-@pytest.mark.parametrize("broken", [naive, fill_minus_1e9, inverted_mask, wrong_axis],
+def framework_pos_inf(x, mask=None, *, axis=-1):
+    """torch.softmax / tf.nn.softmax on masked_fill(-inf): a row holding +inf is NaN."""
+    x = np.asarray(x)
+    keep = np.ones(x.shape, bool) if mask is None else np.broadcast_to(mask, x.shape)
+    x = np.where(keep, x, -np.inf)
+    m = np.max(x, axis=axis, keepdims=True)
+    e = np.exp(x - np.where(np.isneginf(m), 0, m))
+    total = e.sum(axis=axis, keepdims=True)
+    return np.where(total > 0, e / np.where(total > 0, total, 1), 0)
+
+
+def nan_as_masked(x, mask=None, *, axis=-1):
+    """NaN entries dropped like masked ones (a nanmax/nansum implementation)."""
+    x = np.asarray(x)
+    keep = ~np.isnan(x) if mask is None else ~np.isnan(x) & np.asarray(mask)
+    return attention.softmax(np.where(np.isnan(x), 0, x), keep, axis=axis)
+
+
+@pytest.mark.parametrize("broken", [naive, fill_minus_1e9, inverted_mask, wrong_axis,
+                                    framework_pos_inf, nan_as_masked],
                          ids=lambda f: f.__name__)
 def test_softmax_mutant_is_rejected(broken):
     with np.errstate(all="ignore"):

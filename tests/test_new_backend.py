@@ -20,7 +20,8 @@ from attnspec.spec.errors import DTypeError
 
 
 def softmax(x, mask=None, *, axis=-1):
-    """y_i = exp(x_i - m) / sum_j exp(x_j - m) over the kept entries; nothing kept -> 0."""
+    """y_i = exp(x_i - m) / sum_j exp(x_j - m) over the kept entries; nothing kept -> 0;
+    kept +inf entries share the slice; a kept NaN makes the slice's kept weights NaN."""
     x = np.asarray(x)
     if x.dtype.kind != "f":
         raise DTypeError(f"x must be floating, got {x.dtype}")
@@ -33,12 +34,16 @@ def softmax(x, mask=None, *, axis=-1):
             raise DTypeError(f"mask must be boolean, got {mask.dtype}")
         check.broadcastable("mask", mask, s)
         keep = np.broadcast_to(mask, s)
-    keep = keep & (x != -np.inf)
-    m = np.max(np.where(keep, x, -np.inf), axis=axis, keepdims=True)
+    kept = keep & (x != -np.inf)
+    nan = np.any(kept & np.isnan(x), axis=axis, keepdims=True)
+    top = kept & (x == np.inf)
+    live = np.where(np.any(top, axis=axis, keepdims=True), top, kept & ~np.isnan(x))
+    x = np.where(top, 0, x)
+    m = np.max(np.where(live, x, -np.inf), axis=axis, keepdims=True, initial=-np.inf)
     m = np.where(np.isfinite(m), m, 0)
-    e = np.where(keep, np.exp(np.where(keep, x - m, 0)), 0)
+    e = np.where(live, np.exp(np.where(live, x - m, 0)), 0)
     total = np.sum(e, axis=axis, keepdims=True)
-    return e / np.where(total > 0, total, 1)
+    return np.where(nan & kept, np.nan, e / np.where(total > 0, total, 1))
 '''
 
 
@@ -70,6 +75,17 @@ def test_scaffold_layout(tmp_path, capsys):
     attention = (root / "src" / "attnspec_stubby" / "attention.py").read_text()
     assert "@missing\ndef softmax(x, mask=None, *, axis=-1):" in attention
     assert (root / "src" / "attnspec_stubby" / "known_failures.txt").is_file()
+    # the composites are not stubs: the shared ones, bound to the package; ops.py has a
+    # stub of each primitive op they call
+    from attnspec.backends.composite import OPS
+
+    layers = (root / "src" / "attnspec_stubby" / "layers.py").read_text()
+    assert "@missing" not in layers
+    assert "encoder_layer, decoder_layer, encoder, decoder = Layers.bind(__package__)" in layers
+    ffn = (root / "src" / "attnspec_stubby" / "feedforward.py").read_text()
+    assert "@missing\ndef feedforward(" in ffn and '(residual,) = Layers.bind(__package__, "residual")' in ffn
+    ops = (root / "src" / "attnspec_stubby" / "ops.py").read_text()
+    assert [n for n in OPS if f"\ndef {n}(" not in ops] == []
     assert main(["new-backend", "stubby", "--path", str(tmp_path)]) == 2  # exists already
     assert main(["new-backend", "Not-A-Name", "--path", str(tmp_path)]) == 2
 

@@ -94,3 +94,89 @@ def test_restricted_vectors_say_why():
     for v in default_spec().vectors:
         if len(v.dtypes) < 4:
             assert v.dtype_note, v.id
+
+
+def _rehash_file(d, name):
+    """Re-hash a file in the manifest, as someone editing it by hand would."""
+    import hashlib
+
+    from attnspec.spec.vectors import MANIFEST
+
+    manifest = json.loads((d / MANIFEST).read_text())
+    manifest["files"][name] = hashlib.sha256((d / name).read_bytes()).hexdigest()
+    (d / MANIFEST).write_text(json.dumps(manifest))
+
+
+def _edit_vector(d, vid, edit):
+    path = d / f"{vid.split('/')[0]}.json"
+    doc = json.loads(path.read_text())
+    edit(next(v for v in doc["vectors"] if v["id"] == vid))
+    path.write_text(json.dumps(doc))
+    _rehash_file(d, path.name)
+
+
+@pytest.mark.parametrize("edit", [
+    lambda v: v["outputs"]["y"]["data"].__setitem__(0, v["outputs"]["y"]["data"][0] + 1e-3),
+    lambda v: v["tolerances"]["float16"].__setitem__("rtol", 0.5),
+    lambda v: v["attributes"].__setitem__("axis", 0),
+    lambda v: v.__setitem__("dtypes", ["float64"]),
+])
+def test_a_vector_whose_content_does_not_match_its_hash_is_refused_naming_it(vectors_copy, edit):
+    _edit_vector(vectors_copy, "softmax/basic-001", edit)
+    with pytest.raises(VectorFileError, match="vector softmax/basic-001 in softmax.json does not match "
+                                              "its own sha256"):
+        load(vectors_copy)
+
+
+def test_a_vector_without_a_hash_is_refused(vectors_copy):
+    _edit_vector(vectors_copy, "softmax/mask-001", lambda v: v.pop("sha256"))
+    with pytest.raises(VectorFileError, match="softmax/mask-001 .* has no sha256"):
+        load(vectors_copy)
+
+
+def test_editorial_fields_are_outside_the_hash(vectors_copy):
+    def edit(v):
+        v["description"] = "Reworded, but the same case."
+        v["flags"] = ["basic", "batch"]
+
+    _edit_vector(vectors_copy, "softmax/basic-001", edit)
+    v = load(vectors_copy).vector("softmax/basic-001")
+    assert v.description == "Reworded, but the same case."
+    assert v.sha256 == default_spec().vector("softmax/basic-001").sha256
+
+
+def test_the_content_hash_is_of_the_canonical_fields():
+    """Recomputed here from the raw vector, independently of the loader."""
+    import hashlib
+
+    fields = ("id", "function", "dtypes", "expect", "attributes", "inputs", "params", "outputs",
+              "intermediates", "error", "error_mentions", "tolerances")
+    for v in default_spec().vectors[::17]:
+        content = {k: v.raw[k] for k in fields if k in v.raw}
+        text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        assert hashlib.sha256(text.encode()).hexdigest() == v.sha256, v.id
+
+
+def test_every_vector_carries_its_own_tolerances():
+    for v in default_spec().vectors:
+        assert set(v.raw["tolerances"]) == {"float64", "float32", "float16", "bfloat16"}, v.id
+        assert v.tolerances is v.raw["tolerances"]
+
+
+def test_supersede_links_point_both_ways():
+    spec = default_spec()
+    for v in spec.vectors:
+        if v.superseded_by:
+            assert v.deprecated and spec.vector(v.superseded_by).supersedes == v.id, v.id
+        if v.supersedes:
+            assert spec.vector(v.supersedes).superseded_by == v.id, v.id
+
+
+def test_loading_stays_fast():
+    import time
+
+    from attnspec.spec.vectors import VECTORS_DIR as d
+
+    start = time.perf_counter()
+    load(d)
+    assert time.perf_counter() - start < 3.0

@@ -9,7 +9,7 @@ golden vectors like every other backend.
 from __future__ import annotations
 
 import numpy as np
-from attnspec.spec.errors import DTypeError
+from attnspec.spec.errors import ConfigError, DTypeError
 
 from ..base import Backend
 
@@ -19,6 +19,12 @@ DTYPES = {"float64": np.float64, "float32": np.float32}
 class NumpyBackend(Backend):
     name = "numpy"
     package = __name__
+
+    def __init__(self, **options):
+        if options:
+            raise ConfigError(f"unknown numpy backend option(s) {sorted(options)}; the numpy "
+                              f"backend takes none")
+        super().__init__()
 
     def devices(self) -> list[str]:
         return ["cpu"]
@@ -40,8 +46,3 @@ class NumpyBackend(Backend):
 
     def versions(self) -> dict[str, str]:
         return {"numpy": np.__version__}
-
-    def extra_checks(self, device: str):
-        from ._extras import CHECKS
-
-        return list(CHECKS)

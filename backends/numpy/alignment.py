@@ -6,7 +6,7 @@ import numpy as np
 
 from .. import _checks as check
 from ._core import boolean, floating
-from .attention import softmax
+from .attention import softmax, weighted_sum
 
 SCORES = ("dot", "general", "concat")
 
@@ -14,13 +14,9 @@ SCORES = ("dot", "general", "concat")
 def _inputs(query, keys, values, mask):
     """Checked query (B, T, Dq), keys (B, S, Dk), values (B, S, Dv) (default keys), mask."""
     query, keys = floating("query", query), floating("keys", keys)
-    b, t, _ = check.rank("query", query, min_rank=3, max_rank=3)
-    _, s, _ = check.rank("keys", keys, min_rank=3, max_rank=3)
     values = keys if values is None else floating("values", values)
-    check.rank("values", values, min_rank=3, max_rank=3)
-    check.same("batch size", **{"query.shape[0]": b, "keys.shape[0]": keys.shape[0],
-                                "values.shape[0]": values.shape[0]})
-    check.same("key length", **{"keys.shape[1]": s, "values.shape[1]": values.shape[1]})
+    b, t, s, _, _ = check.sequences(query, keys, values, ("query", "keys", "values"),
+                                    same_width=False)
     if mask is not None:
         mask = boolean("mask", mask)
         check.broadcastable("mask", mask, (b, t, s))
@@ -39,7 +35,7 @@ def _tanh_score(q_proj, k_proj, v):
 def _attend(scores, values, mask):
     """weights = masked softmax over s; context = weights values."""
     weights = softmax(scores, mask)  # (B, T, S)
-    return weights @ values, weights  # (B, T, Dv), (B, T, S)
+    return weighted_sum(weights, values), weights  # (B, T, Dv), (B, T, S)
 
 
 def additive_attention(query, keys, values=None, mask=None, *, params):

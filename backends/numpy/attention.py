@@ -4,7 +4,7 @@ self- and multi-head attention, top-k attention, attention entropy."""
 from __future__ import annotations
 
 import numpy as np
-from attnspec.spec.errors import ConfigError, DomainError, DTypeError, ShapeError
+from attnspec.spec.errors import DomainError, DTypeError
 
 from .. import _checks as check
 from ._core import boolean, floating, integers
@@ -13,7 +13,9 @@ from ._core import boolean, floating, integers
 def softmax(x, mask=None, *, axis=-1):
     """softmax(x)_i = exp(x_i - m) / sum_j exp(x_j - m), m = max over kept entries.
 
-    Masked entries (mask False) get weight 0; a slice with nothing kept is all 0.
+    Masked entries (mask False) and -inf get weight 0; a slice with nothing kept is all 0.
+    Kept +inf entries share the slice equally (the limit); a kept NaN makes every kept
+    weight of its slice NaN.
     """
     x = floating("x", x)
     s = check.rank("x", x, min_rank=1)
@@ -24,16 +26,30 @@ def softmax(x, mask=None, *, axis=-1):
         keep = boolean("mask", mask)
         check.broadcastable("mask", keep, s)
         keep = np.broadcast_to(keep, s)
-    keep = keep & (x != -np.inf)
-    m = np.max(np.where(keep, x, -np.inf), axis=axis, keepdims=True)
+    kept = keep & (x != -np.inf)  # entries that compete
+    nan = np.any(kept & np.isnan(x), axis=axis, keepdims=True)
+    top = kept & (x == np.inf)
+    live = np.where(np.any(top, axis=axis, keepdims=True), top, kept & ~np.isnan(x))
+    x = np.where(top, 0, x)  # each +inf entry: exp(0) = 1, an equal share
+    m = np.max(np.where(live, x, -np.inf), axis=axis, keepdims=True, initial=-np.inf)
     m = np.where(np.isfinite(m), m, 0)
-    e = np.where(keep, np.exp(np.where(keep, x - m, 0)), 0)
+    e = np.where(live, np.exp(np.where(live, x - m, 0)), 0)
     total = np.sum(e, axis=axis, keepdims=True)
-    return e / np.where(total > 0, total, 1)
+    y = e / np.where(total > 0, total, 1)
+    return np.where(nan & kept, x.dtype.type(np.nan), y)
 
 
-def _size(name: str, value) -> int:
-    return check.integer(name, value, lo=0)
+def weighted_sum(weights, v):
+    """out[..., i, :] = sum over the j with weights[..., i, j] != 0 of weights[..., i, j] v[..., j, :].
+
+    A key of weight 0 (masked) is left out, not multiplied by 0, so a NaN or inf in
+    its value cannot reach the output (0 * NaN = NaN).
+    """
+    if np.all(np.isfinite(v)):
+        return weights @ v  # (..., T, V)
+    with np.errstate(invalid="ignore"):
+        terms = weights[..., :, :, None] * v[..., None, :, :]  # (..., T, S, V)
+    return np.sum(np.where((weights != 0)[..., None], terms, 0), axis=-2)  # (..., T, V)
 
 
 def causal_mask(*, t, s):
@@ -41,10 +57,27 @@ def causal_mask(*, t, s):
 
     When T > S the first T - S rows attend nothing.
     """
-    t, s = _size("t", t), _size("s", s)
+    t, s = check.size("t", t), check.size("s", s)
     i = np.arange(t)[:, None]  # (T, 1)
     j = np.arange(s)[None, :]  # (1, S)
     return j <= i + (s - t)  # (T, S)
+
+
+def sliding_window_mask(*, t, s, window):
+    """mask[i, j] = p - W < j <= p with p = i + (S - T): the causal mask limited to the W
+    most recent keys (the query's own position included), bottom-right aligned."""
+    t, s = check.size("t", t), check.size("s", s)
+    w = check.integer("window", window, lo=1)
+    p = np.arange(t)[:, None] + (s - t)  # (T, 1) absolute query positions
+    j = np.arange(s)[None, :]  # (1, S)
+    return (j <= p) & (j > p - w)  # (T, S)
+
+
+def softcap(x, *, cap):
+    """y = cap tanh(x / cap): logit soft-capping (Gemma 2), elementwise; cap > 0."""
+    x = floating("x", x)
+    c = x.dtype.type(check.eps(cap, "cap"))
+    return c * np.tanh(x / c)
 
 
 def padding_mask(ids, *, pad_id):
@@ -58,23 +91,13 @@ def padding_mask(ids, *, pad_id):
 def combined_mask(ids, *, pad_id, t, num_heads=1, causal=True):
     """mask[b, h, i, j] = padding[b, j] and causal[i, j] (causal over T x S, S = ids.shape[1])."""
     keep = padding_mask(ids, pad_id=pad_id)  # (B, 1, 1, S)
-    t = _size("t", t)
+    t = check.size("t", t)
     h = check.integer("num_heads", num_heads, lo=1)
-    if not isinstance(causal, (bool, np.bool_)):
-        raise ConfigError(f"causal must be True or False, got {causal!r}")
+    causal = check.flag("causal", causal)
     b, s = keep.shape[0], keep.shape[-1]
     if causal:
         keep = keep & causal_mask(t=t, s=s)  # (B, 1, T, S)
     return np.broadcast_to(keep, (b, h, t, s)).copy()  # (B, H, T, S)
-
-
-def _scale(scale, width: int, dtype) -> np.floating:
-    if scale is None:
-        return dtype.type(1.0 / np.sqrt(width))
-    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(scale):
-        raise ConfigError(f"scale must be a finite number or None, got {scale!r}")
-    return dtype.type(scale)
 
 
 def _attention_inputs(q, k, v, mask, bias):
@@ -83,14 +106,7 @@ def _attention_inputs(q, k, v, mask, bias):
     for name, x in (("k", k), ("v", v)):
         if x.dtype != q.dtype:
             raise DTypeError(f"{name} has dtype {x.dtype} but q has {q.dtype}")
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        check.rank(name, x, min_rank=2)
-    check.same("key width", **{"q.shape[-1]": q.shape[-1], "k.shape[-1]": k.shape[-1]})
-    check.same("key length", **{"k.shape[-2]": k.shape[-2], "v.shape[-2]": v.shape[-2]})
-    if q.shape[-1] < 1:
-        raise ShapeError(f"key width must be >= 1, got q of shape {q.shape}")
-    batch = check.batch_broadcast("q, k, v", q=q.shape[:-2], k=k.shape[:-2], v=v.shape[:-2])
-    full = batch + (q.shape[-2], k.shape[-2])  # (..., T, S)
+    full = check.attention_shapes(q, k, v)  # (..., T, S)
     if mask is not None:
         mask = boolean("mask", mask)
         check.broadcastable("mask", mask, full)
@@ -102,38 +118,59 @@ def _attention_inputs(q, k, v, mask, bias):
     return q, k, v, mask, bias, full
 
 
-def sdpa(q, k, v, mask=None, bias=None, *, scale=None):
+def repeat_kv(q, k, v, num_kv_heads):
+    """k, v (..., H_kv, S, .) -> (..., H, S, .), each kv head repeated H / H_kv times."""
+    group = check.kv_heads(num_kv_heads, np.shape(q), np.shape(k), np.shape(v))
+    return np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)
+
+
+def sdpa(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None):
     """weights = softmax(scale * q k^T + bias, masked), output = weights v.
 
     scale defaults to 1/sqrt(K); masked keys get weight 0 and a row with no key
-    left gives zero weights and a zero output.
+    left gives zero weights and a zero output. With num_kv_heads (grouped-query
+    attention), axis -3 holds the heads and query head h reads kv head h // (H / H_kv).
     """
+    if num_kv_heads is not None:
+        k, v = repeat_kv(q, k, v, num_kv_heads)
     q, k, v, mask, bias, full = _attention_inputs(q, k, v, mask, bias)
-    c = _scale(scale, q.shape[-1], q.dtype)
+    c = q.dtype.type(check.scale(scale, q.shape[-1]))
     scores = (q @ np.swapaxes(k, -1, -2)) * c  # (..., T, S)
     if bias is not None:
         scores = scores + bias
     weights = softmax(np.broadcast_to(scores, full), mask)  # (..., T, S)
-    return weights @ v, weights  # (..., T, V), (..., T, S)
+    return weighted_sum(weights, v), weights  # (..., T, V), (..., T, S)
 
 
-def topk_attention(q, k, v, mask=None, *, top_k, scale=None):
+TIES = ("lower_index", "keep_all")
+
+
+def topk_attention(q, k, v, mask=None, *, top_k, scale=None, ties="lower_index"):
     """Softmax over the top_k largest scores scale * q k^T of each query, 0 elsewhere.
 
-    Only unmasked keys compete; equal scores keep the lower key index first; with
-    fewer than top_k unmasked keys all of them are kept.
+    Only unmasked keys compete; with fewer than top_k unmasked keys all of them are
+    kept. ties="lower_index": equal scores keep the lower key index first (exactly
+    top_k kept); "keep_all": every key scoring >= the top_k-th largest is kept.
+    A NaN among a row's unmasked scores makes its unmasked weights NaN.
     """
     q, k, v, mask, _, full = _attention_inputs(q, k, v, mask, None)
     top_k = check.integer("top_k", top_k, lo=1, hi=full[-1])
-    c = _scale(scale, q.shape[-1], q.dtype)
+    ties = check.choice("ties", ties, TIES)
+    c = q.dtype.type(check.scale(scale, q.shape[-1]))
     scores = np.broadcast_to((q @ np.swapaxes(k, -1, -2)) * c, full)  # (..., T, S)
     allowed = np.ones(full, dtype=bool) if mask is None else np.broadcast_to(mask, full)
     # a stable sort of -score ranks equal scores by key index; masked keys go last
     order = np.argsort(np.where(allowed, -scores, np.inf), axis=-1, kind="stable")
     rank = np.empty_like(order)
     np.put_along_axis(rank, order, np.arange(full[-1]), axis=-1)
-    weights = softmax(scores, allowed & (rank < top_k))  # (..., T, S)
-    return weights @ v, weights  # (..., T, V), (..., T, S)
+    chosen = allowed & (rank < top_k)  # (..., T, S)
+    if ties == "keep_all":
+        kth = np.min(np.where(chosen, scores, np.inf), axis=-1, keepdims=True)  # (..., T, 1)
+        chosen = allowed & (scores >= kth)
+    weights = softmax(scores, chosen)  # (..., T, S)
+    nan = np.any(allowed & np.isnan(scores), axis=-1, keepdims=True)
+    weights = np.where(nan & allowed, q.dtype.type(np.nan), weights)
+    return weighted_sum(weights, v), weights  # (..., T, V), (..., T, S)
 
 
 def attention_entropy(weights, *, axis=-1):

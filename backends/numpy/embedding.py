@@ -4,22 +4,16 @@ from __future__ import annotations
 
 import math
 
-from attnspec.spec.errors import ConfigError, DomainError
+from attnspec.spec.errors import DomainError
 
 from .. import _checks as check
 from ._core import floating, integers
 
 
-def _flag(name: str, value) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{name} must be True or False, got {value!r}")
-    return value
-
-
 def embedding(ids, *, scale=True, params):
     """y = table[ids] * sqrt(D) (scale=True, Vaswani et al. 2017 §3.4), else table[ids]."""
     ids = integers("ids", ids)
-    scale = _flag("scale", scale)
+    scale = check.flag("scale", scale)
     table = check.params_of(params).require("table", (None, None))     # (L, D)
     L, D = check.shape(table)
     if ids.size and (ids.min() < 0 or ids.max() >= L):
@@ -34,7 +28,7 @@ def lm_head(x, *, tied=False, params):
     x = floating("x", x)
     D = check.rank("x", x, min_rank=1)[-1]
     p = check.params_of(params)
-    if _flag("tied", tied):
+    if check.flag("tied", tied):
         w = p.require("table", (None, D)).T                             # (D, L)
     else:
         w = p.require("w", (D, None))                                   # (D, L)

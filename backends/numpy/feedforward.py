@@ -7,11 +7,10 @@ import math
 
 import numpy as np
 from attnspec.spec.errors import ConfigError
-from attnspec.spec.trace import record
 
 from .. import _checks as check
+from ..composite.layers import Layers
 from ._core import boolean, floating
-from .norm import layer_norm
 
 _erf = np.frompyfunc(math.erf, 1, 1)
 
@@ -46,6 +45,27 @@ def feedforward(x, *, activation="relu", params):
     return act(h) @ w2 + b2                              # (..., D)
 
 
+def silu(h):
+    """silu(h) = h sigmoid(h) = h / (1 + exp(-h))  (Swish_1)."""
+    return h / (1 + np.exp(-h))
+
+
+GATES = {"silu": silu, "gelu": gelu, "gelu_tanh": gelu_tanh}
+
+
+def gated_feedforward(x, *, activation="silu", params):
+    """y = (act(x W_gate) * (x W_up)) W_down,  W_gate, W_up (D, F), W_down (F, D); no biases."""
+    x = floating("x", x)
+    D = check.rank("x", x, min_rank=1)[-1]
+    act = GATES[check.choice("activation", activation, GATES)]
+    p = check.params_of(params)
+    w_gate = p.require("w_gate", (D, None))
+    F = w_gate.shape[1]
+    w_up, w_down = p.require("w_up", (D, F)), p.require("w_down", (F, D))
+    h = act(x @ w_gate) * (x @ w_up)                    # (..., F)
+    return h @ w_down                                    # (..., D)
+
+
 def dropout(x, keep_mask=None, *, p, seed=None):
     """Inverted dropout: y = x / (1 - p) where kept, 0 where dropped; p = 0 is the identity.
 
@@ -66,22 +86,4 @@ def dropout(x, keep_mask=None, *, p, seed=None):
     return np.where(keep_mask, x / x.dtype.type(1 - p), x.dtype.type(0))
 
 
-POSITIONS = ("post", "pre")
-
-
-def residual(x, *, position="post", eps=1e-5, activation="relu", params, trace=None):
-    """post: y = LayerNorm(x + f(x));  pre: y = x + f(LayerNorm(x));  f = feedforward."""
-    x = floating("x", x)
-    check.rank("x", x, min_rank=1)
-    check.choice("position", position, POSITIONS)
-    p = check.params_of(params)
-    ffn, norm = p.scope("ffn"), p.scope("norm")
-    if position == "post":
-        f = feedforward(x, activation=activation, params=ffn)
-        record(trace, "sublayer.output", f)
-        return layer_norm(x + f, eps=eps, params=norm)
-    n = layer_norm(x, eps=eps, params=norm)
-    record(trace, "norm.output", n)
-    f = feedforward(n, activation=activation, params=ffn)
-    record(trace, "sublayer.output", f)
-    return x + f
+(residual,) = Layers.bind(__package__, "residual")  # backends/composite/layers.py

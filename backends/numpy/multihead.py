@@ -52,18 +52,11 @@ def mha(query, key, value, mask=None, *, num_heads, params):
     output = concat_h(head_h) W_o + b_o; weights (B, H, T, S) per head.
     """
     query, key, value = floating("query", query), floating("key", key), floating("value", value)
-    b, t, d_q = check.rank("query", query, min_rank=3, max_rank=3)
-    _, s, d_k = check.rank("key", key, min_rank=3, max_rank=3)
-    _, _, d_v = check.rank("value", value, min_rank=3, max_rank=3)
-    check.same("batch size", **{"query.shape[0]": b, "key.shape[0]": key.shape[0],
-                                "value.shape[0]": value.shape[0]})
-    check.same("key length", **{"key.shape[1]": s, "value.shape[1]": value.shape[1]})
-    heads = check.integer("num_heads", num_heads, lo=1)
+    b, t, s, d_k, d_v = check.sequences(query, key, value, ("query", "key", "value"),
+                                        same_width=False)
+    d_q = check.shape(query)[-1]
     p = check.params_of(params)
-    hk = p.require("w_q", (d_q, None)).shape[1]
-    hv = p.require("w_v", (d_v, None)).shape[1]
-    check.divides(f"query/key width {p.path('w_q')}.shape[1]", heads, hk, "H*K")
-    check.divides(f"value width {p.path('w_v')}.shape[1]", heads, hv, "H*V")
+    heads, hk, hv = check.heads(p, num_heads, d_q, d_v)
     mask = _mask(mask, (b, heads, t, s))
     q = _split_heads(_linear(query, p, "w_q", "b_q", d_q), heads)  # (B, H, T, K)
     k = _split_heads(_linear(key, p, "w_k", "b_k", d_k, hk), heads)  # (B, H, S, K)

@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
-from attnspec.spec.errors import ConfigError, ShapeError
+from attnspec.spec.errors import ShapeError
 
 from .. import _checks as check
 from ._core import floating
 
 VARIANTS = ("canonical", "annotated")
-
-
-def positive(name: str, value) -> float:
-    """A finite real attribute > 0 (eps), or ConfigError naming it."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise ConfigError(f"{name} must be a positive number, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
 
 
 def layer_norm(x, *, eps=1e-5, variant="canonical", params):
@@ -29,7 +18,7 @@ def layer_norm(x, *, eps=1e-5, variant="canonical", params):
     """
     x = floating("x", x)
     s = check.rank("x", x, min_rank=1)
-    eps = positive("eps", eps)
+    eps = check.eps(eps)
     check.choice("variant", variant, VARIANTS)
     D = s[-1]
     p = check.params_of(params)
@@ -37,6 +26,8 @@ def layer_norm(x, *, eps=1e-5, variant="canonical", params):
     if variant == "annotated" and D < 2:
         raise ShapeError(f"variant 'annotated' needs x.shape[-1] >= 2 (the unbiased std "
                          f"divides by D - 1), got x of shape {s}")
+    if D == 0:  # nothing to normalise: an empty output, not an error
+        return np.zeros_like(x)
     mu = x.mean(axis=-1, keepdims=True)                  # (..., 1)
     centred = x - mu                                     # (..., D)
     if variant == "canonical":
@@ -52,7 +43,9 @@ def rms_norm(x, *, eps=1e-6, params):
     """y = x / sqrt(mean(x^2) + eps) * gamma, over the last axis (no mean subtraction)."""
     x = floating("x", x)
     s = check.rank("x", x, min_rank=1)
-    eps = positive("eps", eps)
+    eps = check.eps(eps)
     gamma = check.params_of(params).require("gamma", (s[-1],))
+    if s[-1] == 0:  # nothing to normalise: an empty output, not an error
+        return np.zeros_like(x)
     ms = np.mean(x * x, axis=-1, keepdims=True)          # (..., 1)
     return x / np.sqrt(ms + eps) * gamma

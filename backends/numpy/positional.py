@@ -8,6 +8,7 @@ from attnspec.spec.errors import ConfigError, DomainError, ShapeError
 
 from .. import _checks as check
 from ._core import boolean, floating, integers
+from .attention import softmax, weighted_sum
 
 
 def sinusoidal_pe(*, length, d_model, offset=0):
@@ -23,6 +24,23 @@ def sinusoidal_pe(*, length, d_model, offset=0):
     i = np.arange(d_model) // 2  # (D,)
     angle = pos / 10000.0 ** (2.0 * i / d_model)  # (length, D)
     return np.where(np.arange(d_model) % 2 == 0, np.sin(angle), np.cos(angle))
+
+
+def alibi_bias(*, num_heads, t, s):
+    """ALiBi (Press et al. 2022): bias[h, i, j] = -m_h (p_i - j), p_i = i + (S - T).
+
+    m_h = 2^(-8 (h + 1) / P) for the first P heads (P the largest power of two <= H), then
+    the odd-numbered slopes 2^(-8 (2k + 1) / 2P) of 2P heads for the other H - P.
+    Returned in float64, shaped (H, T, S): sdpa's bias input.
+    """
+    H = check.integer("num_heads", num_heads, lo=1)
+    t, s = check.integer("t", t, lo=0), check.integer("s", s, lo=0)
+    P = 1 << (H.bit_length() - 1)
+    frac = [(h + 1) / P for h in range(P)] + [(2 * k + 1) / (2 * P) for k in range(H - P)]
+    m = 2.0 ** (-8.0 * np.array(frac))                   # (H,)
+    p = np.arange(t, dtype=np.float64)[:, None] + (s - t)  # (T, 1) absolute query positions
+    j = np.arange(s, dtype=np.float64)[None, :]          # (1, S)
+    return -m[:, None, None] * (p - j)                   # (H, T, S)
 
 
 def learned_pe(positions, *, params):
@@ -49,14 +67,7 @@ def relative_attention(q, k, v, mask=None, *, max_distance, scale=None, params):
     query i is at position i, key j at position j; scale defaults to 1/sqrt(K).
     """
     q, k, v = floating("q", q), floating("k", k), floating("v", v)
-    b, t, kw = check.rank("q", q, min_rank=3, max_rank=3)
-    _, s, _ = check.rank("k", k, min_rank=3, max_rank=3)
-    check.rank("v", v, min_rank=3, max_rank=3)
-    check.same("batch size", **{"q.shape[0]": b, "k.shape[0]": k.shape[0],
-                                "v.shape[0]": v.shape[0]})
-    check.same("key width", **{"q.shape[-1]": kw, "k.shape[-1]": k.shape[-1]})
-    check.same("key length", **{"k.shape[1]": s, "v.shape[1]": v.shape[1]})
-    vw = v.shape[-1]
+    b, t, s, kw, vw = check.sequences(q, k, v)
     m = check.integer("max_distance", max_distance, lo=0)
     p = check.params_of(params)
     rel_k = floating("rel_k", p.require("rel_k", (2 * m + 1, kw)))
@@ -66,21 +77,13 @@ def relative_attention(q, k, v, mask=None, *, max_distance, scale=None, params):
         mask = boolean("mask", mask)
         check.broadcastable("mask", mask, (b, t, s))
         keep = np.broadcast_to(mask, (b, t, s))
-    scale = 1.0 / np.sqrt(kw) if scale is None else scale
+    scale = check.scale(scale, kw)
     rows = _relative_rows(t, s, m)
     a_k, a_v = rel_k[rows], rel_v[rows]  # (T, S, K), (T, S, V)
     e = (q @ np.swapaxes(k, -1, -2) + np.einsum("btk,tsk->bts", q, a_k)) * q.dtype.type(scale)
-    alpha = _masked_softmax(e, keep)  # (B, T, S)
-    z = alpha @ v + np.einsum("bts,tsv->btv", alpha, a_v)  # (B, T, V)
+    alpha = softmax(e, keep)  # (B, T, S)
+    z = weighted_sum(alpha, v) + np.einsum("bts,tsv->btv", alpha, a_v)  # (B, T, V)
     return z, alpha
-
-
-def _masked_softmax(e, keep):
-    m = np.max(np.where(keep, e, -np.inf), axis=-1, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0)
-    w = np.where(keep, np.exp(np.where(keep, e - m, 0)), 0)
-    total = np.sum(w, axis=-1, keepdims=True)
-    return w / np.where(total > 0, total, 1)
 
 
 def rope(x, *, offset=0, base=10000.0, convention="interleaved"):

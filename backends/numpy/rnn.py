@@ -1,5 +1,5 @@
-"""Recurrent components: the GRU cell (PyTorch/cuDNN gate convention), the GRU over a
-sequence, and a GRU encoder-decoder with attention (Bahdanau or Luong style)."""
+"""Recurrent components: the GRU cell (PyTorch/cuDNN gate convention) and the GRU over a
+sequence; the GRU encoder-decoder with attention is the shared composite."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import NamedTuple
 
 import numpy as np
 from attnspec.spec.errors import DTypeError, ShapeError
-from attnspec.spec.trace import record
 
 from .. import _checks as check
-from ._core import floating, integers
+from ..composite.rnn import Seq2Seq
+from ._core import floating
 
 
 class GRUWeights(NamedTuple):
@@ -92,135 +92,4 @@ def gru(x, h0=None, *, params):
     return _run(x, h, w)
 
 
-# -- GRU encoder-decoder with attention --------------------------------------------
-
-ATTENTION = ("additive", "dot", "general", "concat")
-
-
-class Seq2Seq(NamedTuple):
-    """Checked parameters and the encoded source of one call."""
-
-    attention: str
-    params: check.Params
-    decoder: GRUWeights
-    combine: np.ndarray | None  # Luong W_c (H_enc + H, H~); None for additive
-    outputs: np.ndarray  # encoder outputs (B, S, H)
-    keep: np.ndarray  # (B, S) True where src_ids != pad_id
-    h0: np.ndarray  # decoder initial state (B, H)
-
-
-def _ids(name: str, ids):
-    ids = integers(name, ids)
-    check.rank(name, ids, min_rank=2, max_rank=2)
-    return ids
-
-
-def _encode(src_ids, attention, pad_id, params) -> Seq2Seq:
-    """o = GRU(E_src[src]); h_0 = o at the last non-pad position (zeros if none)."""
-    from .embedding import embedding
-
-    attention = check.choice("attention", attention, ATTENTION)
-    pad_id = check.integer("pad_id", pad_id)
-    p = check.params_of(params)
-    e = floating(p.path("encoder.embed.table"),
-                 embedding(src_ids, scale=False, params=p.scope("encoder.embed")))  # (B, S, E)
-    enc = _gru_weights(p.scope("encoder.gru"), e.shape[-1])
-    b, s, hid = e.shape[0], e.shape[1], enc.w_hh.shape[0]
-    outputs, _ = _run(e, np.zeros((b, hid), dtype=e.dtype), enc)  # (B, S, H)
-    keep = src_ids != pad_id  # (B, S)
-    last = s - 1 - np.argmax(keep[:, ::-1], axis=1)  # (B,) last kept position
-    h0 = np.where(keep.any(axis=1)[:, None], outputs[np.arange(b), last], 0).astype(e.dtype)
-    e_t = p.require("decoder.embed.table", (None, None)).shape[1]
-    combine = None
-    if attention == "additive":
-        dec = _gru_weights(p.scope("decoder.gru"), e_t + hid, hid)
-    else:
-        dec = _gru_weights(p.scope("decoder.gru"), e_t, hid)
-        combine = floating(p.path("decoder.combine.w"),
-                           p.require("decoder.combine.w", (2 * hid, None)))
-    vocab = p.require("decoder.embed.table", (None, None)).shape[0]
-    top = hid if combine is None else combine.shape[1]
-    p.require("out.w", (top, vocab))
-    return Seq2Seq(attention, p, dec, combine, outputs, keep, h0)
-
-
-def _attend(m: Seq2Seq, query):
-    """query (B, H) -> context (B, H), weights (B, S) over the kept encoder outputs."""
-    from .alignment import additive_attention, luong_attention
-
-    q, mask, p = query[:, None, :], m.keep[:, None, :], m.params.scope("attention")
-    if m.attention == "additive":
-        context, weights = additive_attention(q, m.outputs, None, mask, params=p)
-    else:
-        context, weights = luong_attention(q, m.outputs, None, mask, score=m.attention,
-                                           params=p)
-    return context[:, 0], weights[:, 0]  # (B, H), (B, S)
-
-
-def _decoder_step(m: Seq2Seq, y_prev, h_prev):
-    """additive: c_t from h_{t-1}, h_t = GRU([E y; c_t], h_{t-1}), logits = h_t W_out + b;
-    Luong: h_t = GRU(E y, h_{t-1}), c_t from h_t, h~_t = tanh([c_t; h_t] W_c),
-    logits = h~_t W_out + b. Returns (h_t, logits, weights, context, h~_t)."""
-    from .embedding import embedding, lm_head
-
-    emb = embedding(y_prev, scale=False, params=m.params.scope("decoder.embed"))  # (B, E)
-    if m.attention == "additive":
-        context, weights = _attend(m, h_prev)
-        h = _step(np.concatenate([emb, context], axis=-1), h_prev, m.decoder)
-        top = combined = h
-    else:
-        h = _step(emb, h_prev, m.decoder)
-        context, weights = _attend(m, h)
-        top = combined = np.tanh(np.concatenate([context, h], axis=-1) @ m.combine)
-    logits = lm_head(top, tied=False, params=m.params.scope("out"))  # (B, L)
-    return h, logits, weights, context, combined
-
-
-def seq2seq_attention(src_ids, tgt_ids, *, attention, pad_id, params, trace=None):
-    """Teacher-forced logits (B, T, L): step t reads tgt_ids[:, t] and predicts the next
-    token. Records encoder.outputs, decoder.initial_state, attention.weights (B, T, S),
-    attention.context, decoder.states and (Luong) decoder.combined."""
-    src_ids, tgt_ids = _ids("src_ids", src_ids), _ids("tgt_ids", tgt_ids)
-    check.same("batch size", **{"src_ids.shape[0]": src_ids.shape[0],
-                                "tgt_ids.shape[0]": tgt_ids.shape[0]})
-    if tgt_ids.shape[1] < 1:
-        raise ShapeError(f"tgt_ids must hold at least one token per row, got shape "
-                         f"{tgt_ids.shape}")
-    m = _encode(src_ids, attention, pad_id, params)
-    h, steps = m.h0, []
-    for t in range(tgt_ids.shape[1]):
-        step = _decoder_step(m, tgt_ids[:, t], h)
-        h = step[0]
-        steps.append(step)
-    states, logits, weights, context, combined = (np.stack(v, axis=1) for v in zip(*steps))
-    record(trace, "encoder.outputs", m.outputs)
-    record(trace, "decoder.initial_state", m.h0)
-    record(trace, "attention.weights", weights)
-    record(trace, "attention.context", context)
-    record(trace, "decoder.states", states)
-    if m.attention != "additive":
-        record(trace, "decoder.combined", combined)
-    return logits
-
-
-def seq2seq_greedy_decode(src_ids, *, attention, pad_id, bos_id, eos_id, max_len, params):
-    """ids[:, 0] = bos_id; ids[:, t] = argmax logits_{t-1} (lowest id on ties), fed back;
-    after a row emits eos_id the rest of it is pad_id."""
-    src_ids = _ids("src_ids", src_ids)
-    max_len = check.integer("max_len", max_len, lo=1)
-    m = _encode(src_ids, attention, pad_id, params)
-    vocab = m.params.require("out.w").shape[1]
-    bos_id, eos_id, pad_id = (check.integer(n, v, lo=0, hi=vocab - 1) for n, v in
-                              (("bos_id", bos_id), ("eos_id", eos_id), ("pad_id", pad_id)))
-    b = src_ids.shape[0]
-    ids = np.full((b, max_len), pad_id, dtype=np.int64)
-    ids[:, 0] = bos_id
-    done = np.zeros(b, dtype=bool)
-    h = m.h0
-    for t in range(1, max_len):
-        if done.all():
-            break
-        h, logits = _decoder_step(m, ids[:, t - 1], h)[:2]
-        ids[:, t] = np.where(done, pad_id, np.argmax(logits, axis=-1))
-        done |= ids[:, t] == eos_id
-    return ids
+seq2seq_attention, seq2seq_greedy_decode = Seq2Seq.bind(__package__)  # backends/composite/rnn.py

@@ -85,6 +85,11 @@ class TensorFlowBackend(Backend):
         x = np.asarray(x)
         return x.astype(np.float64) if x.dtype.kind == "f" else x
 
+    def device_of(self, x) -> str | None:
+        if not isinstance(x, (tf.Tensor, tf.Variable)) or not x.device:
+            return None
+        return x.device.rsplit("device:", 1)[-1].split(":")[0].lower()  # .../device:GPU:0
+
     def function(self, name: str, module: str):
         key = (name, module)
         if key not in self._functions:
@@ -103,14 +108,6 @@ class TensorFlowBackend(Backend):
                "xla": "tf.function(jit_compile=True), XLA"}[self.mode]
         return f"tensorflow mode={self.mode} ({how})"
 
-    def describe_paths(self) -> dict[str, str]:
-        return {"mode": self.mode}
-
     def synchronize(self, device: str) -> None:
         if device == "gpu":
             tf.test.experimental.sync_devices()
-
-    def extra_checks(self, device: str):
-        from ._extras import checks
-
-        return checks(self, device)

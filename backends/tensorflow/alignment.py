@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from .. import _checks as check
 from ._core import boolean, floating
-from .attention import softmax
+from .attention import softmax, weighted_sum
 
 SCORES = ("dot", "general", "concat")
 
@@ -14,13 +14,9 @@ SCORES = ("dot", "general", "concat")
 def _inputs(query, keys, values, mask):
     """Checked query (B, T, Dq), keys (B, S, Dk), values (B, S, Dv) (default keys), mask."""
     query, keys = floating("query", query), floating("keys", keys)
-    b, t, _ = check.rank("query", query, min_rank=3, max_rank=3)
-    _, s, _ = check.rank("keys", keys, min_rank=3, max_rank=3)
     values = keys if values is None else floating("values", values)
-    check.rank("values", values, min_rank=3, max_rank=3)
-    check.same("batch size", **{"query.shape[0]": b, "keys.shape[0]": check.shape(keys)[0],
-                                "values.shape[0]": check.shape(values)[0]})
-    check.same("key length", **{"keys.shape[1]": s, "values.shape[1]": check.shape(values)[1]})
+    b, t, s, _, _ = check.sequences(query, keys, values, ("query", "keys", "values"),
+                                    same_width=False)
     if mask is not None:
         mask = boolean("mask", mask)
         check.broadcastable("mask", mask, (b, t, s))
@@ -34,13 +30,15 @@ def _param(p, name: str, expected: tuple):
 def _tanh_score(q_proj, k_proj, v):
     """e[b, t, s] = v . tanh(q_proj[b, t] + k_proj[b, s])."""
     e = tf.tanh(tf.expand_dims(q_proj, 2) + tf.expand_dims(k_proj, 1))  # (B, T, S, A)
-    return tf.linalg.matvec(e, v)  # (B, T, S)
+    # Not tf.linalg.matvec: on rank-4 float32 input TF 2.21's oneDNN kernel returns wrong
+    # values and corrupts the heap (B=3, S=7 crashes); tensordot is one 2-D matmul.
+    return tf.tensordot(e, v, axes=1)  # (B, T, S)
 
 
 def _attend(scores, values, mask):
     """weights = masked softmax over s; context = weights values."""
     weights = softmax(scores, mask)  # (B, T, S)
-    return weights @ values, weights  # (B, T, Dv), (B, T, S)
+    return weighted_sum(weights, values), weights  # (B, T, Dv), (B, T, S)
 
 
 def additive_attention(query, keys, values=None, mask=None, *, params):

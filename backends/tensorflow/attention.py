@@ -3,11 +3,9 @@ self- and multi-head attention, top-k attention, attention entropy."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import tensorflow as tf
-from attnspec.spec.errors import ConfigError, DTypeError, ShapeError
+from attnspec.spec.errors import DTypeError
 
 from .. import _checks as check
 from ._core import boolean, const, floating, integers, size, value_check, zeros
@@ -16,7 +14,9 @@ from ._core import boolean, const, floating, integers, size, value_check, zeros
 def softmax(x, mask=None, *, axis=-1):
     """softmax(x)_i = exp(x_i - m) / sum_j exp(x_j - m), m = max over kept entries.
 
-    Masked entries (mask False) get weight 0; a slice with nothing kept is all 0.
+    Masked entries (mask False) and -inf get weight 0; a slice with nothing kept is all 0.
+    Kept +inf entries share the slice equally (the limit); a kept NaN makes every kept
+    weight of its slice NaN.
     """
     x = floating("x", x)
     s = check.rank("x", x, min_rank=1)
@@ -27,16 +27,33 @@ def softmax(x, mask=None, *, axis=-1):
         keep = boolean("mask", mask)
         check.broadcastable("mask", keep, s)
         keep = tf.broadcast_to(keep, s)
-    keep = keep & (x != -np.inf)
-    m = tf.reduce_max(tf.where(keep, x, const(-np.inf, x)), axis=axis, keepdims=True)
+    kept = keep & (x != -np.inf)  # entries that compete
+    nan = tf.reduce_any(kept & tf.math.is_nan(x), axis=axis, keepdims=True)
+    top = kept & (x == np.inf)
+    live = tf.where(tf.reduce_any(top, axis=axis, keepdims=True), top,
+                    kept & ~tf.math.is_nan(x))
+    x = tf.where(top, zeros(x), x)  # each +inf entry: exp(0) = 1, an equal share
+    m = tf.reduce_max(tf.where(live, x, const(-np.inf, x)), axis=axis, keepdims=True)
     m = tf.where(tf.math.is_finite(m), m, zeros(m))
-    e = tf.where(keep, tf.exp(tf.where(keep, x - m, zeros(x))), zeros(x))
+    e = tf.where(live, tf.exp(tf.where(live, x - m, zeros(x))), zeros(x))
     total = tf.reduce_sum(e, axis=axis, keepdims=True)
-    return e / tf.where(total > 0, total, const(1, total))
+    y = e / tf.where(total > 0, total, const(1, total))
+    return tf.where(nan & kept, const(np.nan, y), y)
 
 
-def _size(name: str, value) -> int:
-    return check.integer(name, value, lo=0)
+def weighted_sum(weights, v):
+    """out[..., i, :] = sum over the j with weights[..., i, j] != 0 of weights[..., i, j] v[..., j, :].
+
+    A key of weight 0 (masked) is left out, not multiplied by 0, so a NaN or inf in
+    its value cannot reach the output (0 * NaN = NaN). ``v`` has the batch dims of
+    ``weights``.
+    """
+    def selected():
+        terms = weights[..., :, :, None] * v[..., None, :, :]  # (..., T, S, V)
+        return tf.reduce_sum(tf.where((weights != 0)[..., None], terms, zeros(terms)), axis=-2)
+
+    return tf.cond(tf.reduce_all(tf.math.is_finite(v)), lambda: tf.matmul(weights, v),
+                   selected)  # (..., T, V)
 
 
 def causal_mask(*, t, s):
@@ -44,10 +61,27 @@ def causal_mask(*, t, s):
 
     When T > S the first T - S rows attend nothing.
     """
-    t, s = _size("t", t), _size("s", s)
+    t, s = check.size("t", t), check.size("s", s)
     i = tf.range(t)[:, None]  # (T, 1)
     j = tf.range(s)[None, :]  # (1, S)
     return j <= i + (s - t)  # (T, S)
+
+
+def sliding_window_mask(*, t, s, window):
+    """mask[i, j] = p - W < j <= p with p = i + (S - T): the causal mask limited to the W
+    most recent keys (the query's own position included), bottom-right aligned."""
+    t, s = check.size("t", t), check.size("s", s)
+    w = check.integer("window", window, lo=1)
+    p = tf.range(t)[:, None] + (s - t)  # (T, 1) absolute query positions
+    j = tf.range(s)[None, :]  # (1, S)
+    return (j <= p) & (j > p - w)  # (T, S)
+
+
+def softcap(x, *, cap):
+    """y = cap tanh(x / cap): logit soft-capping (Gemma 2), elementwise; cap > 0."""
+    x = floating("x", x)
+    c = const(check.eps(cap, "cap"), x)
+    return c * tf.tanh(x / c)
 
 
 def padding_mask(ids, *, pad_id):
@@ -61,23 +95,13 @@ def padding_mask(ids, *, pad_id):
 def combined_mask(ids, *, pad_id, t, num_heads=1, causal=True):
     """mask[b, h, i, j] = padding[b, j] and causal[i, j] (causal over T x S, S = ids.shape[1])."""
     keep = padding_mask(ids, pad_id=pad_id)  # (B, 1, 1, S)
-    t = _size("t", t)
+    t = check.size("t", t)
     h = check.integer("num_heads", num_heads, lo=1)
-    if not isinstance(causal, (bool, np.bool_)):
-        raise ConfigError(f"causal must be True or False, got {causal!r}")
+    causal = check.flag("causal", causal)
     b, s = keep.shape[0], keep.shape[-1]
     if causal:
         keep = keep & causal_mask(t=t, s=s)  # (B, 1, T, S)
     return tf.broadcast_to(keep, (b, h, t, s))  # (B, H, T, S)
-
-
-def _scale(scale, width: int, like) -> tf.Tensor:
-    if scale is None:
-        return const(1.0 / np.sqrt(width), like)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(scale):
-        raise ConfigError(f"scale must be a finite number or None, got {scale!r}")
-    return const(float(scale), like)
 
 
 def _attention_inputs(q, k, v, mask, bias):
@@ -86,15 +110,7 @@ def _attention_inputs(q, k, v, mask, bias):
     for name, x in (("k", k), ("v", v)):
         if x.dtype != q.dtype:
             raise DTypeError(f"{name} has dtype {x.dtype.name} but q has {q.dtype.name}")
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        check.rank(name, x, min_rank=2)
-    qs, ks, vs = check.shape(q), check.shape(k), check.shape(v)
-    check.same("key width", **{"q.shape[-1]": qs[-1], "k.shape[-1]": ks[-1]})
-    check.same("key length", **{"k.shape[-2]": ks[-2], "v.shape[-2]": vs[-2]})
-    if qs[-1] < 1:
-        raise ShapeError(f"key width must be >= 1, got q of shape {qs}")
-    batch = check.batch_broadcast("q, k, v", q=qs[:-2], k=ks[:-2], v=vs[:-2])
-    full = batch + (qs[-2], ks[-2])  # (..., T, S)
+    full = check.attention_shapes(q, k, v)  # (..., T, S)
     if mask is not None:
         mask = boolean("mask", mask)
         check.broadcastable("mask", mask, full)
@@ -111,41 +127,65 @@ def _batched(x, full: tuple):
     return tf.broadcast_to(x, full[:-2] + tuple(check.shape(x)[-2:]))
 
 
-def sdpa(q, k, v, mask=None, bias=None, *, scale=None):
+def repeat_kv(q, k, v, num_kv_heads):
+    """k, v (..., H_kv, S, .) -> (..., H, S, .), each kv head repeated H / H_kv times."""
+    group = check.kv_heads(num_kv_heads, check.shape(q), check.shape(k), check.shape(v))
+    return tf.repeat(k, group, axis=-3), tf.repeat(v, group, axis=-3)
+
+
+def sdpa(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None):
     """weights = softmax(scale * q k^T + bias, masked), output = weights v.
 
     scale defaults to 1/sqrt(K); masked keys get weight 0 and a row with no key
-    left gives zero weights and a zero output.
+    left gives zero weights and a zero output. With num_kv_heads (grouped-query
+    attention), axis -3 holds the heads and query head h reads kv head h // (H / H_kv).
     """
+    if num_kv_heads is not None:
+        k, v = repeat_kv(q, k, v, num_kv_heads)
     q, k, v, mask, bias, full = _attention_inputs(q, k, v, mask, bias)
-    c = _scale(scale, check.shape(q)[-1], q)
+    c = const(check.scale(scale, check.shape(q)[-1]), q)
     scores = tf.matmul(_batched(q, full), _batched(k, full), transpose_b=True) * c  # (..., T, S)
     if bias is not None:
         scores = scores + bias
-    if mask is None and bias is None and tf.reduce_all(tf.math.is_finite(scores)) \
-            if tf.executing_eagerly() else mask is None and bias is None:
-        weights = tf.nn.softmax(scores)  # fused kernel: no masked entries to zero
+    if mask is None and bias is None:  # finite scores: the fused kernel, nothing to zero
+        weights = tf.cond(tf.reduce_all(tf.math.is_finite(scores)),
+                          lambda: tf.nn.softmax(scores), lambda: softmax(scores))
     else:
         weights = softmax(tf.broadcast_to(scores, full), mask)  # (..., T, S)
-    return tf.matmul(weights, _batched(v, full)), weights  # (..., T, V), (..., T, S)
+    return weighted_sum(weights, _batched(v, full)), weights  # (..., T, V), (..., T, S)
 
 
-def topk_attention(q, k, v, mask=None, *, top_k, scale=None):
+TIES = ("lower_index", "keep_all")
+
+
+def topk_attention(q, k, v, mask=None, *, top_k, scale=None, ties="lower_index"):
     """Softmax over the top_k largest scores scale * q k^T of each query, 0 elsewhere.
 
-    Only unmasked keys compete; equal scores keep the lower key index first; with
-    fewer than top_k unmasked keys all of them are kept.
+    Only unmasked keys compete; with fewer than top_k unmasked keys all of them are
+    kept. ties="lower_index": equal scores keep the lower key index first (exactly
+    top_k kept); "keep_all": every key scoring >= the top_k-th largest is kept.
+    A NaN among a row's unmasked scores makes its unmasked weights NaN.
     """
     q, k, v, mask, _, full = _attention_inputs(q, k, v, mask, None)
     top_k = check.integer("top_k", top_k, lo=1, hi=full[-1])
-    c = _scale(scale, check.shape(q)[-1], q)
+    ties = check.choice("ties", ties, TIES)
+    c = const(check.scale(scale, check.shape(q)[-1]), q)
     scores = tf.matmul(_batched(q, full), _batched(k, full), transpose_b=True) * c  # (..., T, S)
     allowed = tf.ones(full, dtype=tf.bool) if mask is None else tf.broadcast_to(mask, full)
-    # a stable sort of -score ranks equal scores by key index; masked keys go last
-    order = tf.argsort(tf.where(allowed, -scores, const(np.inf, scores)), axis=-1, stable=True)
+    # a stable sort of -score ranks equal scores by key index; masked keys (and NaN,
+    # whose row is NaN below) go last
+    key = tf.where(allowed & ~tf.math.is_nan(scores), -scores, const(np.inf, scores))
+    order = tf.argsort(key, axis=-1, stable=True)
     rank = tf.argsort(order, axis=-1, stable=True)  # the inverse permutation
-    weights = softmax(scores, allowed & (rank < top_k))  # (..., T, S)
-    return tf.matmul(weights, _batched(v, full)), weights  # (..., T, V), (..., T, S)
+    chosen = allowed & (rank < top_k)  # (..., T, S)
+    if ties == "keep_all":
+        kth = tf.reduce_min(tf.where(chosen, scores, const(np.inf, scores)), axis=-1,
+                            keepdims=True)  # (..., T, 1)
+        chosen = allowed & (scores >= kth)
+    weights = softmax(scores, chosen)  # (..., T, S)
+    nan = tf.reduce_any(allowed & tf.math.is_nan(scores), axis=-1, keepdims=True)
+    weights = tf.where(nan & allowed, const(np.nan, weights), weights)
+    return weighted_sum(weights, _batched(v, full)), weights  # (..., T, V), (..., T, S)
 
 
 def attention_entropy(weights, *, axis=-1):

@@ -8,7 +8,8 @@ import tensorflow as tf
 from attnspec.spec.errors import ConfigError, ShapeError
 
 from .. import _checks as check
-from ._core import boolean, const, floating, in_range, integers, take, zeros
+from ._core import boolean, const, floating, in_range, integers, take
+from .attention import softmax, weighted_sum
 
 
 def sinusoidal_pe(*, length, d_model, offset=0):
@@ -24,6 +25,23 @@ def sinusoidal_pe(*, length, d_model, offset=0):
     i = np.arange(d_model) // 2  # (D,)
     angle = pos / tf.constant(10000.0 ** (2.0 * i / d_model))  # (length, D)
     return tf.where(tf.constant(np.arange(d_model) % 2 == 0), tf.sin(angle), tf.cos(angle))
+
+
+def alibi_bias(*, num_heads, t, s):
+    """ALiBi (Press et al. 2022): bias[h, i, j] = -m_h (p_i - j), p_i = i + (S - T).
+
+    m_h = 2^(-8 (h + 1) / P) for the first P heads (P the largest power of two <= H), then
+    the odd-numbered slopes 2^(-8 (2k + 1) / 2P) of 2P heads for the other H - P.
+    Returned in float64, shaped (H, T, S): sdpa's bias input.
+    """
+    H = check.integer("num_heads", num_heads, lo=1)
+    t, s = check.integer("t", t, lo=0), check.integer("s", s, lo=0)
+    P = 1 << (H.bit_length() - 1)
+    frac = [(h + 1) / P for h in range(P)] + [(2 * k + 1) / (2 * P) for k in range(H - P)]
+    m = tf.constant(2.0 ** (-8.0 * np.array(frac)))      # (H,) float64
+    p = tf.range(t, dtype=tf.float64)[:, None] + float(s - t)  # (T, 1) absolute query positions
+    j = tf.range(s, dtype=tf.float64)[None, :]           # (1, S)
+    return -m[:, None, None] * (p - j)                   # (H, T, S)
 
 
 def learned_pe(positions, *, params):
@@ -49,14 +67,7 @@ def relative_attention(q, k, v, mask=None, *, max_distance, scale=None, params):
     query i is at position i, key j at position j; scale defaults to 1/sqrt(K).
     """
     q, k, v = floating("q", q), floating("k", k), floating("v", v)
-    b, t, kw = check.rank("q", q, min_rank=3, max_rank=3)
-    _, s, _ = check.rank("k", k, min_rank=3, max_rank=3)
-    check.rank("v", v, min_rank=3, max_rank=3)
-    check.same("batch size", **{"q.shape[0]": b, "k.shape[0]": check.shape(k)[0],
-                                "v.shape[0]": check.shape(v)[0]})
-    check.same("key width", **{"q.shape[-1]": kw, "k.shape[-1]": check.shape(k)[-1]})
-    check.same("key length", **{"k.shape[1]": s, "v.shape[1]": check.shape(v)[1]})
-    vw = check.shape(v)[-1]
+    b, t, s, kw, vw = check.sequences(q, k, v)
     m = check.integer("max_distance", max_distance, lo=0)
     p = check.params_of(params)
     rel_k = floating("rel_k", p.require("rel_k", (2 * m + 1, kw)))
@@ -66,22 +77,14 @@ def relative_attention(q, k, v, mask=None, *, max_distance, scale=None, params):
         mask = boolean("mask", mask)
         check.broadcastable("mask", mask, (b, t, s))
         keep = tf.broadcast_to(mask, (b, t, s))
-    scale = 1.0 / np.sqrt(kw) if scale is None else scale
+    scale = check.scale(scale, kw)
     rows = tf.constant(_relative_rows(t, s, m))
     a_k, a_v = tf.gather(rel_k, rows), tf.gather(rel_v, rows)  # (T, S, K), (T, S, V)
     e = (tf.matmul(q, k, transpose_b=True) + tf.einsum("btk,tsk->bts", q, a_k)) \
         * const(scale, q)
-    alpha = _masked_softmax(e, keep)  # (B, T, S)
-    z = alpha @ v + tf.einsum("bts,tsv->btv", alpha, a_v)  # (B, T, V)
+    alpha = softmax(e, keep)  # (B, T, S)
+    z = weighted_sum(alpha, v) + tf.einsum("bts,tsv->btv", alpha, a_v)  # (B, T, V)
     return z, alpha
-
-
-def _masked_softmax(e, keep):
-    m = tf.reduce_max(tf.where(keep, e, const(-np.inf, e)), axis=-1, keepdims=True)
-    m = tf.where(tf.math.is_finite(m), m, zeros(m))
-    w = tf.where(keep, tf.exp(tf.where(keep, e - m, zeros(e))), zeros(e))
-    total = tf.reduce_sum(w, axis=-1, keepdims=True)
-    return w / tf.where(total > 0, total, const(1, total))
 
 
 def rope(x, *, offset=0, base=10000.0, convention="interleaved"):

@@ -24,7 +24,7 @@ import torch
 from attnspec.spec.errors import ConfigError, DTypeError
 
 from ..base import Backend
-from ._core import Paths
+from ._core import Paths, using
 
 TORCH_DTYPES = {"float64": torch.float64, "float32": torch.float32,
                 "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -51,8 +51,7 @@ class TorchBackend(Backend):
         threads = int(options.get("threads", 1))
         if threads > 0:
             torch.set_num_threads(threads)
-        Paths.attention = attention
-        Paths.ran.clear()
+        self.paths = Paths(attention)  # this instance's choice, never process-wide
         self.default_device = options.get("device") or os.environ.get("ATTNSPEC_DEVICE") or "cpu"
         # The spec's float32 tolerances assume true float32 matmuls (no TF32 on Ampere+).
         torch.backends.cuda.matmul.allow_tf32 = False
@@ -104,14 +103,22 @@ class TorchBackend(Backend):
             x = x.to(torch.float64)
         return x.cpu().numpy()
 
+    def device_of(self, x) -> str | None:
+        return x.device.type if isinstance(x, torch.Tensor) else None
+
     def function(self, name: str, module: str):
+        """The spec function, run with this backend's attention path (and, for the
+        functions without a tensor input, its device)."""
         fn = super().function(name, module)
-        if name in _DEVICELESS:
-            @functools.wraps(fn)
-            def on_device(*args, device=None, **kwargs):
-                return fn(*args, device=device or self.default_device, **kwargs)
-            return on_device
-        return fn
+        deviceless = name in _DEVICELESS
+
+        @functools.wraps(fn)
+        def in_backend(*args, **kwargs):
+            if deviceless:
+                kwargs["device"] = kwargs.get("device") or self.default_device
+            with using(self.paths):
+                return fn(*args, **kwargs)
+        return in_backend
 
     def select_device(self, device: str) -> None:
         """The device for functions with no tensor input (causal_mask, sinusoidal_pe)."""
@@ -123,13 +130,9 @@ class TorchBackend(Backend):
                      if torch.cuda.is_available() else "not available")
         return v
 
-    def describe_paths(self) -> dict[str, str]:
-        ran = ", ".join(f"{k} x{n}" for k, n in sorted(Paths.ran.items())) or "none yet"
-        return {"attention": Paths.attention, "attention paths that ran": ran}
-
     def describe(self) -> str:
         what = ("fused: attention outputs through F.scaled_dot_product_attention, weights "
-                "explicit" if Paths.attention == "fused"
+                "explicit" if self.paths.attention == "fused"
                 else "explicit: softmax(q k^T / sqrt(K)) v written out")
         return f"torch backend, attention={what}"
 
@@ -138,6 +141,10 @@ class TorchBackend(Backend):
             torch.cuda.synchronize()
 
     def extra_checks(self, device: str):
-        from .extras import extra_checks
-
-        return extra_checks(self, device)
+        """The checks of ``extras.py``, run with this backend's attention path."""
+        def in_backend(check):
+            def run(spec):
+                with using(self.paths):
+                    return check(spec)
+            return run
+        return [(name, in_backend(check)) for name, check in super().extra_checks(device)]

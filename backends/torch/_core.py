@@ -7,6 +7,10 @@ raise its own RuntimeError. Nothing is ever moved between devices silently.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from contextvars import ContextVar
+
 import numpy as np
 import torch
 from attnspec.spec.errors import DeviceError, DTypeError
@@ -82,16 +86,61 @@ def _dt(dtype) -> str:
 
 class Paths:
     """Which attention path the component functions take (the backend option
-    ``attention=explicit|fused``) and which paths actually ran, for the report."""
+    ``attention=explicit|fused``) and which paths actually ran: one per backend instance.
 
-    attention = "explicit"
-    skip_weights = False  # set by the nn.Modules when no weights are asked for (fast path)
-    ran: dict[str, int] = {}
+    A backend's functions run with its own ``Paths`` as the current one (:func:`using`, a
+    context variable: per thread and per asyncio task), so two backends with different
+    options, in one process or in two threads, never see each other's choice.
+    """
 
-    @classmethod
-    def fused(cls) -> bool:
-        return cls.attention == "fused" or cls.skip_weights
+    def __init__(self, attention: str = "explicit"):
+        self.attention = attention
+        self.ran: dict[str, int] = {}
+        self._lock = threading.Lock()
 
-    @classmethod
-    def note(cls, path: str) -> None:
-        cls.ran[path] = cls.ran.get(path, 0) + 1
+    def note(self, path: str) -> None:
+        with self._lock:
+            self.ran[path] = self.ran.get(path, 0) + 1
+
+
+_paths: ContextVar[Paths | None] = ContextVar("attnspec_torch_paths", default=None)
+_DIRECT = Paths()  # for functions called directly, outside any backend: explicit
+# set by the nn.Modules when no weights are asked for (their fast path)
+_skip_weights: ContextVar[bool] = ContextVar("attnspec_torch_skip_weights", default=False)
+
+
+@contextlib.contextmanager
+def using(paths: Paths):
+    """Run the component functions with ``paths`` as the current one."""
+    token = _paths.set(paths)
+    try:
+        yield paths
+    finally:
+        _paths.reset(token)
+
+
+@contextlib.contextmanager
+def skipping_weights(on: bool):
+    """The modules' fast path: attention weights are not computed (sdpa returns None)."""
+    token = _skip_weights.set(on)
+    try:
+        yield
+    finally:
+        _skip_weights.reset(token)
+
+
+def current() -> Paths:
+    return _paths.get() or _DIRECT
+
+
+def skip_weights() -> bool:
+    return _skip_weights.get()
+
+
+def fused() -> bool:
+    """PyTorch's fused kernels (sdpa, layer_norm, addmm) instead of the written-out sums."""
+    return current().attention == "fused" or skip_weights()
+
+
+def note(path: str) -> None:
+    current().note(path)

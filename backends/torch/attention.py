@@ -5,40 +5,57 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 import torch.nn.functional as F
-from attnspec.spec.errors import ConfigError, DomainError, DTypeError, ShapeError
+from attnspec.spec.errors import DomainError, DTypeError
 
 from .. import _checks as check
-from ._core import Paths, boolean, floating, integers, same_device
+from . import _core as paths
+from ._core import boolean, floating, integers, same_device
 
 
 def softmax(x, mask=None, *, axis=-1):
     """softmax(x)_i = exp(x_i - m) / sum_j exp(x_j - m), m = max over kept entries.
 
-    Masked entries (mask False) get weight 0; a slice with nothing kept is all 0.
+    Masked entries (mask False) and -inf get weight 0; a slice with nothing kept is all 0.
+    Kept +inf entries share the slice equally (the limit); a kept NaN makes every kept
+    weight of its slice NaN.
     """
     x = floating("x", x)
     s = check.rank("x", x, min_rank=1)
     axis = check.integer("axis", axis, lo=-len(s), hi=len(s) - 1)
     if mask is None:
-        keep = x != -math.inf
-        if bool(keep.all()):  # nothing masked: torch.softmax is the same equation
+        if bool(torch.isfinite(x).all()):  # nothing masked: torch.softmax is the same equation
             return torch.softmax(x, dim=axis)
+        keep = torch.ones_like(x, dtype=torch.bool)
     else:
         keep = boolean("mask", mask, x)
         check.broadcastable("mask", keep, s)
-        keep = keep.expand(s) & (x != -math.inf)
-    # masked entries become -inf; a slice with nothing kept becomes 0s (no NaN, even in
+        keep = keep.expand(s)
+    kept = keep & (x != -math.inf)  # entries that compete
+    nan = (kept & torch.isnan(x)).any(dim=axis, keepdim=True)
+    top = kept & (x == math.inf)
+    live = torch.where(top.any(dim=axis, keepdim=True), top, kept & ~torch.isnan(x))
+    x = torch.where(top, 0, x)  # each +inf entry: exp(0) = 1, an equal share
+    # entries not live become -inf; a slice with nothing live becomes 0s (no NaN, even in
     # the gradient), then its weights are zeroed
-    any_kept = keep.any(dim=axis, keepdim=True)
-    y = torch.softmax(torch.where(keep, x, torch.where(any_kept, -math.inf, 0)), dim=axis)
-    return torch.where(keep, y, 0)
+    any_live = live.any(dim=axis, keepdim=True)
+    fill = torch.where(any_live, -math.inf, 0).to(x.dtype)  # (two scalars make float32)
+    y = torch.softmax(torch.where(live, x, fill), dim=axis)
+    y = torch.where(live, y, 0)
+    return torch.where(nan & kept, math.nan, y)
 
 
-def _size(name: str, value) -> int:
-    return check.integer(name, value, lo=0)
+def weighted_sum(weights, v):
+    """out[..., i, :] = sum over the j with weights[..., i, j] != 0 of weights[..., i, j] v[..., j, :].
+
+    A key of weight 0 (masked) is left out, not multiplied by 0, so a NaN or inf in
+    its value cannot reach the output (0 * NaN = NaN).
+    """
+    if bool(torch.isfinite(v).all()):
+        return weights @ v  # (..., T, V)
+    terms = weights[..., :, :, None] * v[..., None, :, :]  # (..., T, S, V)
+    return torch.where((weights != 0)[..., None], terms, 0).sum(dim=-2)  # (..., T, V)
 
 
 def causal_mask(*, t, s, device=None):
@@ -47,10 +64,28 @@ def causal_mask(*, t, s, device=None):
     When T > S the first T - S rows attend nothing. ``device`` (torch only): where the
     mask is made, default torch's default device.
     """
-    t, s = _size("t", t), _size("s", s)
+    t, s = check.size("t", t), check.size("s", s)
     i = torch.arange(t, device=device)[:, None]  # (T, 1)
     j = torch.arange(s, device=device)[None, :]  # (1, S)
     return j <= i + (s - t)  # (T, S)
+
+
+def sliding_window_mask(*, t, s, window, device=None):
+    """mask[i, j] = p - W < j <= p with p = i + (S - T): the causal mask limited to the W
+    most recent keys (the query's own position included), bottom-right aligned.
+    ``device`` (torch only): as for causal_mask."""
+    t, s = check.size("t", t), check.size("s", s)
+    w = check.integer("window", window, lo=1)
+    p = torch.arange(t, device=device)[:, None] + (s - t)  # (T, 1) absolute query positions
+    j = torch.arange(s, device=device)[None, :]  # (1, S)
+    return (j <= p) & (j > p - w)  # (T, S)
+
+
+def softcap(x, *, cap):
+    """y = cap tanh(x / cap): logit soft-capping (Gemma 2), elementwise; cap > 0."""
+    x = floating("x", x)
+    c = check.eps(cap, "cap")
+    return c * torch.tanh(x / c)
 
 
 def padding_mask(ids, *, pad_id):
@@ -64,23 +99,13 @@ def padding_mask(ids, *, pad_id):
 def combined_mask(ids, *, pad_id, t, num_heads=1, causal=True):
     """mask[b, h, i, j] = padding[b, j] and causal[i, j] (causal over T x S, S = ids.shape[1])."""
     keep = padding_mask(ids, pad_id=pad_id)  # (B, 1, 1, S)
-    t = _size("t", t)
+    t = check.size("t", t)
     h = check.integer("num_heads", num_heads, lo=1)
-    if not isinstance(causal, bool):
-        raise ConfigError(f"causal must be True or False, got {causal!r}")
+    causal = check.flag("causal", causal)
     b, s = keep.shape[0], keep.shape[-1]
     if causal:
         keep = keep & causal_mask(t=t, s=s, device=keep.device)  # (B, 1, T, S)
     return keep.expand(b, h, t, s).clone()  # (B, H, T, S)
-
-
-def _scale(scale, width: int) -> float:
-    if scale is None:
-        return 1.0 / math.sqrt(width)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(scale):
-        raise ConfigError(f"scale must be a finite number or None, got {scale!r}")
-    return float(scale)
 
 
 def _attention_inputs(q, k, v, mask, bias):
@@ -90,14 +115,7 @@ def _attention_inputs(q, k, v, mask, bias):
         same_device(name, x, q)
         if x.dtype != q.dtype:
             raise DTypeError(f"{name} has dtype {x.dtype} but q has {q.dtype}")
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        check.rank(name, x, min_rank=2)
-    check.same("key width", **{"q.shape[-1]": q.shape[-1], "k.shape[-1]": k.shape[-1]})
-    check.same("key length", **{"k.shape[-2]": k.shape[-2], "v.shape[-2]": v.shape[-2]})
-    if q.shape[-1] < 1:
-        raise ShapeError(f"key width must be >= 1, got q of shape {tuple(q.shape)}")
-    batch = check.batch_broadcast("q, k, v", q=q.shape[:-2], k=k.shape[:-2], v=v.shape[:-2])
-    full = batch + (q.shape[-2], k.shape[-2])  # (..., T, S)
+    full = check.attention_shapes(q, k, v)  # (..., T, S)
     if mask is not None:
         mask = boolean("mask", mask, q)
         check.broadcastable("mask", mask, full)
@@ -107,24 +125,47 @@ def _attention_inputs(q, k, v, mask, bias):
     return q, k, v, mask, bias, full
 
 
-def sdpa(q, k, v, mask=None, bias=None, *, scale=None):
+def repeat_kv(q, k, v, num_kv_heads):
+    """k, v (..., H_kv, S, .) -> (..., H, S, .), each kv head repeated H / H_kv times."""
+    group = check.kv_heads(num_kv_heads, tuple(q.shape), tuple(k.shape), tuple(v.shape))
+    return k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
+
+
+def sdpa(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None):
     """weights = softmax(scale * q k^T + bias, masked), output = weights v.
 
     scale defaults to 1/sqrt(K); masked keys get weight 0 and a row with no key
-    left gives zero weights and a zero output.
+    left gives zero weights and a zero output. With num_kv_heads (grouped-query
+    attention), axis -3 holds the heads and query head h reads kv head h // (H / H_kv).
     """
+    if num_kv_heads is not None:
+        k, v = repeat_kv(q, k, v, num_kv_heads)
     q, k, v, mask, bias, full = _attention_inputs(q, k, v, mask, bias)
-    c = _scale(scale, q.shape[-1])
-    if Paths.skip_weights:  # the modules' fast path: no weights asked for
+    c = check.scale(scale, q.shape[-1])
+    if paths.skip_weights():  # the modules' fast path: no weights asked for
         return fused_sdpa(q, k, v, mask, bias, scale=c), None
+    weights = _weights(q, k, mask, bias, c, full)  # (..., T, S)
+    if paths.current().attention == "fused":  # (non-finite inputs fall back to explicit)
+        return fused_sdpa(q, k, v, mask, bias, scale=c), weights
+    paths.note("explicit")
+    return weighted_sum(weights, v), weights  # (..., T, V), (..., T, S)
+
+
+def _weights(q, k, mask, bias, c: float, full: tuple):
+    """softmax(c * q k^T + bias, mask), (..., T, S)."""
     scores = (q @ k.transpose(-1, -2)) * c  # (..., T, S)
     if bias is not None:
         scores = scores + bias
-    weights = softmax(scores.expand(full), mask)  # (..., T, S)
-    if Paths.attention == "fused":
-        return fused_sdpa(q, k, v, mask, bias, scale=c), weights
-    Paths.note("explicit")
-    return weights @ v, weights  # (..., T, V), (..., T, S)
+    return softmax(scores.expand(full), mask)
+
+
+def _fusable(q, k, v, bias) -> bool:
+    """PyTorch's kernel multiplies masked keys by weight 0 (0 * NaN = NaN) and gives NaN
+    for +inf scores, so it runs only on finite q, k, v and a bias without NaN or +inf."""
+    ok = torch.isfinite(q).all() & torch.isfinite(k).all() & torch.isfinite(v).all()
+    if bias is not None:
+        ok = ok & ~(torch.isnan(bias) | (bias == math.inf)).any()
+    return bool(ok)  # one device sync
 
 
 def fused_sdpa(q, k, v, mask=None, bias=None, *, scale):
@@ -132,11 +173,20 @@ def fused_sdpa(q, k, v, mask=None, bias=None, *, scale):
 
     Same mask polarity (True = may attend); a bias becomes a float mask with -inf where
     masked; rows with nothing to attend to are set to 0 (PyTorch gives NaN there).
-    Inputs are assumed checked (this is the fast path of ``sdpa`` and the modules).
+    Inputs are assumed checked (this is the fast path of ``sdpa`` and the modules); inputs
+    the kernel would get wrong (see ``_fusable``) take the explicit path instead.
     """
-    Paths.note("fused")
+    if not _fusable(q, k, v, bias):
+        paths.note("explicit")
+        full = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]) + \
+            (q.shape[-2], k.shape[-2])
+        return weighted_sum(_weights(q, k, mask, bias, scale, tuple(full)), v)
+    paths.note("fused")
     batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     q, k, v = (x.expand(*batch, *x.shape[-2:]) for x in (q, k, v))
+    full = (*batch, q.shape[-2], k.shape[-2])  # (..., T, S)
+    # the spec's masks broadcast from any rank (a (S,) key mask); PyTorch's needs (..., T, S)
+    mask, bias = (None if m is None else m.expand(full) for m in (mask, bias))
     keep = mask
     if bias is not None:
         finite = bias != -math.inf
@@ -151,15 +201,21 @@ def fused_sdpa(q, k, v, mask=None, bias=None, *, scale):
     return torch.where(any_key, out, 0)
 
 
-def topk_attention(q, k, v, mask=None, *, top_k, scale=None):
+TIES = ("lower_index", "keep_all")
+
+
+def topk_attention(q, k, v, mask=None, *, top_k, scale=None, ties="lower_index"):
     """Softmax over the top_k largest scores scale * q k^T of each query, 0 elsewhere.
 
-    Only unmasked keys compete; equal scores keep the lower key index first; with
-    fewer than top_k unmasked keys all of them are kept.
+    Only unmasked keys compete; with fewer than top_k unmasked keys all of them are
+    kept. ties="lower_index": equal scores keep the lower key index first (exactly
+    top_k kept); "keep_all": every key scoring >= the top_k-th largest is kept.
+    A NaN among a row's unmasked scores makes its unmasked weights NaN.
     """
     q, k, v, mask, _, full = _attention_inputs(q, k, v, mask, None)
     top_k = check.integer("top_k", top_k, lo=1, hi=full[-1])
-    c = _scale(scale, q.shape[-1])
+    ties = check.choice("ties", ties, TIES)
+    c = check.scale(scale, q.shape[-1])
     scores = ((q @ k.transpose(-1, -2)) * c).expand(full)  # (..., T, S)
     allowed = (torch.ones(full, dtype=torch.bool, device=q.device) if mask is None
                else mask.expand(full))
@@ -167,8 +223,14 @@ def topk_attention(q, k, v, mask=None, *, top_k, scale=None):
     order = torch.argsort(torch.where(allowed, -scores, math.inf), dim=-1, stable=True)
     positions = torch.arange(full[-1], device=q.device).expand(full)
     rank = torch.empty_like(order).scatter_(-1, order, positions)
-    weights = softmax(scores, allowed & (rank < top_k))  # (..., T, S)
-    return weights @ v, weights  # (..., T, V), (..., T, S)
+    chosen = allowed & (rank < top_k)  # (..., T, S)
+    if ties == "keep_all":
+        kth = torch.where(chosen, scores, math.inf).amin(dim=-1, keepdim=True)  # (..., T, 1)
+        chosen = allowed & (scores >= kth)
+    weights = softmax(scores, chosen)  # (..., T, S)
+    nan = (allowed & torch.isnan(scores)).any(dim=-1, keepdim=True)
+    weights = torch.where(nan & allowed, math.nan, weights)
+    return weighted_sum(weights, v), weights  # (..., T, V), (..., T, S)
 
 
 def attention_entropy(weights, *, axis=-1):

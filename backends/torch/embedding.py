@@ -4,22 +4,16 @@ from __future__ import annotations
 
 import math
 
-from attnspec.spec.errors import ConfigError, DomainError
+from attnspec.spec.errors import DomainError
 
 from .. import _checks as check
 from ._core import floating, integers, opt_param, param
 
 
-def _flag(name: str, value) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{name} must be True or False, got {value!r}")
-    return value
-
-
 def embedding(ids, *, scale=True, params):
     """y = table[ids] * sqrt(D) (scale=True, Vaswani et al. 2017 §3.4), else table[ids]."""
     ids = integers("ids", ids)
-    scale = _flag("scale", scale)
+    scale = check.flag("scale", scale)
     p = check.params_of(params)
     table = floating(p.path("table"), p.require("table", (None, None)))  # (L, D)
     integers("ids", ids, table)
@@ -37,7 +31,7 @@ def lm_head(x, *, tied=False, params):
     x = floating("x", x)
     D = check.rank("x", x, min_rank=1)[-1]
     p = check.params_of(params)
-    if _flag("tied", tied):
+    if check.flag("tied", tied):
         w = param(p, "table", (None, D), x).T                           # (D, L)
     else:
         w = param(p, "w", (D, None), x)                                 # (D, L)

@@ -47,10 +47,16 @@ def _no_empty_rows(mask, t, s):
         np.shape(mask), (1, t, s))).any(axis=-1).all())
 
 
+def _finite(v) -> bool:
+    """No NaN or inf in the float inputs: PyTorch's built-ins multiply masked keys by 0
+    (0 * NaN = NaN) and give NaN for +inf scores, a difference the spec pages state."""
+    return all(np.all(np.isfinite(a)) for a in v.inputs.values() if np.asarray(a).dtype.kind == "f")
+
+
 def _run(name, spec, component, one, device):
     compared = 0
     for v in _vectors(spec, component):
-        if one(v, _tensors(v.inputs, device), _tensors(v.params, device)):
+        if _finite(v) and one(v, _tensors(v.inputs, device), _tensors(v.params, device)):
             compared += 1
     assert compared, f"{name}: no {component} vector could be expressed with the built-in"
 
@@ -70,11 +76,15 @@ def agree_sdpa(device):
         attn = mask
         if bias is not None:
             attn = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
-        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], vv.shape[:-2])
-        q, k, vv = (t.expand(*batch, *t.shape[-2:]) for t in (q, k, vv))
-        out = F.scaled_dot_product_attention(q, k, vv, attn_mask=attn,
+        gqa = v.attributes.get("num_kv_heads") is not None
+        if not gqa:
+            batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], vv.shape[:-2])
+            q, k, vv = (t.expand(*batch, *t.shape[-2:]) for t in (q, k, vv))
+        # enable_gqa: q (..., H, T, K), k and v (..., H_kv, S, .), as the spec's num_kv_heads
+        out = F.scaled_dot_product_attention(q, k, vv, attn_mask=attn, enable_gqa=gqa,
                                              scale=v.attributes.get("scale"))
-        _close("F.scaled_dot_product_attention", out, v, "output")
+        _close("F.scaled_dot_product_attention" + (" enable_gqa" if gqa else ""), out, v,
+               "output")
         return True
     return lambda spec: _run("sdpa", spec, "sdpa", one, device)
 

@@ -9,11 +9,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from attnspec.spec.errors import ConfigError
-from attnspec.spec.trace import record
 
 from .. import _checks as check
-from ._core import Paths, boolean, floating, param
-from .norm import layer_norm
+from ..composite.layers import Layers
+from . import _core as paths
+from ._core import boolean, floating, param
 
 
 def relu(h):
@@ -42,10 +42,31 @@ def feedforward(x, *, activation="relu", params):
     w1 = param(p, "w1", (D, None), x)
     F_ = w1.shape[1]
     b1, w2, b2 = param(p, "b1", (F_,), x), param(p, "w2", (F_, D), x), param(p, "b2", (D,), x)
-    if Paths.fused():  # x W + b as one addmm (PyTorch's fused kernel)
+    if paths.fused():  # x W + b as one addmm (PyTorch's fused kernel)
         return F.linear(act(F.linear(x, w1.T, b1)), w2.T, b2)
     h = x @ w1 + b1                                      # (..., F)
     return act(h) @ w2 + b2                              # (..., D)
+
+
+def silu(h):
+    """silu(h) = h sigmoid(h)  (Swish_1)."""
+    return F.silu(h)
+
+
+GATES = {"silu": silu, "gelu": gelu, "gelu_tanh": gelu_tanh}
+
+
+def gated_feedforward(x, *, activation="silu", params):
+    """y = (act(x W_gate) * (x W_up)) W_down,  W_gate, W_up (D, F), W_down (F, D); no biases."""
+    x = floating("x", x)
+    D = check.rank("x", x, min_rank=1)[-1]
+    act = GATES[check.choice("activation", activation, GATES)]
+    p = check.params_of(params)
+    w_gate = param(p, "w_gate", (D, None), x)
+    F_ = w_gate.shape[1]
+    w_up, w_down = param(p, "w_up", (D, F_), x), param(p, "w_down", (F_, D), x)
+    h = act(x @ w_gate) * (x @ w_up)                    # (..., F)
+    return h @ w_down                                    # (..., D)
 
 
 def dropout(x, keep_mask=None, *, p, seed=None):
@@ -70,22 +91,4 @@ def dropout(x, keep_mask=None, *, p, seed=None):
     return torch.where(keep_mask, x / (1 - p), 0).to(x.dtype)
 
 
-POSITIONS = ("post", "pre")
-
-
-def residual(x, *, position="post", eps=1e-5, activation="relu", params, trace=None):
-    """post: y = LayerNorm(x + f(x));  pre: y = x + f(LayerNorm(x));  f = feedforward."""
-    x = floating("x", x)
-    check.rank("x", x, min_rank=1)
-    check.choice("position", position, POSITIONS)
-    p = check.params_of(params)
-    ffn, norm = p.scope("ffn"), p.scope("norm")
-    if position == "post":
-        f = feedforward(x, activation=activation, params=ffn)
-        record(trace, "sublayer.output", f)
-        return layer_norm(x + f, eps=eps, params=norm)
-    n = layer_norm(x, eps=eps, params=norm)
-    record(trace, "norm.output", n)
-    f = feedforward(n, activation=activation, params=ffn)
-    record(trace, "sublayer.output", f)
-    return x + f
+(residual,) = Layers.bind(__package__, "residual")  # backends/composite/layers.py

@@ -14,25 +14,13 @@ given) takes PyTorch's fused kernels: ``F.scaled_dot_product_attention`` and
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 from attnspec.spec.errors import ParameterError
 from torch import nn
 
 from . import layers, models, rnn
-from ._core import Paths
+from ._core import skipping_weights as _fast
 from .multihead import mha
-
-
-@contextlib.contextmanager
-def _fast(on: bool):
-    previous = Paths.skip_weights
-    Paths.skip_weights = on
-    try:
-        yield
-    finally:
-        Paths.skip_weights = previous
 
 
 class SpecModule(nn.Module):

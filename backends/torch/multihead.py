@@ -5,14 +5,15 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from .. import _checks as check
-from ._core import Paths, boolean, floating, opt_param, param
+from . import _core as paths
+from ._core import boolean, floating, opt_param, param
 
 
 def _linear(x, p, w: str, b: str, d_in: int, d_out: int | None = None):
     """x W + b over the last axis; b is optional."""
     weight = param(p, w, (d_in, d_out), x)
     bias = opt_param(p, b, (weight.shape[1],), x)
-    if Paths.fused():  # one addmm (the same sum, PyTorch's fused kernel)
+    if paths.fused():  # one addmm (the same sum, PyTorch's fused kernel)
         return F.linear(x, weight.T, bias)
     y = x @ weight
     return y if bias is None else y + bias
@@ -60,18 +61,11 @@ def mha(query, key, value, mask=None, *, num_heads, params):
 
     query = floating("query", query)
     key, value = floating("key", key, query), floating("value", value, query)
-    b, t, d_q = check.rank("query", query, min_rank=3, max_rank=3)
-    _, s, d_k = check.rank("key", key, min_rank=3, max_rank=3)
-    _, _, d_v = check.rank("value", value, min_rank=3, max_rank=3)
-    check.same("batch size", **{"query.shape[0]": b, "key.shape[0]": key.shape[0],
-                                "value.shape[0]": value.shape[0]})
-    check.same("key length", **{"key.shape[1]": s, "value.shape[1]": value.shape[1]})
-    heads = check.integer("num_heads", num_heads, lo=1)
+    b, t, s, d_k, d_v = check.sequences(query, key, value, ("query", "key", "value"),
+                                        same_width=False)
+    d_q = check.shape(query)[-1]
     p = check.params_of(params)
-    hk = p.require("w_q", (d_q, None)).shape[1]
-    hv = p.require("w_v", (d_v, None)).shape[1]
-    check.divides(f"query/key width {p.path('w_q')}.shape[1]", heads, hk, "H*K")
-    check.divides(f"value width {p.path('w_v')}.shape[1]", heads, hv, "H*V")
+    heads, hk, hv = check.heads(p, num_heads, d_q, d_v)
     mask = _mask(mask, (b, heads, t, s), query)
     q = _split_heads(_linear(query, p, "w_q", "b_q", d_q), heads)  # (B, H, T, K)
     k = _split_heads(_linear(key, p, "w_k", "b_k", d_k, hk), heads)  # (B, H, S, K)

@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import torch
 import torch.nn.functional as F
-from attnspec.spec.errors import ConfigError, ShapeError
+from attnspec.spec.errors import ShapeError
 
 from .. import _checks as check
-from ._core import Paths, floating, param
+from . import _core as paths
+from ._core import floating, param
 
 VARIANTS = ("canonical", "annotated")
-
-
-def positive(name: str, value) -> float:
-    """A finite real attribute > 0 (eps), or ConfigError naming it."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise ConfigError(f"{name} must be a positive number, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
 
 
 def layer_norm(x, *, eps=1e-5, variant="canonical", params):
@@ -31,7 +20,7 @@ def layer_norm(x, *, eps=1e-5, variant="canonical", params):
     """
     x = floating("x", x)
     s = check.rank("x", x, min_rank=1)
-    eps = positive("eps", eps)
+    eps = check.eps(eps)
     check.choice("variant", variant, VARIANTS)
     D = s[-1]
     p = check.params_of(params)
@@ -39,8 +28,10 @@ def layer_norm(x, *, eps=1e-5, variant="canonical", params):
     if variant == "annotated" and D < 2:
         raise ShapeError(f"variant 'annotated' needs x.shape[-1] >= 2 (the unbiased std "
                          f"divides by D - 1), got x of shape {s}")
-    if variant == "canonical" and Paths.fused():  # the same equation, PyTorch's kernel
-        Paths.note("fused layer_norm")
+    if D == 0:  # nothing to normalise: an empty output, not an error
+        return torch.zeros_like(x)
+    if variant == "canonical" and paths.fused():  # the same equation, PyTorch's kernel
+        paths.note("fused layer_norm")
         return F.layer_norm(x, (D,), gamma, beta, eps)
     mu = x.mean(dim=-1, keepdim=True)                    # (..., 1)
     centred = x - mu                                     # (..., D)
@@ -57,7 +48,9 @@ def rms_norm(x, *, eps=1e-6, params):
     """y = x / sqrt(mean(x^2) + eps) * gamma, over the last axis (no mean subtraction)."""
     x = floating("x", x)
     s = check.rank("x", x, min_rank=1)
-    eps = positive("eps", eps)
+    eps = check.eps(eps)
     gamma = param(check.params_of(params), "gamma", (s[-1],), x)
+    if s[-1] == 0:  # nothing to normalise: an empty output, not an error
+        return torch.zeros_like(x)
     ms = torch.mean(x * x, dim=-1, keepdim=True)         # (..., 1)
     return x / torch.sqrt(ms + eps) * gamma

@@ -3,13 +3,12 @@ attention, rotary position embedding (RoPE)."""
 
 from __future__ import annotations
 
-import math
-
 import torch
 from attnspec.spec.errors import ConfigError, DomainError, ShapeError
 
 from .. import _checks as check
 from ._core import boolean, floating, integers, param
+from .attention import softmax, weighted_sum
 
 
 def sinusoidal_pe(*, length, d_model, offset=0, device=None):
@@ -27,6 +26,24 @@ def sinusoidal_pe(*, length, d_model, offset=0, device=None):
     angle = pos / 10000.0 ** (2.0 * i.to(torch.float64) / d_model)  # (length, D)
     even = torch.arange(d_model, device=device) % 2 == 0
     return torch.where(even, torch.sin(angle), torch.cos(angle))
+
+
+def alibi_bias(*, num_heads, t, s, device=None):
+    """ALiBi (Press et al. 2022): bias[h, i, j] = -m_h (p_i - j), p_i = i + (S - T).
+
+    m_h = 2^(-8 (h + 1) / P) for the first P heads (P the largest power of two <= H), then
+    the odd-numbered slopes 2^(-8 (2k + 1) / 2P) of 2P heads for the other H - P.
+    Returned in float64 (on ``device``, torch only), shaped (H, T, S): sdpa's bias input.
+    """
+    H = check.integer("num_heads", num_heads, lo=1)
+    t, s = check.integer("t", t, lo=0), check.integer("s", s, lo=0)
+    P = 1 << (H.bit_length() - 1)
+    frac = [(h + 1) / P for h in range(P)] + [(2 * k + 1) / (2 * P) for k in range(H - P)]
+    f64 = dict(dtype=torch.float64, device=device)
+    m = 2.0 ** (-8.0 * torch.tensor(frac, **f64))        # (H,)
+    p = torch.arange(t, **f64)[:, None] + (s - t)        # (T, 1) absolute query positions
+    j = torch.arange(s, **f64)[None, :]                  # (1, S)
+    return -m[:, None, None] * (p - j)                   # (H, T, S)
 
 
 def learned_pe(positions, *, params):
@@ -55,14 +72,7 @@ def relative_attention(q, k, v, mask=None, *, max_distance, scale=None, params):
     """
     q = floating("q", q)
     k, v = floating("k", k, q), floating("v", v, q)
-    b, t, kw = check.rank("q", q, min_rank=3, max_rank=3)
-    _, s, _ = check.rank("k", k, min_rank=3, max_rank=3)
-    check.rank("v", v, min_rank=3, max_rank=3)
-    check.same("batch size", **{"q.shape[0]": b, "k.shape[0]": k.shape[0],
-                                "v.shape[0]": v.shape[0]})
-    check.same("key width", **{"q.shape[-1]": kw, "k.shape[-1]": k.shape[-1]})
-    check.same("key length", **{"k.shape[1]": s, "v.shape[1]": v.shape[1]})
-    vw = v.shape[-1]
+    b, t, s, kw, vw = check.sequences(q, k, v)
     m = check.integer("max_distance", max_distance, lo=0)
     p = check.params_of(params)
     rel_k = param(p, "rel_k", (2 * m + 1, kw), q)
@@ -72,21 +82,13 @@ def relative_attention(q, k, v, mask=None, *, max_distance, scale=None, params):
         mask = boolean("mask", mask, q)
         check.broadcastable("mask", mask, (b, t, s))
         keep = mask.expand(b, t, s)
-    scale = 1.0 / math.sqrt(kw) if scale is None else float(scale)
+    scale = check.scale(scale, kw)
     rows = _relative_rows(t, s, m, q.device)
     a_k, a_v = rel_k[rows], rel_v[rows]  # (T, S, K), (T, S, V)
     e = (q @ k.transpose(-1, -2) + torch.einsum("btk,tsk->bts", q, a_k)) * scale
-    alpha = _masked_softmax(e, keep)  # (B, T, S)
-    z = alpha @ v + torch.einsum("bts,tsv->btv", alpha, a_v)  # (B, T, V)
+    alpha = softmax(e, keep)  # (B, T, S)
+    z = weighted_sum(alpha, v) + torch.einsum("bts,tsv->btv", alpha, a_v)  # (B, T, V)
     return z, alpha
-
-
-def _masked_softmax(e, keep):
-    m = torch.amax(torch.where(keep, e, -math.inf), dim=-1, keepdim=True)
-    m = torch.where(torch.isfinite(m), m, 0)
-    w = torch.where(keep, torch.exp(torch.where(keep, e - m, 0)), 0)
-    total = torch.sum(w, dim=-1, keepdim=True)
-    return w / torch.where(total > 0, total, 1)
 
 
 def rope(x, *, offset=0, base=10000.0, convention="interleaved"):

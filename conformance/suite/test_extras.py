@@ -1,5 +1,6 @@
-"""Backend-specific checks the backend declares (``Backend.extra_checks``):
-agreement with the framework's own built-ins, gradients, execution modes.
+"""Backend-specific checks the backend declares (``Backend.extra_checks``, which finds
+``<package>.extras.extra_checks(backend, device)``): agreement with the framework's own
+built-ins, gradients, execution modes.
 Extras are optional: a backend that declares none gets one test, reported as
 skipped with that reason (never a pass that asserted nothing)."""
 
@@ -10,9 +11,7 @@ def _checks(config):
     from attnspec.conformance.plugin import session
 
     s = session(config)
-    if s.backend is None or s.backend_problem:
-        return []
-    return s.backend.extra_checks(s.device)
+    return [] if s.problem else s.backend.extra_checks(s.device)
 
 
 def pytest_generate_tests(metafunc):
@@ -24,6 +23,7 @@ def pytest_generate_tests(metafunc):
 
 def test_extra(extra_check, spec):
     if extra_check is None:
-        pytest.skip("the backend declares no extra checks (Backend.extra_checks is optional)")
+        pytest.skip("the backend declares no extra checks (an extras.extra_checks module "
+                    "is optional)")
     _, check = extra_check
     check(spec)

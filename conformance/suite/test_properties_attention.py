@@ -140,6 +140,68 @@ def test_causal_mask_is_bottom_right_aligned(ops, t, s):
         assert np.array_equal(mask[i], want), (i, mask[i])
 
 
+@given(t=st.integers(0, 7), s=st.integers(0, 7), w=st.integers(1, 8))
+def test_sliding_window_mask_is_causal_limited_to_the_last_window_keys(ops, t, s, w):
+    """Row i of sliding_window_mask(t, s, w) allows exactly the keys max(0, p - w + 1) .. p,
+    p = i + s - t: the causal row, of which at most w keys; window >= s is causal_mask."""
+    mask = np.asarray(ops.sliding_window_mask(t=t, s=s, window=w))
+    causal = np.asarray(ops.causal_mask(t=t, s=s))
+    assert mask.shape == (t, s) and mask.dtype == np.bool_
+    assert not np.any(mask & ~causal)
+    for i in range(t):
+        p = i + s - t
+        assert mask[i].sum() == min(w, max(0, p + 1)) and (p < 0 or mask[i, p]), (i, mask[i])
+    if w >= s:
+        assert np.array_equal(mask, causal)
+
+
+@given(t=st.integers(1, 6), extra=st.integers(0, 4), w=st.integers(1, 5))
+def test_sliding_window_mask_with_a_cache_is_the_last_rows_of_the_full_mask(ops, t, extra, w):
+    """The T new queries after `extra` cached keys get the last T rows of the square mask."""
+    s = t + extra
+    full = np.asarray(ops.sliding_window_mask(t=s, s=s, window=w))
+    assert np.array_equal(np.asarray(ops.sliding_window_mask(t=t, s=s, window=w)), full[extra:])
+
+
+@given(h_kv=st.integers(1, 3), group=st.integers(1, 3), t=st.integers(1, 4),
+       s=st.integers(1, 4), seed=st.integers(0, 2**16), causal=st.booleans())
+def test_sdpa_gqa_equals_sdpa_with_each_kv_head_repeated_for_its_query_group(
+        ops, h_kv, group, t, s, seed, causal):
+    """num_kv_heads = H_kv: the same as plain sdpa on k, v with kv head g repeated for query
+    heads g * H / H_kv .. (g + 1) * H / H_kv - 1 (group = 1 is plain multi-head sdpa)."""
+    h = h_kv * group
+    r = np.random.default_rng(seed)
+    q, k, v = r.uniform(-2, 2, (2, h, t, 4)), r.uniform(-2, 2, (2, h_kv, s, 4)), \
+        r.uniform(-2, 2, (2, h_kv, s, 3))
+    mask = ops.causal_mask(t=t, s=s) if causal else None
+    out, w = ops.sdpa(q=q, k=k, v=v, mask=mask, num_kv_heads=h_kv)
+    k_rep, v_rep = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    out2, w2 = ops.sdpa(q=q, k=k_rep, v=v_rep, mask=mask)
+    ops.assert_close(out, out2)
+    ops.assert_close(w, w2)
+
+
+@given(x=hnp.arrays(np.float64, hnp.array_shapes(max_dims=3, max_side=5),
+                   elements=st.integers(-512, 512).map(lambda k: k / 4)),
+       cap=st.sampled_from([0.5, 1.0, 8.0, 30.0, 50.0]))
+def test_softcap_is_odd_bounded_and_monotone(ops, x, cap):
+    """softcap(-x) = -softcap(x), |softcap(x)| <= cap, and sorting x sorts y, up to rounding
+    (a vectorised tanh and its scalar tail may differ by an ulp on equal inputs)."""
+    y = np.asarray(ops.softcap(x=x, cap=cap), np.float64)
+    ops.assert_close(ops.softcap(x=-x, cap=cap), -y)
+    assert np.all(np.abs(y) <= cap)
+    flat = np.argsort(x, axis=None, kind="stable")
+    assert np.all(np.diff(y.ravel()[flat]) >= -ops.tol["rtol"] * cap)
+
+
+@given(x=hnp.arrays(np.float64, hnp.array_shapes(max_dims=2, max_side=5),
+                   elements=st.floats(-1, 1, allow_nan=False, width=16)))
+def test_softcap_is_near_identity_far_below_the_cap(ops, x):
+    """cap tanh(x / cap) = x - x^3 / (3 cap^2) + ...: within 2^-20 of x for |x| <= 1, cap = 2^8."""
+    y = np.asarray(ops.softcap(x=x, cap=256.0), np.float64)
+    ops.assert_close(y, x - x ** 3 / (3 * 256.0 ** 2), scale=4)
+
+
 @given(ids=hnp.arrays(np.int64, hnp.array_shapes(min_dims=2, max_dims=2, max_side=5),
                       elements=st.integers(0, 3)),
        pad_id=st.integers(0, 3), t=st.integers(0, 5), h=st.integers(1, 3),
@@ -203,3 +265,70 @@ def test_attention_entropy_of_uniform_is_log_n(ops, n):
     """Uniform weights 1/n over n keys have entropy ln n (in nats)."""
     w = np.full((2, n), 1.0 / n)
     ops.assert_close(ops.attention_entropy(weights=w), np.full(2, np.log(n)), scale=4)
+
+
+# -- edges: empty axes and non-finite inputs (spec/components/sdpa.md, "Edge cases") -----
+
+poison = st.sampled_from([np.nan, np.inf, -np.inf])
+
+
+@given(batch=batches, t=st.integers(0, 3), s=st.integers(0, 3), kw=sizes, vw=sizes,
+       data=st.data())
+def test_sdpa_empty_axes_keep_their_shapes_and_no_keys_give_zero_rows(ops, batch, t, s, kw, vw,
+                                                                      data):
+    """T = 0 or S = 0: output (..., T, V), weights (..., T, S); S = 0: every output row is 0."""
+    q, k, v = (data.draw(arrays(batch + shape)) for shape in ((t, kw), (s, kw), (s, vw)))
+    out, w = ops.sdpa(q=q, k=k, v=v)
+    assert out.shape == batch + (t, vw) and w.shape == batch + (t, s)
+    if s == 0:
+        assert np.all(out == 0)
+
+
+@given(x=qkv(), data=st.data())
+def test_sdpa_nonfinite_keys_values_and_bias_of_masked_keys_never_reach_the_output(ops, x, data):
+    """NaN/inf in the key and value rows no query keeps, and in the bias wherever the mask is
+    False, change nothing: a weight of 0 leaves its key out (0 * NaN would be NaN)."""
+    q, k, v = x
+    mask = data.draw(hnp.arrays(np.bool_, (q.shape[-2], k.shape[-2])))
+    bias = data.draw(arrays(mask.shape))
+    out, w = ops.sdpa(q=q, k=k, v=v, mask=mask, bias=bias)
+    dead = ~mask.any(axis=0)  # (S,) keys that no query keeps
+    k2, v2 = k.copy(), v.copy()
+    k2[..., dead, :], v2[..., dead, :] = data.draw(poison), data.draw(poison)
+    bias2 = np.where(mask, bias, data.draw(poison))
+    out2, w2 = ops.sdpa(q=q, k=k2, v=v2, mask=mask, bias=bias2)
+    assert np.all(np.isfinite(out2)) and np.all(w2[..., ~mask] == 0)
+    ops.assert_close(out2, out, scale=8)
+    ops.assert_close(w2, w, scale=8)
+
+
+@given(x=qkv(), data=st.data())
+def test_sdpa_nan_in_one_value_reaches_exactly_the_queries_that_weight_its_key(ops, x, data):
+    """v[j, c] = NaN makes output column c NaN exactly where weights[..., i, j] != 0; every
+    other output is unchanged."""
+    q, k, v = x
+    s, vw = k.shape[-2], v.shape[-1]
+    mask = data.draw(hnp.arrays(np.bool_, (q.shape[-2], s)))
+    j, c = data.draw(st.integers(0, s - 1)), data.draw(st.integers(0, vw - 1))
+    out, w = ops.sdpa(q=q, k=k, v=v, mask=mask)
+    v2 = v.copy()
+    v2[..., j, c] = np.nan
+    out2, w2 = ops.sdpa(q=q, k=k, v=v2, mask=mask)
+    ops.assert_close(w2, w, scale=8)
+    reached = np.broadcast_to(w[..., :, j] != 0, out2.shape[:-1])  # (..., T)
+    assert np.array_equal(np.isnan(out2[..., c]), reached)
+    others = np.arange(vw) != c
+    ops.assert_close(out2[..., others], out[..., others], scale=8)
+
+
+@given(x=qkv(), data=st.data())
+def test_sdpa_pos_inf_bias_entries_share_their_row_equally(ops, x, data):
+    """bias +inf at kept keys J of a row: weight 1/|J| on each and 0 elsewhere (the limit)."""
+    q, k, v = x
+    t, s = q.shape[-2], k.shape[-2]
+    top = data.draw(hnp.arrays(np.bool_, (t, s)))
+    bias = np.where(top, np.inf, data.draw(arrays((t, s))))
+    _, w = ops.sdpa(q=q, k=k, v=v, bias=bias)
+    rows = top.any(axis=-1)  # (T,)
+    share = np.where(top, 1.0 / np.maximum(top.sum(-1, keepdims=True), 1), 0.0)
+    ops.assert_close(w[..., rows, :], np.broadcast_to(share, w.shape)[..., rows, :])

@@ -178,6 +178,37 @@ def test_incremental_decoding_with_cache_equals_full_decoding(backend, device, a
                      scale=8)
 
 
+def _snapshot(backend, cache: dict) -> dict:
+    return {k: np.array(backend.to_numpy(v), copy=True) if hasattr(v, "shape") else v
+            for k, v in cache.items()}
+
+
+@given(seed=seeds, t=st.integers(1, 3), more=st.integers(1, 3))
+def test_decoder_only_step_leaves_its_input_cache_unchanged(backend, device, attnspec_session,
+                                                             ops, seed, t, more):
+    """A step returns a new cache: the one it was given keeps its entries and values, so a
+    second step from the same cache gives the same logits (beam search relies on it)."""
+    dtype = attnspec_session.property_dtype
+    r = np.random.default_rng(seed)
+    p = lm(r, 1, 8, 10, 8)
+    bp = {k: backend.asarray(v, dtype=dtype, device=device) for k, v in p.items()}
+    init = ops.raw("decoder_only_init_cache", "decoding")
+    step = ops.raw("decoder_only_step", "decoding")
+    kw = dict(pad_id=0, num_layers=1, num_heads=2, norm="pre", params=bp)
+    ids = r.integers(1, 10, (2, t + more))
+    _, cache = step(backend.asarray(ids[:, :t], dtype=None, device=device),
+                    init(batch_size=2, num_layers=1, num_heads=2, params=bp), **kw)
+    before = _snapshot(backend, cache)
+    tail = backend.asarray(ids[:, t:], dtype=None, device=device)
+    first, _ = step(tail, cache, **kw)
+    after = _snapshot(backend, cache)
+    assert sorted(after) == sorted(before), "decoder_only_step changed its input cache's keys"
+    for k in before:
+        assert np.array_equal(after[k], before[k]), f"decoder_only_step changed cache[{k!r}]"
+    second, _ = step(tail, cache, **kw)
+    assert np.array_equal(backend.to_numpy(first), backend.to_numpy(second))
+
+
 @given(seed=seeds, p_len=st.integers(1, 3), max_len=st.integers(3, 7), eos_bias=st.floats(0, 3))
 def test_greedy_decode_keeps_the_prompt_and_pads_after_eos(ops, seed, p_len, max_len, eos_bias):
     r = np.random.default_rng(seed)

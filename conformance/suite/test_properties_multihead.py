@@ -183,3 +183,25 @@ def test_additive_attention_values_default_to_keys(ops, seed, t, s):
     default = ops.additive_attention(query=q, keys=k, params=p)
     explicit = ops.additive_attention(query=q, keys=k, values=k, params=p)
     ops.assert_close(default[0], explicit[0], what="context")
+
+
+@given(seed=seeds, h=st.integers(1, 3), t=dims, s=st.integers(2, 4), k=dims, v=dims,
+       poison=st.sampled_from([np.nan, np.inf, -np.inf]))
+def test_mha_nonfinite_key_and_value_rows_at_padded_positions_never_reach_the_output(
+        ops, seed, h, t, s, k, v, poison):
+    """A (B, 1, 1, S) padding mask: NaN/inf in the key and value inputs at padded positions
+    (projected into every head) leave the output and weights unchanged."""
+    rng = np.random.default_rng(seed)
+    q_in, k_in, v_in = _x(rng, 2, t, 3), _x(rng, 2, s, 5), _x(rng, 2, s, 2)
+    p = _mha_params(rng, 3, 5, 2, h, k, v, 4)
+    pad = np.zeros((2, s), dtype=bool)
+    pad[:, -1] = True  # the last position of each sequence is padding
+    pad[0, 0] = True
+    mask = ~pad[:, None, None, :]  # (B, 1, 1, S)
+    out, w = ops.mha(query=q_in, key=k_in, value=v_in, mask=mask, num_heads=h, params=p)
+    k2, v2 = k_in.copy(), v_in.copy()
+    k2[pad], v2[pad] = poison, poison
+    out2, w2 = ops.mha(query=q_in, key=k2, value=v2, mask=mask, num_heads=h, params=p)
+    assert np.all(np.isfinite(out2))
+    ops.assert_close(out2, out, scale=8, what="output")
+    ops.assert_close(w2, w, scale=8, what="weights")

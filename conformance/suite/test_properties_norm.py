@@ -1,5 +1,5 @@
-"""Invariants of layer_norm, rms_norm, feedforward, dropout, residual, embedding and
-lm_head (hypothesis). Each test name is the invariant."""
+"""Invariants of layer_norm, rms_norm, feedforward, gated_feedforward, dropout, residual,
+embedding and lm_head (hypothesis). Each test name is the invariant."""
 
 import numpy as np
 from hypothesis import given
@@ -133,6 +133,17 @@ def test_dropout_random_keep_fraction_and_mean_within_binomial_bounds(ops, seed,
     assert abs(y.mean() - x.mean()) <= 5 * sigma_mean, (y.mean(), x.mean())
 
 
+@given(seed=st.integers(0, 2**31 - 2), p=st.sampled_from([0.25, 0.5]))
+def test_dropout_same_seed_same_mask_other_seed_other_mask(ops, seed, p):
+    """Reproducible: one seed gives one mask, call after call; seed + 1 another (two
+    independent masks of 256 entries agree with probability below 1e-30)."""
+    x = 1.0 + (np.arange(256) % 8) / 8
+    y = ops.dropout(x=x, p=p, seed=seed)
+    assert np.array_equal(ops.dropout(x=x, p=p, seed=seed), y), "same seed, different masks"
+    assert not np.array_equal(ops.dropout(x=x, p=p, seed=seed + 1) != 0, y != 0), \
+        "seeds s and s + 1 give the same mask"
+
+
 # -- feedforward / residual ------------------------------------------------------------
 
 @given(t=st.integers(2, 6), seed=st.integers(0, 2**16),
@@ -144,6 +155,49 @@ def test_feedforward_is_position_wise(ops, t, seed, act, data):
     p = ffn_params(seed, 4, 6)
     y = ops.feedforward(x=x, activation=act, params=p)
     ops.assert_close(ops.feedforward(x=x[:, perm], activation=act, params=p), y[:, perm])
+
+
+def glu_params(seed, d, f):
+    r = np.random.default_rng(seed)
+    return {"w_gate": r.uniform(-1, 1, (d, f)), "w_up": r.uniform(-1, 1, (d, f)),
+            "w_down": r.uniform(-1, 1, (f, d))}
+
+
+glu_acts = st.sampled_from(["silu", "gelu", "gelu_tanh"])
+
+
+@given(t=st.integers(2, 6), seed=st.integers(0, 2**16), act=glu_acts, data=st.data())
+def test_gated_feedforward_is_position_wise(ops, t, seed, act, data):
+    """Permuting the tokens permutes the output the same way."""
+    x = np.random.default_rng(seed).uniform(-2, 2, (2, t, 4))
+    perm = np.array(data.draw(st.permutations(range(t))))
+    p = glu_params(seed, 4, 6)
+    y = ops.gated_feedforward(x=x, activation=act, params=p)
+    ops.assert_close(ops.gated_feedforward(x=x[:, perm], activation=act, params=p), y[:, perm])
+
+
+@given(seed=st.integers(0, 2**16), act=glu_acts, a=st.sampled_from([-2.0, -1.0, 0.5, 4.0]))
+def test_gated_feedforward_is_linear_in_w_up_and_not_in_w_gate(ops, seed, act, a):
+    """Scaling W_up by a power of two (or -1) scales y by it; the gate is not linear:
+    silu/gelu(a h) != a silu/gelu(h), so y(a W_gate) differs from a y(W_gate)."""
+    x = np.random.default_rng(seed).uniform(-2, 2, (3, 4))
+    p = glu_params(seed, 4, 6)
+    y = ops.gated_feedforward(x=x, activation=act, params=p).astype(np.float64)
+    ops.assert_close(ops.gated_feedforward(x=x, activation=act,
+                                           params={**p, "w_up": a * p["w_up"]}), a * y)
+
+
+@given(seed=st.integers(0, 2**16), act=glu_acts)
+def test_gated_feedforward_sums_over_hidden_units(ops, seed, act):
+    """Splitting F = 8 into two halves of 4 hidden units and adding the two outputs gives y."""
+    x = np.random.default_rng(seed).uniform(-2, 2, (2, 3, 4))
+    p = glu_params(seed, 4, 8)
+    half = [{"w_gate": p["w_gate"][:, s], "w_up": p["w_up"][:, s], "w_down": p["w_down"][s]}
+            for s in (slice(0, 4), slice(4, 8))]
+    y = ops.gated_feedforward(x=x, activation=act, params=p)
+    parts = [ops.gated_feedforward(x=x, activation=act, params=h).astype(np.float64)
+             for h in half]
+    ops.assert_close(y, parts[0] + parts[1], scale=4)
 
 
 @given(seed=st.integers(0, 2**16), position=st.sampled_from(["post", "pre"]))

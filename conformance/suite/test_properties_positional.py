@@ -28,6 +28,23 @@ def test_sinusoidal_pe_shift_by_k_is_a_fixed_block_rotation(ops, d, length, offs
     ops.assert_close(pe[k:], shifted.reshape(length, d), scale=4)
 
 
+@given(half=st.integers(0, 7), length=st.integers(1, 6), offset=st.integers(0, 60),
+       k=st.integers(0, 9))
+def test_sinusoidal_pe_odd_width_rotates_its_pairs_and_ends_in_a_lone_sin(ops, half, length,
+                                                                         offset, k):
+    """Odd D: columns 0..D-2 shift by the same block rotations, with omega_i = 10000^(-2i/D)
+    for the actual (odd) D; the last column is sin(pos * 10000^(-(D-1)/D)), no cos partner."""
+    d = 2 * half + 1
+    pe = ops.sinusoidal_pe(length=length + k, d_model=d, offset=offset)
+    omega = 10000.0 ** (-2.0 * np.arange(half + 1) / d)  # (D//2 + 1,)
+    w = k * omega[:half]
+    s, c = pe[:length, 0:d - 1:2], pe[:length, 1::2]  # sin, cos of pos * omega_i
+    shifted = np.stack([s * np.cos(w) + c * np.sin(w), c * np.cos(w) - s * np.sin(w)], -1)
+    ops.assert_close(pe[k:, :d - 1], shifted.reshape(length, d - 1), scale=4)
+    pos = np.arange(offset, offset + length + k)
+    ops.assert_close(pe[:, -1], np.sin(pos * omega[half]), scale=4)
+
+
 @given(d=st.integers(1, 16), length=st.integers(0, 6), offset=st.integers(0, 40))
 def test_sinusoidal_pe_offset_equals_slice_of_longer_table(ops, d, length, offset):
     longer = ops.sinusoidal_pe(length=offset + length, d_model=d)
@@ -161,3 +178,47 @@ def test_relative_attention_weights_are_a_masked_distribution(ops, shape, data):
     kept = mask.any(axis=-1)
     ops.assert_close(w.sum(-1)[kept], np.ones(int(kept.sum())), scale=4)
     assert np.all(out[~kept] == 0)
+
+
+# -- alibi ----------------------------------------------------------------------------
+
+
+@given(h_exp=st.integers(0, 4), t=st.integers(1, 5), extra=st.integers(0, 4))
+def test_alibi_for_h_a_power_of_two_is_geometric_slopes_times_distance(ops, h_exp, t, extra):
+    """H = 2^e: bias[h, i, j] = -2^(-8 (h + 1) / H) (i + S - T - j)."""
+    H, s = 2 ** h_exp, t + extra
+    m = 2.0 ** (-8.0 * np.arange(1, H + 1) / H)
+    dist = np.arange(t)[:, None] + extra - np.arange(s)[None, :]
+    ops.assert_close(ops.alibi_bias(num_heads=H, t=t, s=s), -m[:, None, None] * dist)
+
+
+@given(h=st.integers(1, 20))
+def test_alibi_slopes_of_h_heads_are_a_permutation_of_a_subset_of_2p_heads(ops, h):
+    """The paper's rule: the slopes of H heads are the P slopes of P = 2^floor(log2 H) heads
+    and H - P of the 2P-head slopes, all distinct and in (0, 1)."""
+    def slope(n):
+        return -np.asarray(ops.alibi_bias(num_heads=n, t=1, s=2), np.float64)[:, 0, 0]
+
+    m = slope(h)
+    p = 1 << (h.bit_length() - 1)
+    assert np.all((m > 0) & (m < 1)) and len(np.unique(m)) == h
+    ops.assert_close(m[:p], slope(p))
+    if h > p:
+        ops.assert_close(m[p:], slope(2 * p)[0::2][:h - p])
+
+
+@given(h=st.integers(1, 6), t=st.integers(1, 5), extra=st.integers(0, 4), seed=st.integers(0, 99))
+def test_alibi_in_sdpa_equals_the_key_position_bias_of_fairseq_and_bloom(ops, h, t, extra, seed):
+    """Under a causal mask, softmax ignores a per-row constant: bias -m (p - j) gives the same
+    attention as the m j bias (fairseq, BLOOM)."""
+    s = t + extra
+    r = np.random.default_rng(seed)
+    q, k, v = r.uniform(-1, 1, (h, t, 4)), r.uniform(-1, 1, (h, s, 4)), r.uniform(-1, 1, (h, s, 3))
+    bias = np.asarray(ops.alibi_bias(num_heads=h, t=t, s=s), np.float64)
+    m = -bias[:, 0, 0] + bias[:, 0, 1] if s > 1 else np.zeros(h)
+    key_pos = m[:, None, None] * np.arange(s)[None, None, :] * np.ones((h, t, 1))
+    mask = ops.causal_mask(t=t, s=s)
+    out, _ = ops.sdpa(q=q, k=k, v=v, mask=mask, bias=bias)
+    out2, _ = ops.sdpa(q=q, k=k, v=v, mask=mask, bias=key_pos)
+    ops.assert_close(out, out2, scale=8)
+

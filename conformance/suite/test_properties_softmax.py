@@ -40,3 +40,30 @@ def test_softmax_masked_entries_are_exactly_zero(ops, x, data):
 def test_softmax_permutation_equivariance(ops, x, data):
     perm = data.draw(st.permutations(range(x.shape[-1])))
     ops.assert_close(ops.softmax(x=x[perm]), ops.softmax(x=x)[perm])
+
+
+@given(x=logits(min_dims=2), data=st.data())
+def test_softmax_pos_inf_entries_share_their_slice_equally(ops, x, data):
+    """Kept +inf entries split the slice equally and every other entry gets 0 (the limit of
+    the softmax as those entries grow); slices without +inf are unchanged."""
+    top = data.draw(hnp.arrays(np.bool_, x.shape))
+    y = ops.softmax(x=np.where(top, np.inf, x))
+    rows = top.any(axis=-1)
+    share = np.where(top, 1.0 / np.maximum(top.sum(-1, keepdims=True), 1), 0.0)
+    ops.assert_close(y[rows], share[rows])
+    ops.assert_close(y[~rows], ops.softmax(x=x)[~rows], scale=4)
+
+
+@given(x=logits(min_dims=2), data=st.data())
+def test_softmax_a_kept_nan_makes_its_kept_slice_nan_and_a_masked_nan_is_invisible(ops, x, data):
+    """NaN where the mask is True: every kept weight of that slice is NaN, masked ones 0;
+    NaN where the mask is False: the same weights as without it."""
+    mask = data.draw(hnp.arrays(np.bool_, x.shape))
+    at = data.draw(hnp.arrays(np.bool_, x.shape))
+    y = ops.softmax(x=np.where(at, np.nan, x), mask=mask)
+    hit = (at & mask).any(axis=-1, keepdims=True)  # slices with a kept NaN
+    want = ops.softmax(x=x, mask=mask)
+    assert np.array_equal(np.isnan(y), np.broadcast_to(hit, x.shape) & mask)
+    assert np.all(y[~mask] == 0)
+    clean = ~np.broadcast_to(hit, x.shape)
+    ops.assert_close(y[clean], want[clean], scale=4)

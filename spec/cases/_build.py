@@ -28,6 +28,10 @@ class Fn:
     optional: list[str] = field(default_factory=list)
     attributes: dict = field(default_factory=dict)  # optional attributes and their defaults
     required: list[str] = field(default_factory=list)  # attributes without a default
+    # Attributes added after a release, with their defaults: listed in the header, but
+    # written into a vector only when its case sets them, so released vectors keep their
+    # bytes (a vector without the attribute means its default).
+    added: dict = field(default_factory=dict)
     params: bool = False
     trace: bool = False
     oracle: Callable | None = None  # (**inputs, **attributes[, params=]) -> {name: mp array}
@@ -40,7 +44,7 @@ class Fn:
         h = {"module": self.module, "inputs": self.inputs, "optional": self.optional}
         if self.required:
             h["required_attributes"] = self.required
-        h.update({"attributes": self.attributes, "params": self.params, "trace": self.trace,
+        h.update({"attributes": {**self.attributes, **self.added}, "params": self.params, "trace": self.trace,
                   "returns": self.returns})
         return h
 
@@ -49,6 +53,8 @@ class Fn:
 class Component:
     id: str
     functions: dict[str, Fn]
+    # The default for the component's new vectors (a released vector keeps the tolerances
+    # it was released with: see spec/CITING.md).
     tolerances: dict = field(default_factory=lambda: {k: dict(v) for k, v in DEFAULT_TOLERANCES.items()})
 
 
@@ -69,21 +75,30 @@ class Case:
     deprecated: bool = False
     # Names of intermediates to keep from the oracle's output (None: all it gives).
     keep: list[str] | None = None
+    # Per-dtype {"rtol", "atol"} for this vector (None: derived, else the component's).
+    tolerances: dict | None = None
+    # The id this case corrects (its id is then that id plus "r2", "r3"...).
+    supersedes: str | None = None
+    # The vector states only the attributes the case gives (the required ones); the others
+    # are left out, so the backend's own defaults are what the vector tests.
+    omit_defaults: bool = False
 
 
 def value(id, function, description, *, inputs, attributes=None, params=None, flags=(),
-          dtypes=ALL_DTYPES, dtype_note=None, keep=None, deprecated=False) -> Case:
+          dtypes=ALL_DTYPES, dtype_note=None, keep=None, deprecated=False, tolerances=None,
+          supersedes=None, omit_defaults=False) -> Case:
     return Case(id, function, description, list(flags), dict(attributes or {}), dict(inputs),
                 dict(params or {}), "value", list(dtypes), dtype_note, keep=keep,
-                deprecated=deprecated)
+                deprecated=deprecated, tolerances=tolerances, supersedes=supersedes,
+                omit_defaults=omit_defaults)
 
 
 def error(id, function, description, *, error, mentions=(), inputs, attributes=None,
           params=None, flags=("error",), dtypes=ALL_DTYPES, dtype_note=None,
-          deprecated=False) -> Case:
+          deprecated=False, supersedes=None) -> Case:
     return Case(id, function, description, list(flags), dict(attributes or {}), dict(inputs),
                 dict(params or {}), "error", list(dtypes), dtype_note, error=error,
-                error_mentions=list(mentions), deprecated=deprecated)
+                error_mentions=list(mentions), deprecated=deprecated, supersedes=supersedes)
 
 
 class Rng:

@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.additive_attention import additive_attention as oracle
-from ._build import Component, Fn, error, value
+from ._build import Component, Fn, Rng, error, value
 
 COMPONENT = Component("additive_attention", {
     "additive_attention": Fn(module="alignment", inputs=["query", "keys", "values", "mask"],
@@ -75,3 +75,29 @@ def cases(rng):
                 "values with S=3 positions for keys with S=4.",
                 inputs={"query": q, "keys": k, "values": rng.uniform((2, 3, 2))}, params=p,
                 error="ShapeError", mentions=["keys", "values"])
+    yield from missed_cases()
+    yield from _edges(Rng(f"{COMPONENT.id}/edges"))
+
+
+# -- missed bugs (issue 9): cases that kill mutation-testing survivors ---------------------
+
+def missed_cases():
+    rd = Rng(f"{COMPONENT.id}/missed")
+    yield error("additive_attention/values-rank-001", "additive_attention", "values of rank 4.",
+                inputs={"query": rd.uniform((1, 2, 3)), "keys": rd.uniform((1, 4, 5)),
+                        "values": rd.uniform((1, 1, 4, 2))}, params=add_params(rd, 3, 5, 4),
+                error="ShapeError", mentions=["values", "(1, 1, 4, 2)"])
+
+
+def _edges(rng):
+    """Non-finite masked keys (their own number stream)."""
+    keys = rng.uniform((2, 4, 3))
+    keys[1, 0] = np.nan  # masked for batch 1; values default to keys
+    keys[0, 3, 1] = np.inf
+    p = {"w_q": rng.weights((2, 5)), "w_k": rng.weights((3, 5)), "v": rng.weights((5,), 2.0)}
+    yield value("additive_attention/masked-nan-001", "additive_attention",
+                "values omitted (= keys); key 0 of batch 1 is NaN and key 3 of batch 0 holds "
+                "inf, both masked by a (B, 1, S) padding mask: the contexts stay finite.",
+                inputs={"query": rng.uniform((2, 3, 2)), "keys": keys,
+                        "mask": np.array([[[1, 1, 1, 0]], [[0, 1, 1, 1]]], dtype=bool)},
+                params=p, flags=["masked-nan", "non-finite", "mask", "padding"])

@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.attention_entropy import attention_entropy as oracle
-from ._build import Component, Fn, error, value
+from ._build import Component, Fn, Rng, error, value
 
 COMPONENT = Component("attention_entropy", {
     "attention_entropy": Fn(module="attention", inputs=["weights"], attributes={"axis": -1},
@@ -64,3 +64,27 @@ def cases(rng):
     yield error("attention_entropy/dtype-001", "attention_entropy", "Integer weights.",
                 inputs={"weights": np.array([[1, 0]])}, error="DTypeError",
                 mentions=["weights"])
+    yield from defaults_cases()
+    yield from missed_cases()
+
+
+# -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
+
+def defaults_cases():
+    rd = Rng(f"{COMPONENT.id}/defaults")
+    rows = np.array([[0.5, 0.25, 0.125, 0.125], [0.25, 0.25, 0.25, 0.25],
+                     [0.625, 0.125, 0.125, 0.125], [0.375, 0.375, 0.1875, 0.0625]])
+    w = rows[rd.integers(0, 4, (2, 3))]  # (2, 3, 4), rows summing to 1 along the last axis
+    yield value("attention_entropy/defaults-001", "attention_entropy",
+                "axis left out (default -1) on (2, 3, 4) weights whose last axis sums to 1.",
+                inputs={"weights": w}, flags=["defaults"], omit_defaults=True)
+
+
+# -- missed bugs (issue 9): cases that kill mutation-testing survivors ---------------------
+
+def missed_cases():
+    Rng(f"{COMPONENT.id}/missed")  # no random inputs
+    yield error("attention_entropy/inf-001", "attention_entropy",
+                "An infinite weight is outside the domain (it is not a distribution).",
+                inputs={"weights": np.array([[0.5, np.inf, 0.25]])},
+                error="DomainError", mentions=["weights"])

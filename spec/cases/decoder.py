@@ -1,10 +1,10 @@
 """decoder: a stack of N decoder layers over one memory; pre-norm ends with final_norm."""
 
 from ..oracle.decoder import decoder as oracle
-from ._build import Component, Fn, error, value
+from ._build import Component, Fn, Rng, error, value
 from .decoder_layer import self_mask
 from .encoder import STACK_FN
-from .encoder_layer import causal, dec_layer_params, key_padding, stack_params, tolerances
+from .encoder_layer import causal, dec_layer_params, key_padding, quiet, stack_params, tiny, tolerances
 
 COMPONENT = Component("decoder", {
     "decoder": Fn(module="layers", inputs=["x", "memory", "self_mask", "memory_mask"],
@@ -77,3 +77,19 @@ def cases(rng):
                 inputs={"x": rng.uniform((1, 3, 8)), "memory": rng.uniform((1, 4, 8))},
                 attributes={"num_layers": 1, "num_heads": 3}, params=params(1, 8, 16, False),
                 error="ConfigError", mentions=["num_heads"])
+    yield from defaults_cases()
+
+
+# -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
+
+def defaults_cases():
+    rd = Rng(f"{COMPONENT.id}/defaults")
+    yield value("decoder/defaults-001", "decoder",
+                "norm, eps and activation left out (post, 1e-5, relu), N = 2, H = 2, D = 8: a "
+                "tiny x and no value/output biases, so the first LN1 sees a variance ~2e-5; a "
+                "pre-norm default also lacks final_norm.*.",
+                inputs={"x": tiny(rd, (2, 4, 8)), "memory": rd.uniform((2, 3, 8)),
+                        "self_mask": causal(4)},
+                attributes={"num_layers": 2, "num_heads": 2},
+                params=quiet(stack_params(rd, dec_layer_params, 2, 8, 16, False)),
+                flags=["defaults", "default-eps"], omit_defaults=True)

@@ -1,8 +1,8 @@
 """decoder_layer: masked self-attention, cross-attention on memory, feed-forward."""
 
 from ..oracle.decoder_layer import decoder_layer as oracle
-from ._build import Component, Fn, error, value
-from .encoder_layer import LAYER_FN, causal, dec_layer_params, key_padding, tolerances, without
+from ._build import Component, Fn, Rng, error, value
+from .encoder_layer import LAYER_FN, causal, dec_layer_params, key_padding, quiet, tiny, tolerances, without
 
 COMPONENT = Component("decoder_layer", {
     "decoder_layer": Fn(module="layers", inputs=["x", "memory", "self_mask", "memory_mask"],
@@ -85,3 +85,18 @@ def cases(rng):
                 inputs={"x": rng.uniform((2, 3, 8)), "memory": rng.uniform((3, 4, 8))},
                 attributes={"num_heads": 2}, params=dec_layer_params(rng, 8, 16),
                 error="ShapeError", mentions=["memory", "batch"])
+    yield from defaults_cases()
+
+
+# -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
+
+def defaults_cases():
+    rd = Rng(f"{COMPONENT.id}/defaults")
+    yield value("decoder_layer/defaults-001", "decoder_layer",
+                "norm, eps and activation left out (post, 1e-5, relu), H = 2, D = 8, T = 4, "
+                "S = 3: a tiny x and no value/output biases, so LN1 sees a variance ~2e-5: "
+                "pre-norm, eps 1e-6 or 1e-3, or GELU fail.",
+                inputs={"x": tiny(rd, (2, 4, 8)), "memory": rd.uniform((2, 3, 8)),
+                        "self_mask": causal(4)},
+                attributes={"num_heads": 2}, params=quiet(dec_layer_params(rd, 8, 16)),
+                flags=["defaults", "default-eps"], omit_defaults=True)

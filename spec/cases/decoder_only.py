@@ -4,8 +4,8 @@ positions, causal self-attention layers without cross-attention, LM head)."""
 import numpy as np
 
 from ..oracle.decoder_only import decoder_only as oracle
-from ._build import Component, Fn, error, value
-from .encoder_layer import tolerances
+from ._build import Component, Fn, Rng, error, value
+from .encoder_layer import tiny, tolerances
 from .encoder_only import lm_params
 from .transformer import ids
 
@@ -81,3 +81,19 @@ def cases(rng):
                 inputs={"ids": ids(rng, 12, [3], 3, bos_id=1)},
                 attributes={**attrs, "num_heads": 3}, params=p,
                 error="ConfigError", mentions=["num_heads"])
+    yield from defaults_cases()
+
+
+# -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
+
+def defaults_cases():
+    rd = Rng(f"{COMPONENT.id}/defaults")
+    p = params(rd, 1, 8, 16, 12)
+    p["embed.table"], p["pos.table"] = tiny(rd, (12, 8)), tiny(rd, (8, 8))
+    yield value("decoder_only/defaults-001", "decoder_only",
+                "norm, eps and activation left out (pre, 1e-5, gelu), N = 1, D = 8, H = 2: "
+                "tiny embedding and position tables, so the pre-norm LN1 sees a variance "
+                "~4e-5: post-norm, eps 1e-6 or 1e-3, or ReLU fail.",
+                inputs={"ids": ids(rd, 12, [6, 6], 6, bos_id=1)},
+                attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2}, params=p,
+                flags=["defaults", "default-eps"], omit_defaults=True)

@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.dropout import dropout as oracle
-from ._build import Component, Fn, error, value
+from ._build import Component, Fn, Rng, error, value
 
 COMPONENT = Component("dropout", {
     "dropout": Fn(required=["p"], module="feedforward", inputs=["x", "keep_mask"],
@@ -68,3 +68,28 @@ def cases(rng):
                 "A (2, 4) keep mask for a (2, 3) input.",
                 inputs={"x": x, "keep_mask": np.ones((2, 4), dtype=bool)},
                 attributes={"p": 0.5}, error="ShapeError", mentions=["keep_mask", "(2, 4)"])
+    yield from defaults_cases()
+    yield from missed_cases()
+
+
+# -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
+
+def defaults_cases():
+    rd = Rng(f"{COMPONENT.id}/defaults")
+    yield value("dropout/defaults-001", "dropout",
+                "seed left out (default None) with an explicit keep mask, p = 0.5: the mask, "
+                "not a seed, decides.",
+                inputs={"x": rd.uniform((3, 4)), "keep_mask": rd.bools((3, 4), 0.5)},
+                attributes={"p": 0.5}, flags=["defaults"], omit_defaults=True)
+
+
+# -- missed bugs (issue 9): cases that kill mutation-testing survivors ---------------------
+
+def missed_cases():
+    rd = Rng(f"{COMPONENT.id}/missed")
+    x, keep = rd.uniform((2, 3)), rd.bools((2, 3), 0.5)
+    for n, (p, what) in enumerate([("0.5", "a string"), (False, "a bool (float(False) is a "
+                                                        "valid p = 0)")], 1):
+        yield error(f"dropout/p-type-00{n}", "dropout", f"p given as {what} is refused.",
+                    inputs={"x": x, "keep_mask": keep}, attributes={"p": p},
+                    error="ConfigError", mentions=["p"])

@@ -5,7 +5,7 @@ import numpy as np
 
 from ..oracle.embedding import embedding as oracle_embedding
 from ..oracle.embedding import lm_head as oracle_lm_head
-from ._build import Component, Fn, error, value
+from ._build import Component, Fn, Rng, error, value
 
 COMPONENT = Component("embedding", {
     "embedding": Fn(module="embedding", inputs=["ids"], attributes={"scale": True},
@@ -45,13 +45,13 @@ def cases(rng):
     yield value("embedding/tied-001", "lm_head",
                 "tied=True: logits = x table^T with table (9, 4) (L = 9, D = 4).",
                 inputs={"x": rng.uniform((2, 3, 4))}, attributes={"tied": True},
-                params={"table": rng.weights((9, 4))}, flags=["tied", "lm-head"])
+                params={"table": rng.weights((9, 4))}, flags=["tied-embeddings", "lm-head"])
     yield value("embedding/tied-002", "lm_head",
                 "tied=True with a square (4, 4) table and a bias: using the table without "
                 "transposing it gives wrong values rather than a shape error.",
                 inputs={"x": rng.uniform((3, 4))}, attributes={"tied": True},
                 params={"table": rng.weights((4, 4)), "b": rng.weights((4,))},
-                flags=["tied", "transpose", "lm-head"])
+                flags=["tied-embeddings", "transpose", "lm-head"])
 
     table = rng.weights((5, 4))
     yield error("embedding/out-of-range-001", "embedding", "id 5 in a vocabulary of L = 5.",
@@ -71,3 +71,31 @@ def cases(rng):
                 "tied=True but no table in params (a W is not used when tied).",
                 inputs={"x": rng.uniform((2, 4))}, attributes={"tied": True},
                 params={"w": np.zeros((4, 7))}, error="ParameterError", mentions=["table"])
+    yield from defaults_cases()
+    yield from missed_cases()
+
+
+# -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
+
+def defaults_cases():
+    rd = Rng(f"{COMPONENT.id}/defaults")
+    yield value("embedding/defaults-001", "embedding",
+                "scale left out (default True): rows times sqrt(6).",
+                inputs={"ids": rd.integers(0, 8, (2, 3))}, params={"table": rd.weights((8, 6))},
+                flags=["defaults"], omit_defaults=True)
+    yield value("embedding/defaults-002", "lm_head",
+                "tied left out (default False): logits = x w + b with w (4, 6).",
+                inputs={"x": rd.uniform((2, 3, 4))},
+                params={"w": rd.weights((4, 6)), "b": rd.weights((6,), 0.5)},
+                flags=["defaults"], omit_defaults=True)
+
+
+# -- missed bugs (issue 9): cases that kill mutation-testing survivors ---------------------
+
+def missed_cases():
+    rd = Rng(f"{COMPONENT.id}/missed")
+    yield value("embedding/lm-head-rank1-001", "lm_head",
+                "A rank-1 x (D = 4,) gives logits of shape (L = 6,) (x @ w + b, no batch axes).",
+                inputs={"x": rd.uniform((4,))},
+                params={"w": rd.weights((4, 6)), "b": rd.weights((6,), 0.5)},
+                flags=["edge", "rank"])

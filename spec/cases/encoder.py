@@ -1,13 +1,15 @@
 """encoder: a stack of N encoder layers; pre-norm stacks end with a final LayerNorm."""
 
 from ..oracle.encoder import encoder as oracle
-from ._build import Component, Fn, error, value
+from ._build import Component, Fn, Rng, error, value
 from .encoder_layer import (
     LAYER_FN,
     causal,
     enc_layer_params,
     key_padding,
+    quiet,
     stack_params,
+    tiny,
     tolerances,
     without,
 )
@@ -82,3 +84,18 @@ def cases(rng):
                 inputs={"x": rng.uniform((1, 3, 8))},
                 attributes={"num_layers": 0, "num_heads": 2}, params=params(1, 8, 16, False),
                 error="ConfigError", mentions=["num_layers"])
+    yield from defaults_cases()
+
+
+# -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
+
+def defaults_cases():
+    rd = Rng(f"{COMPONENT.id}/defaults")
+    yield value("encoder/defaults-001", "encoder",
+                "norm, eps and activation left out (post, 1e-5, relu), N = 2, H = 2, D = 8: a "
+                "tiny x and no value/output biases, so the first LN1 sees a variance ~2e-5; a "
+                "pre-norm default also lacks final_norm.*.",
+                inputs={"x": tiny(rd, (2, 4, 8)), "mask": key_padding([4, 3], 4)},
+                attributes={"num_layers": 2, "num_heads": 2},
+                params=quiet(stack_params(rd, enc_layer_params, 2, 8, 16, False)),
+                flags=["defaults", "default-eps"], omit_defaults=True)

@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from ..oracle.encoder_layer import encoder_layer as oracle
-from ._build import Component, Fn, error, value
+from ._build import Component, Fn, Rng, error, value
 
 # Deep composites accumulate rounding through several matmuls, softmaxes and LayerNorms.
 # Each dtype keeps its default rtol; atol widens with depth. Measured (float64 compute with
@@ -176,3 +176,29 @@ def cases(rng):
                 "x of rank 2 (T, D) without a batch axis.",
                 inputs={"x": rng.uniform((3, 8))}, attributes={"num_heads": 2},
                 params=enc_layer_params(rng, 8, 16), error="ShapeError", mentions=["x", "(3, 8)"])
+    yield from defaults_cases()
+
+
+# -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
+
+
+def quiet(p: dict) -> dict:
+    """Zero the value and output biases of every attention block: then x + MHA(x) is as
+    small as a tiny x, and the first LayerNorm sees a variance comparable to eps."""
+    return {k: 0 * a if k.split(".")[-1] in ("b_v", "b_o") else a for k, a in p.items()}
+
+
+def tiny(rd, shape):
+    """Multiples of 2**-12 in [-2**-7, 2**-7] (variance ~2e-5; exact in every dtype)."""
+    return rd.uniform(shape, -2**-7, 2**-7, 2**-12)
+
+
+def defaults_cases():
+    rd = Rng(f"{COMPONENT.id}/defaults")
+    yield value("encoder_layer/defaults-001", "encoder_layer",
+                "norm, eps and activation left out (post, 1e-5, relu), H = 2, D = 8: a tiny x "
+                "and no value/output biases, so LN1 sees a variance ~2e-5: pre-norm, eps 1e-6 "
+                "or 1e-3, or GELU fail.",
+                inputs={"x": tiny(rd, (2, 4, 8))}, attributes={"num_heads": 2},
+                params=quiet(enc_layer_params(rd, 8, 16)), flags=["defaults", "default-eps"],
+                omit_defaults=True)

@@ -4,8 +4,8 @@ encoder under key padding, LM head); returns (hidden, logits)."""
 import numpy as np
 
 from ..oracle.encoder_only import encoder_only as oracle
-from ._build import Component, Fn, error, value
-from .encoder_layer import enc_layer_params, scoped, stack_params, tolerances
+from ._build import Component, Fn, Rng, error, value
+from .encoder_layer import enc_layer_params, quiet, scoped, stack_params, tiny, tolerances
 from .transformer import ids
 
 COMPONENT = Component("encoder_only", {
@@ -89,3 +89,19 @@ def cases(rng):
                 inputs={"ids": np.array([[3.0, 4.0]])},
                 attributes={**attrs, "num_heads": 2}, params=p,
                 error="DTypeError", mentions=["ids"])
+    yield from defaults_cases()
+
+
+# -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
+
+def defaults_cases():
+    rd = Rng(f"{COMPONENT.id}/defaults")
+    p = quiet(params(rd, 1, 8, 16, 12))
+    p["embed.table"], p["pos.table"] = tiny(rd, (12, 8)), tiny(rd, (8, 8))
+    yield value("encoder_only/defaults-001", "encoder_only",
+                "norm, eps and activation left out (post, 1e-5, gelu), N = 1, D = 8, H = 2: "
+                "tiny embedding and position tables and no value/output biases, so LN1 sees a "
+                "variance ~4e-5: pre-norm, eps 1e-6 or 1e-3, or ReLU fail.",
+                inputs={"ids": ids(rd, 12, [6, 4], 6)},
+                attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2}, params=p,
+                flags=["defaults", "default-eps"], omit_defaults=True)

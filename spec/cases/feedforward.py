@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.feedforward import feedforward as oracle
-from ._build import Component, Fn, error, value
+from ._build import Component, Fn, Rng, error, value
 
 COMPONENT = Component("feedforward", {
     "feedforward": Fn(module="feedforward", inputs=["x"], attributes={"activation": "relu"},
@@ -84,3 +84,15 @@ def cases(rng):
                 error="ConfigError", mentions=["activation", "swish"])
     yield error("feedforward/scalar-001", "feedforward", "A rank-0 input.",
                 inputs={"x": np.array(1.0)}, params=good, error="ShapeError", mentions=["x"])
+    yield from defaults_cases()
+
+
+# -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
+
+def defaults_cases():
+    rd = Rng(f"{COMPONENT.id}/defaults")
+    yield value("feedforward/defaults-001", "feedforward",
+                "activation left out (default relu): a (2, 3, 4) input, D = 4, F = 8; a GELU "
+                "default fails.",
+                inputs={"x": rd.uniform((2, 3, 4))}, params=ffn_params(rd, 4, 8),
+                flags=["defaults"], omit_defaults=True)

@@ -187,3 +187,62 @@ def cases(rng):
                 inputs={"prompt": np.array([[1, 5]], dtype=np.int64)},
                 attributes={**a, "model": "transformer"}, params=p,
                 error="ConfigError", mentions=["src_ids"])
+    yield from defaults_cases()
+    yield from missed_cases()
+
+
+# -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
+
+def defaults_cases():
+    a = seq_attrs(6)
+    inputs, p = search("defaults-001", seq2seq([5, 4], 5, 1, 16, 12, "post"), a, varied)
+    yield value("greedy_decode/defaults-001", "greedy_decode",
+                "eps and tie_embeddings left out (1e-5, False): transformer as seq2seq-001; "
+                "a tied default reads the logits off tgt_embed.table and picks other ids.",
+                inputs=inputs, attributes={k: v for k, v in a.items()
+                                           if k not in ("eps", "tie_embeddings")},
+                params=p, flags=["defaults"], omit_defaults=True)
+
+
+# -- missed bugs (issue 9): cases that kill mutation-testing survivors ---------------------
+
+def missed_cases():
+    a = gpt_attrs(9)
+    inputs, p = search("max-len-003", gpt(2, 2, 1, 16, 16, "pre"), a, no_eos(2))
+    yield value("greedy_decode/max-len-003", "greedy_decode",
+                "max_len = 9 with an 8-row pos.table: the last step reads position 7, so this "
+                "is the largest valid max_len (an off-by-one bound refuses it).",
+                inputs=inputs, attributes=a, params=p, flags=["edge", "decoder-only"])
+
+    def eos_prompt(r):
+        inputs, p = gpt(3, 2, 1, 16, 16, "pre")(r)
+        inputs["prompt"][:, 1] = EOS
+        return inputs, p
+    a = gpt_attrs(5)
+    inputs, p = search("prompt-eos-001", eos_prompt, a, lambda x: True)
+    yield value("greedy_decode/prompt-eos-001", "greedy_decode",
+                "The prompt [BOS, EOS, x] holds eos_id: only a generated EOS ends a row, so "
+                "both rows generate (a row taken as ended would be all pad_id after x).",
+                inputs=inputs, attributes=a, params=p, flags=["eos", "decoder-only"])
+
+    rd = Rng("greedy_decode/missed")
+    p = lm_params(rd, 1, 8, 16, 12, 8, "pre", None)
+    w, b = p["lm_head.w"], p["lm_head.b"]
+    w[:, 9] = w[:, 5]  # tokens 5 and 9 get identical logits, above every other token
+    b[5] = b[9] = 8.0
+    yield value("greedy_decode/tie-001", "greedy_decode",
+                "lm_head columns 5 and 9 identical (and their biases, 8 above the rest): the "
+                "logits tie exactly at every dtype and the lowest id, 5, is chosen.",
+                inputs={"prompt": np.array([[BOS, 7], [BOS, 3]])},
+                attributes=gpt_attrs(5, heads=2), params=p, flags=["ties", "decoder-only"])
+
+    def bos0(r):
+        src = ids(r, 12, [5, 3], 5, pad_id=1)
+        return {"src_ids": src}, seq2seq([5, 3], 5, 1, 16, 12, "post")(r)[1]
+    a = {**seq_attrs(5), "bos_id": 0, "pad_id": 1}
+    inputs, p = search("bos-zero-001", bos0, a,
+                       lambda x: varied(x) and 1 not in np.asarray(x)[:, 1:])
+    yield value("greedy_decode/bos-zero-001", "greedy_decode",
+                "transformer with bos_id = 0 and pad_id = 1: a falsy bos_id is still the first "
+                "target token (a `bos_id or ...` default, or pad_id as BOS, fails).",
+                inputs=inputs, attributes=a, params=p, flags=["edge", "encoder-decoder"])

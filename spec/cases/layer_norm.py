@@ -4,7 +4,7 @@ and the Annotated Transformer's variant (unbiased std, eps added to the std)."""
 import numpy as np
 
 from ..oracle.layer_norm import layer_norm as oracle
-from ._build import Component, Fn, error, value
+from ._build import Component, Fn, Rng, error, value
 
 COMPONENT = Component("layer_norm", {
     "layer_norm": Fn(module="norm", inputs=["x"], attributes={"eps": 1e-5, "variant": "canonical"},
@@ -44,8 +44,9 @@ def cases(rng):
                 params=_gb(rng, 4), flags=["eps", "default-eps", "keras-epsilon"])
     yield value("layer_norm/offset-001", "layer_norm",
                 "Rows around 130 and 200 with small spread (even integers, means exact in "
-                "bfloat16): the one-pass E[x^2] - E[x]^2 loses about 4 of float32's 7 digits "
-                "here; subtract the mean first.",
+                "bfloat16): the one-pass E[x^2] - E[x]^2 overflows when the squares are summed "
+                "in float16 and cancels to 0 in bfloat16; subtract the mean first. In float32 "
+                "every square and sum here is an integer below 2^24, so both formulas are exact.",
                 inputs={"x": np.array([[128.0, 132.0, 136.0, 140.0],
                                        [200.0, 196.0, 210.0, 202.0]])},
                 params=_gb(rng, 4), flags=["offset", "cancellation", "stability"])
@@ -109,3 +110,54 @@ def cases(rng):
     yield error("layer_norm/int-input-001", "layer_norm", "Integer inputs are refused.",
                 inputs={"x": np.array([[1, 2, 3, 4]], dtype=np.int64)}, params=_gb(rng, 4),
                 error="DTypeError", mentions=["x"])
+    yield from defaults_cases()
+    yield from missed_cases()
+    yield from _edges(Rng(f"{COMPONENT.id}/edges"))
+
+
+# -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
+
+def defaults_cases():
+    rd = Rng(f"{COMPONENT.id}/defaults")
+    yield value("layer_norm/defaults-001", "layer_norm",
+                "eps and variant left out (1e-5, canonical): a (2, 4) input in [-2**-7, "
+                "2**-7] (variance ~2e-5, comparable to eps): eps 1e-6 or 1e-3, or the "
+                "annotated variant, change y.",
+                inputs={"x": rd.uniform((2, 4), -2**-7, 2**-7, 2**-12)}, params=_gb(rd, 4),
+                flags=["defaults", "default-eps"], omit_defaults=True)
+
+
+# -- missed bugs (issue 9): cases that kill mutation-testing survivors ---------------------
+
+def missed_cases():
+    rd = Rng(f"{COMPONENT.id}/missed")
+    yield value("layer_norm/one-pass-001", "layer_norm",
+                "Rows 101 + d and 90 + d, d fractional (halves) summing to 0, D = 6: means "
+                "exact in every dtype, variance ~0.4-0.7; E[x^2] ~ 1e4 divided by 6 is inexact, "
+                "so the one-pass E[x^2] - E[x]^2 is off by ~1e-3 relative at float32, while "
+                "(x - mean)^2 is exact.",
+                inputs={"x": np.array([[101.0, 100.5, 101.5, 100.0, 102.0, 101.0],
+                                       [88.5, 90.5, 91.0, 89.5, 90.0, 90.5]])},
+                params=_gb(rd, 6), flags=["cancellation", "large-mean"])
+    x4 = rd.uniform((2, 4))
+    for n, (eps, what) in enumerate([("1e-5", "a string"), (True, "a bool")], 1):
+        yield error(f"layer_norm/eps-type-00{n}", "layer_norm", f"eps given as {what} is refused.",
+                    inputs={"x": x4}, attributes={"eps": eps}, params=_gb(rd, 4),
+                    error="ConfigError", mentions=["eps"])
+
+
+def _edges(rng):
+    """D = 0 and eps checks (their own number stream)."""
+    yield value("layer_norm/empty-width-001", "layer_norm",
+                "D = 0: x (2, 0) gives y (2, 0). Normalising over nothing produces no value, so "
+                "nothing is undefined: an empty output, not an error (the annotated variant "
+                "still needs D >= 2).",
+                inputs={"x": np.zeros((2, 0))}, params={"gamma": np.zeros(0), "beta": np.zeros(0)},
+                flags=["empty-axis", "edge"])
+    x = rng.uniform((2, 4))
+    yield error("layer_norm/eps-bool-001", "layer_norm", "eps = True: a bool is not a number here.",
+                inputs={"x": x}, attributes={"eps": True}, params=_gb(rng, 4),
+                error="ConfigError", mentions=["eps", "True"])
+    yield error("layer_norm/eps-string-001", "layer_norm", "eps = '1e-5', a string.",
+                inputs={"x": x}, attributes={"eps": "1e-5"}, params=_gb(rng, 4),
+                error="ConfigError", mentions=["eps", "1e-5"])

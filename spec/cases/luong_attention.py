@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.luong_attention import luong_attention as oracle
-from ._build import Component, Fn, error, value
+from ._build import Component, Fn, Rng, error, value
 
 COMPONENT = Component("luong_attention", {
     "luong_attention": Fn(module="alignment", inputs=["query", "keys", "values", "mask"],
@@ -89,3 +89,44 @@ def cases(rng):
                 inputs={"query": q[None], "keys": k}, attributes={"score": "general"},
                 params={"w": rng.weights((4, 3))}, error="ShapeError",
                 mentions=["query", "(1, 2, 3, 4)"])
+    yield from defaults_cases()
+    yield from missed_cases()
+    yield from _edges(Rng(f"{COMPONENT.id}/edges"))
+
+
+# -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
+
+def defaults_cases():
+    rd = Rng(f"{COMPONENT.id}/defaults")
+    yield value("luong_attention/defaults-001", "luong_attention",
+                "score left out (default dot): Dq = Dk = 3, values omitted, no parameters.",
+                inputs={"query": rd.uniform((2, 2, 3), -1, 1), "keys": rd.uniform((2, 4, 3))},
+                flags=["defaults"], omit_defaults=True)
+
+
+# -- missed bugs (issue 9): cases that kill mutation-testing survivors ---------------------
+
+def missed_cases():
+    rd = Rng(f"{COMPONENT.id}/missed")
+    yield error("luong_attention/values-rank-001", "luong_attention", "values of rank 4.",
+                inputs={"query": rd.uniform((1, 2, 3)), "keys": rd.uniform((1, 4, 3)),
+                        "values": rd.uniform((1, 1, 4, 2))},
+                error="ShapeError", mentions=["values", "(1, 1, 4, 2)"])
+
+
+def _edges(rng):
+    """Non-finite masked keys and values, no keys at all (their own number stream)."""
+    keys, values = rng.uniform((1, 4, 3)), rng.uniform((1, 4, 2))
+    keys[0, 2] = np.nan  # padding position: masked for every query
+    values[0, 2] = [np.nan, np.inf]
+    yield value("luong_attention/masked-nan-001", "luong_attention",
+                "dot score; the masked (padding) key 2 holds NaN in its key and NaN/inf in its "
+                "value: the context stays finite (weight 0 leaves the key out).",
+                inputs={"query": rng.uniform((1, 2, 3), -1, 1), "keys": keys, "values": values,
+                        "mask": np.array([[[1, 1, 0, 1]]], dtype=bool)},
+                attributes={"score": "dot"}, flags=["masked-nan", "non-finite", "mask", "dot"])
+    yield value("luong_attention/empty-keys-001", "luong_attention",
+                "S = 0: weights (2, 3, 0) and a zero context (2, 3, 2).",
+                inputs={"query": rng.uniform((2, 3, 3), -1, 1), "keys": np.zeros((2, 0, 3)),
+                        "values": np.zeros((2, 0, 2))},
+                attributes={"score": "dot"}, flags=["empty-axis", "edge", "dot"])

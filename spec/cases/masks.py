@@ -1,9 +1,10 @@
-"""masks: causal (bottom-right aligned), padding and combined boolean masks."""
+"""masks: causal and sliding-window (bottom-right aligned), padding and combined boolean
+masks."""
 
 import numpy as np
 
-from ..oracle.masks import causal_mask, combined_mask, padding_mask
-from ._build import Component, Fn, error, value
+from ..oracle.masks import causal_mask, combined_mask, padding_mask, sliding_window_mask
+from ._build import Component, Fn, Rng, error, value
 
 COMPONENT = Component("masks", {
     "causal_mask": Fn(required=["t", "s"], module="attention", inputs=[], attributes={},
@@ -13,6 +14,8 @@ COMPONENT = Component("masks", {
     "combined_mask": Fn(required=["pad_id", "t"], module="attention", inputs=["ids"],
                         attributes={"num_heads": 1, "causal": True}, returns=["mask"],
                         oracle=combined_mask),
+    "sliding_window_mask": Fn(required=["t", "s", "window"], module="attention", inputs=[],
+                              attributes={}, returns=["mask"], oracle=sliding_window_mask),
 })
 
 
@@ -83,3 +86,59 @@ def cases(rng):
     yield error("masks/combined-rank-001", "combined_mask", "ids of rank 3.",
                 inputs={"ids": np.zeros((1, 2, 3), dtype=np.int64)},
                 attributes={"pad_id": 0, "t": 3}, error="ShapeError", mentions=["ids"])
+    yield from defaults_cases()
+    yield from window_cases()
+
+
+# -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
+
+def defaults_cases():
+    rd = Rng(f"{COMPONENT.id}/defaults")
+    ids = rd.integers(1, 9, (2, 5))
+    ids[1, 3:] = 0
+    yield value("masks/defaults-001", "combined_mask",
+                "num_heads and causal left out (defaults 1 and True): a (2, 1, 5, 5) causal & "
+                "key-padding mask, pad_id 0 (row 1 padded after 3).",
+                inputs={"ids": ids}, attributes={"pad_id": 0, "t": 5}, flags=["defaults"],
+                omit_defaults=True)
+
+
+def window_cases():
+    """Sliding-window masks (added in 1.1.0, after the released cases; no random inputs)."""
+    def mask(id, t, s, w, description, flags):
+        return value(f"masks/{id}", "sliding_window_mask", description, inputs={},
+                     attributes={"t": t, "s": s, "window": w}, flags=["sliding-window", *flags])
+    yield mask("window-001", 6, 6, 3,
+               "T = S = 6, window 3: query i sees keys i-2, i-1, i (3 keys, itself included); "
+               "q - k <= 3 (window + 1 keys, FlexAttention's example) is off by one.",
+               ["off-by-one"])
+    yield mask("window-002", 2, 7, 3,
+               "T = 2 < S = 7 (a cache of 5 keys): query i sits at position i + 5 and sees keys "
+               "i+3..i+5; a top-left window (positions 0, 1) gives a different mask.",
+               ["t-ne-s", "alignment"])
+    yield mask("window-003", 4, 4, 1,
+               "window 1: each query sees only its own position (the diagonal).", ["edge"])
+    yield mask("window-004", 3, 5, 9,
+               "window 9 >= S = 5: the causal mask (bottom-right, T = 3 < S).",
+               ["causal", "t-ne-s"])
+    yield mask("window-005", 1, 8, 4,
+               "T = 1, S = 8: one decoding step with a cache of 7 keys sees the last 4 keys, "
+               "4..7 (itself at 7).", ["decoding", "t-ne-s"])
+    yield mask("window-006", 5, 3, 2,
+               "T = 5 > S = 3: the first T - S = 2 queries attend nothing; the others see 2 keys.",
+               ["t-ne-s", "alignment", "fully-masked"])
+    yield mask("window-007", 7, 10, 4,
+               "T = 7, S = 10, window 4: a band of width 4 shifted right by S - T = 3.",
+               ["t-ne-s", "alignment"])
+    yield error("masks/window-zero-001", "sliding_window_mask",
+                "window = 0 (a window must hold at least the query's own position).",
+                inputs={}, attributes={"t": 3, "s": 3, "window": 0},
+                error="ConfigError", mentions=["window"])
+    yield error("masks/window-float-001", "sliding_window_mask",
+                "A non-integer window = 2.5.",
+                inputs={}, attributes={"t": 3, "s": 3, "window": 2.5},
+                error="ConfigError", mentions=["window"])
+    yield error("masks/window-negative-t-001", "sliding_window_mask",
+                "A negative query length t = -1.",
+                inputs={}, attributes={"t": -1, "s": 3, "window": 2},
+                error="ConfigError", mentions=["t"])

@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.mha import mha as oracle
-from ._build import Component, Fn, error, value
+from ._build import Component, Fn, Rng, error, value
 
 COMPONENT = Component("mha", {
     "mha": Fn(required=["num_heads"], module="multihead", inputs=["query", "key", "value", "mask"],
@@ -120,3 +120,22 @@ def cases(rng):
     yield error("mha/length-001", "mha", "key has S=3 positions but value has 2.",
                 inputs={"query": x, "key": x, "value": x[:, :2]}, attributes={"num_heads": 2},
                 params=p, error="ShapeError", mentions=["key", "value"])
+    yield from missed_cases()
+
+
+# -- missed bugs (issue 9): cases that kill mutation-testing survivors ---------------------
+
+def missed_cases():
+    rd = Rng(f"{COMPONENT.id}/missed")
+    mask = rd.bools((2, 3, 4))  # (H, T, S): every head its own pattern
+    mask[:, :, 0] = True
+    mask[1] = ~mask[0]
+    mask[1, :, 1] = True
+    yield value("mha/head-mask-002", "mha",
+                "A per-head (H, T, S) = (2, 3, 4) mask (broadcast over B = 2), head 1 seeing "
+                "roughly what head 0 does not: applying head 0's mask to every head, or the "
+                "mask along the wrong axis, fails.",
+                inputs={"query": rd.uniform((2, 3, 8)), "key": rd.uniform((2, 4, 8)),
+                        "value": rd.uniform((2, 4, 8)), "mask": mask},
+                attributes={"num_heads": 2}, params=mha_params(rd, 8, 8, 8, 2, 4, 4, 8),
+                flags=["mask", "per-head"])

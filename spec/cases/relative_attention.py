@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.relative_attention import relative_attention as oracle
-from ._build import Component, Fn, error, value
+from ._build import Component, Fn, Rng, error, value
 
 COMPONENT = Component("relative_attention", {
     "relative_attention": Fn(required=["max_distance"], module="positional", inputs=["q", "k", "v",
@@ -98,3 +98,50 @@ def cases(rng):
                 inputs={**_qkv(rng, 1, 4, 4, 8, 8), "mask": np.ones((4, 3), dtype=bool)},
                 attributes={"max_distance": 2}, params=_tables(rng, 2, 8, 8),
                 error="ShapeError", mentions=["mask", "(4, 3)"])
+    yield from defaults_cases()
+    yield from missed_cases()
+    yield from _edges(Rng(f"{COMPONENT.id}/edges"))
+
+
+# -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
+
+def defaults_cases():
+    rd = Rng(f"{COMPONENT.id}/defaults")
+    yield value("relative_attention/defaults-001", "relative_attention",
+                "scale left out (default None = 1/sqrt(K) = 1/2, K = 4), T = S = 5, "
+                "max_distance 2.",
+                inputs=_qkv(rd, 1, 5, 5, 4, 4), attributes={"max_distance": 2},
+                params=_tables(rd, 2, 4, 4), flags=["defaults"], omit_defaults=True)
+
+
+# -- missed bugs (issue 9): cases that kill mutation-testing survivors ---------------------
+
+def missed_cases():
+    rd = Rng(f"{COMPONENT.id}/missed")
+    q = np.full((1, 3, 4), 16.0)
+    k = np.array([31.25, -31.25, 31.25, -31.25])[None, :, None] * np.ones((1, 4, 4))
+    yield value("relative_attention/large-001", "relative_attention",
+                "Scores 32 (k_j + a^K) = +-1000 + O(32) (q = 16, k = +-31.25, K = 4, scale "
+                "1/2), max_distance 1: the softmax must subtract the row maximum (exp(1000) "
+                "overflows even float64).",
+                inputs={"q": q, "k": k, "v": rd.uniform((1, 4, 3))},
+                attributes={"max_distance": 1},
+                params={"rel_k": rd.weights((3, 4), 0.25), "rel_v": rd.weights((3, 3))},
+                flags=["overflow", "stability"])
+
+
+def _edges(rng):
+    """Non-finite masked values and the scale check (their own number stream)."""
+    x = _qkv(rng, 1, 4, 4, 4, 4)
+    x["v"][0, 3] = np.nan  # causal: only query 3 keeps key 3
+    x["k"][0, 3, 0] = np.inf
+    yield value("relative_attention/masked-nan-001", "relative_attention",
+                "Causal T = S = 4 with NaN in value 3 and inf in key 3: queries 0..2 mask key 3 "
+                "and stay finite; query 3 keeps it (an inf score: weight 1) and its output is NaN.",
+                inputs={**x, "mask": _causal(4, 4)}, attributes={"max_distance": 1},
+                params=_tables(rng, 1, 4, 4),
+                flags=["masked-nan", "nan-propagation", "non-finite", "causal"])
+    yield error("relative_attention/bad-scale-001", "relative_attention",
+                "scale = '0.5', a string (a backend that calls float() on it accepts it).",
+                inputs=_qkv(rng, 1, 3, 3, 4, 4), attributes={"max_distance": 1, "scale": "0.5"},
+                params=_tables(rng, 1, 4, 4), error="ConfigError", mentions=["scale"])

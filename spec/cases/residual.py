@@ -4,7 +4,7 @@ post-norm LN(x + f(x)) or pre-norm x + f(LN(x))."""
 import numpy as np
 
 from ..oracle.residual import residual as oracle
-from ._build import Component, Fn, error, value
+from ._build import Component, Fn, Rng, error, value
 from .feedforward import ffn_params
 
 COMPONENT = Component("residual", {
@@ -61,3 +61,20 @@ def cases(rng):
     yield error("residual/bad-activation-001", "residual", "An unknown activation ('tanh').",
                 inputs={"x": x}, attributes={"activation": "tanh"}, params=good,
                 error="ConfigError", mentions=["activation"])
+    yield from defaults_cases()
+
+
+# -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
+
+def defaults_cases():
+    rd = Rng(f"{COMPONENT.id}/defaults")
+    d, f = 4, 8
+    p = {"ffn.w1": rd.weights((d, f)), "ffn.b1": rd.uniform((f,), -2**-7, 2**-7, 2**-12),
+         "ffn.w2": rd.weights((f, d)), "ffn.b2": rd.uniform((d,), -2**-7, 2**-7, 2**-12),
+         "norm.gamma": 1.0 + rd.weights((d,), 0.5), "norm.beta": rd.weights((d,), 1.0)}
+    yield value("residual/defaults-001", "residual",
+                "position, eps and activation left out (post, 1e-5, relu): x and the biases in "
+                "[-2**-7, 2**-7], so x + f(x) has a variance comparable to eps and half its "
+                "pre-activations are negative: pre-norm, eps 1e-6 or 1e-3, or GELU fail.",
+                inputs={"x": rd.uniform((2, 3, d), -2**-7, 2**-7, 2**-12)}, params=p,
+                flags=["defaults", "default-eps"], omit_defaults=True)

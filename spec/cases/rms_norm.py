@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.rms_norm import rms_norm as oracle
-from ._build import Component, Fn, error, value
+from ._build import Component, Fn, Rng, error, value
 
 COMPONENT = Component("rms_norm", {
     "rms_norm": Fn(module="norm", inputs=["x"], attributes={"eps": 1e-6}, params=True,
@@ -71,3 +71,44 @@ def cases(rng):
     yield error("rms_norm/int-input-001", "rms_norm", "Integer inputs are refused.",
                 inputs={"x": np.array([[1, 2, 3, 4]], dtype=np.int64)}, params=_g(rng, 4),
                 error="DTypeError", mentions=["x"])
+    yield from defaults_cases()
+    yield from missed_cases()
+    yield from _edges(Rng(f"{COMPONENT.id}/edges"))
+
+
+# -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
+
+def defaults_cases():
+    rd = Rng(f"{COMPONENT.id}/defaults")
+    yield value("rms_norm/defaults-001", "rms_norm",
+                "eps left out (default 1e-6): a (2, 4) input in [-2**-8, 2**-8] (mean square "
+                "~5e-6): eps 1e-5 or torch.nn.RMSNorm's finfo(float32).eps change y.",
+                inputs={"x": rd.uniform((2, 4), -2**-8, 2**-8, 2**-12)}, params=_g(rd, 4),
+                flags=["defaults", "default-eps"], omit_defaults=True)
+
+
+# -- missed bugs (issue 9): cases that kill mutation-testing survivors ---------------------
+
+def missed_cases():
+    rd = Rng(f"{COMPONENT.id}/missed")
+    x4 = rd.uniform((2, 4))
+    for n, (eps, what) in enumerate([("1e-6", "a string"), (True, "a bool")], 1):
+        yield error(f"rms_norm/eps-type-00{n}", "rms_norm", f"eps given as {what} is refused.",
+                    inputs={"x": x4}, attributes={"eps": eps}, params=_g(rd, 4),
+                    error="ConfigError", mentions=["eps"])
+
+
+def _edges(rng):
+    """D = 0 and eps checks (their own number stream)."""
+    yield value("rms_norm/empty-width-001", "rms_norm",
+                "D = 0: x (3, 0) gives y (3, 0), an empty output (nothing is normalised, so "
+                "nothing is undefined).",
+                inputs={"x": np.zeros((3, 0))}, params={"gamma": np.zeros(0)},
+                flags=["empty-axis", "edge"])
+    x = rng.uniform((2, 4))
+    yield error("rms_norm/eps-bool-001", "rms_norm", "eps = False: a bool is not a number here.",
+                inputs={"x": x}, attributes={"eps": False}, params=_g(rng, 4),
+                error="ConfigError", mentions=["eps", "False"])
+    yield error("rms_norm/eps-string-001", "rms_norm", "eps = '1e-6', a string.",
+                inputs={"x": x}, attributes={"eps": "1e-6"}, params=_g(rng, 4),
+                error="ConfigError", mentions=["eps", "1e-6"])

@@ -1,7 +1,9 @@
 """rope: rotary position embedding, interleaved and half-split conventions."""
 
+import numpy as np
+
 from ..oracle.rope import rope as oracle
-from ._build import Component, Fn, error, value
+from ._build import Component, Fn, Rng, error, value
 
 COMPONENT = Component("rope", {
     "rope": Fn(module="positional", inputs=["x"],
@@ -45,8 +47,9 @@ def cases(rng):
                 inputs={"x": rng.uniform((3, 2))}, attributes={"offset": 37},
                 flags=["minimal"])
     yield value("rope/large-offset-001", "rope",
-                "Positions 8192..8194: float32 angles (pos * theta in float32) are off by ~1e-4, "
-                "beyond the float32 tolerance; compute angles in float64, round cos and sin.",
+                "Positions 8192..8194: float32 angles (pos * theta in float32) are off by 2.4e-5 "
+                "to 7.3e-5 and the values by 2.2e-5 to 1.3e-4, beyond the float32 tolerance; "
+                "compute angles in float64, round cos and sin.",
                 inputs={"x": rng.uniform((1, 3, 8))}, attributes={"offset": 8192},
                 flags=["precision", "offset"])
     yield error("rope/odd-width-001", "rope", "K = 7 is odd: features cannot be paired.",
@@ -62,3 +65,25 @@ def cases(rng):
                 error="ConfigError", mentions=["base"])
     yield error("rope/rank1-001", "rope", "A rank-1 x has no position axis.",
                 inputs={"x": rng.uniform((8,))}, error="ShapeError", mentions=["x"])
+    yield from defaults_cases()
+    yield from _edges(Rng(f"{COMPONENT.id}/edges"))
+
+
+# -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
+
+def defaults_cases():
+    rd = Rng(f"{COMPONENT.id}/defaults")
+    yield value("rope/defaults-001", "rope",
+                "offset, base and convention left out (0, 10000, interleaved): x (1, 8, 8), "
+                "positions 0..7; offset 1, base 500000 (Llama 3) or the half convention "
+                "(GPT-NeoX) all fail.",
+                inputs={"x": rd.uniform((1, 8, 8))}, flags=["defaults"], omit_defaults=True)
+
+
+def _edges(rng):
+    """K = 0 (its own number stream)."""
+    yield value("rope/empty-width-001", "rope",
+                "K = 0: no feature pairs to rotate, so the identity on an empty vector: x "
+                "(2, 3, 0) gives y (2, 3, 0) (0 is even; not an error).",
+                inputs={"x": np.zeros((2, 3, 0))}, attributes={"offset": 2},
+                flags=["empty-axis", "edge"])

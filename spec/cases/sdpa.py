@@ -4,11 +4,12 @@ import numpy as np
 
 from ..oracle.masks import causal_mask
 from ..oracle.sdpa import sdpa as oracle
-from ._build import Component, Fn, error, value
+from ._build import Component, Fn, Rng, error, value
 
 COMPONENT = Component("sdpa", {
     "sdpa": Fn(module="attention", inputs=["q", "k", "v", "mask", "bias"],
                optional=["mask", "bias"], attributes={"scale": None},
+               added={"num_kv_heads": None},
                returns=["output", "weights"], oracle=oracle),
 })
 
@@ -156,3 +157,122 @@ def cases(rng):
                 inputs={"q": rng.uniform((2, 3, 4)), "k": rng.uniform((2, 5, 4)),
                         "v": rng.uniform((2, 5, 4))}, attributes={"scale": "0.5"},
                 error="ConfigError", mentions=["scale"])
+    yield from defaults_cases()
+    yield from _edges(Rng(f"{COMPONENT.id}/edges"))
+    yield from gqa_cases(Rng(f"{COMPONENT.id}/gqa"))
+
+
+# -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
+
+def defaults_cases():
+    rd = Rng(f"{COMPONENT.id}/defaults")
+    yield value("sdpa/defaults-001", "sdpa",
+                "scale left out (default None = 1/sqrt(K) = 1/2, K = 4): a default scale of 1 "
+                "fails.",
+                inputs=qkv(rd, (2,), 3, 5, 4, 4), flags=["defaults"], omit_defaults=True)
+
+
+def _edges(rng):
+    """Empty axes, non-finite inputs, attribute checks (their own number stream)."""
+    inf, nan = np.inf, np.nan
+    yield value("sdpa/empty-keys-001", "sdpa",
+                "S = 0 keys: weights (2, 3, 0) and a zero output (2, 3, 5): a row with nothing "
+                "to attend yields zeros.",
+                inputs={"q": rng.uniform((2, 3, 4)), "k": np.zeros((2, 0, 4)),
+                        "v": np.zeros((2, 0, 5))}, flags=["empty-axis", "fully-masked", "edge"])
+    yield value("sdpa/empty-queries-001", "sdpa",
+                "T = 0 queries: output (2, 0, 5) and weights (2, 0, 3), both empty.",
+                inputs={"q": np.zeros((2, 0, 4)), "k": rng.uniform((2, 3, 4)),
+                        "v": rng.uniform((2, 3, 5))}, flags=["empty-axis", "edge"])
+    x = qkv(rng, (2,), 4, 4, 4, 3)
+    # key 3 is masked for queries 0..2 (causal), key 2 for queries 0..1
+    x["k"][0, 3] = nan
+    x["v"][0, 3] = [nan, inf, -inf]
+    x["v"][0, 2, 1] = inf
+    x["v"][1, 3] = nan
+    bias = rng.uniform((2, 4, 4), -1.0, 1.0)
+    bias[1, 0, 2] = nan  # at a masked position
+    mask = np.tril(np.ones((4, 4), dtype=bool))
+    mask[3] = [True, True, False, False]  # query 3 keeps neither key 2 nor key 3
+    yield value("sdpa/masked-nan-001", "sdpa",
+                "NaN/inf in the keys, values and bias of masked keys only: every output is "
+                "finite and equals the output without them (a weight of 0 leaves the key out; "
+                "weights @ v would give 0 * NaN = NaN).",
+                inputs={**x, "bias": bias, "mask": mask},
+                flags=["masked-nan", "non-finite", "mask", "causal", "bias"])
+    x = qkv(rng, (1,), 4, 4, 4, 3)
+    x["k"][0, 3, 0] = nan  # kept by query 3 only: its weights and output are NaN
+    x["v"][0, 2] = [inf, 1.0, -inf]  # kept by queries 2 and 3
+    x["v"][0, 1, 1] = nan  # kept by queries 1..3
+    yield value("sdpa/nan-propagation-001", "sdpa",
+                "Causal T = S = 4. A NaN in kept key 3 makes query 3's weights and output NaN; "
+                "+inf/-inf/NaN in kept values give +inf/-inf/NaN in those output columns of "
+                "the queries that keep them (never of query 0).",
+                inputs={**x, "mask": causal_mask(4, 4)["mask"]},
+                flags=["nan-propagation", "non-finite", "causal"])
+    bias = rng.uniform((3, 4), -1.0, 1.0)
+    bias[0, [0, 2]] = inf
+    bias[1, 3] = inf
+    yield value("sdpa/pos-inf-bias-001", "sdpa",
+                "A +inf bias: the +inf keys of a row share its weight equally (1/2 and 1/2, or "
+                "1) and the other keys get 0; row 2 is ordinary.",
+                inputs={**qkv(rng, (2,), 3, 4, 4, 3), "bias": bias},
+                flags=["pos-inf", "non-finite", "bias"])
+    yield value("sdpa/inexact-scale-001", "sdpa",
+                "scale = 0.1, not exact in float16 or bfloat16: the attribute is the exact "
+                "Python float 0.1 (a backend may round it once to the working dtype; reading "
+                "it as 0.125 or 0.0999 fails at float64).",
+                inputs=qkv(rng, (2,), 3, 4, 4, 3, -4.0, 4.0), attributes={"scale": 0.1},
+                flags=["inexact-attribute", "scale"])
+    yield error("sdpa/bad-scale-002", "sdpa", "scale = True: a bool is not a number here.",
+                inputs=qkv(rng, (2,), 3, 4, 4, 3), attributes={"scale": True},
+                error="ConfigError", mentions=["scale", "True"])
+
+
+
+def _qkv(rng, b, h, h_kv, t, s, k=4, v=3):
+    return {"q": rng.uniform((b, h, t, k)), "k": rng.uniform((b, h_kv, s, k)),
+            "v": rng.uniform((b, h_kv, s, v))}
+
+
+def gqa_cases(rng):
+    """Grouped- and multi-query attention (num_kv_heads, added in 1.1.0), own stream."""
+    def gqa(id, description, qkv, h_kv, flags, **extra):
+        return value(f"sdpa/{id}", "sdpa", description, inputs={**qkv, **extra},
+                     attributes={"num_kv_heads": h_kv}, flags=["gqa", *flags])
+    yield gqa("gqa-001", "H = 4 query heads over H_kv = 2 kv heads (T = 3, S = 4, K = 4, "
+              "V = 3): heads 0, 1 read kv head 0 and heads 2, 3 kv head 1; the grouping "
+              "h % H_kv (heads 0, 2 on kv head 0) differs.",
+              _qkv(rng, 1, 4, 2, 3, 4), 2, ["basic", "head-grouping"])
+    yield gqa("gqa-002", "H = 6 over H_kv = 3 (groups of 2), B = 2, with a causal mask.",
+              _qkv(rng, 2, 6, 3, 4, 4), 3, ["head-grouping", "causal"],
+              mask=causal_mask(4, 4)["mask"])
+    yield gqa("mqa-001", "Multi-query attention: H = 4 query heads share H_kv = 1 kv head.",
+              _qkv(rng, 2, 4, 1, 3, 5), 1, ["mqa"])
+    yield gqa("gqa-equal-001", "num_kv_heads = H = 3: ordinary multi-head sdpa.",
+              _qkv(rng, 1, 3, 3, 2, 3), 3, ["edge"])
+    yield gqa("gqa-cache-001", "One decoding step (T = 1) over a cache of S = 5 keys, H = 8 "
+              "over H_kv = 2 (groups of 4), bottom-right causal mask (every key visible).",
+              _qkv(rng, 1, 8, 2, 1, 5), 2, ["decoding", "t-ne-s", "head-grouping"],
+              mask=causal_mask(1, 5)["mask"])
+    yield gqa("gqa-bias-001", "H = 4 over H_kv = 2 with a per-query-head (4, 3, 3) additive "
+              "bias (like ALiBi's): the bias follows the query heads, not the kv heads.",
+              _qkv(rng, 1, 4, 2, 3, 3), 2, ["bias", "head-grouping"],
+              bias=rng.uniform((4, 3, 3), -1, 1))
+
+    yield error("sdpa/gqa-divide-001", "sdpa", "num_kv_heads = 3 does not divide H = 4.",
+                inputs=_qkv(rng, 1, 4, 3, 2, 2), attributes={"num_kv_heads": 3},
+                error="ConfigError", mentions=["num_kv_heads", "4"])
+    yield error("sdpa/gqa-kv-heads-001", "sdpa",
+                "num_kv_heads = 2 but k has 4 heads on axis -3.",
+                inputs={**_qkv(rng, 1, 4, 2, 2, 3), "k": rng.uniform((1, 4, 3, 4))},
+                attributes={"num_kv_heads": 2}, error="ShapeError",
+                mentions=["k", "(1, 4, 3, 4)"])
+    yield error("sdpa/gqa-zero-001", "sdpa", "num_kv_heads = 0.",
+                inputs=_qkv(rng, 1, 2, 1, 2, 2), attributes={"num_kv_heads": 0},
+                error="ConfigError", mentions=["num_kv_heads"])
+    yield error("sdpa/gqa-rank-001", "sdpa",
+                "num_kv_heads with q of rank 2 (no head axis).",
+                inputs={"q": rng.uniform((3, 4)), "k": rng.uniform((3, 4)),
+                        "v": rng.uniform((3, 4))},
+                attributes={"num_kv_heads": 1}, error="ShapeError", mentions=["q", "(3, 4)"])

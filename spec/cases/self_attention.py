@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.self_attention import self_attention as oracle
-from ._build import Component, Fn, error, value
+from ._build import Component, Fn, Rng, error, value
 
 COMPONENT = Component("self_attention", {
     "self_attention": Fn(module="multihead", inputs=["x", "mask"], optional=["mask"],
@@ -75,3 +75,14 @@ def cases(rng):
     yield error("self_attention/mask-001", "self_attention", "A (3, 4) mask for T=3.",
                 inputs={"x": x, "mask": np.ones((3, 4), dtype=bool)}, params=p,
                 error="ShapeError", mentions=["mask", "(3, 4)"])
+    yield from defaults_cases()
+
+
+# -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
+
+def defaults_cases():
+    rd = Rng(f"{COMPONENT.id}/defaults")
+    yield value("self_attention/defaults-001", "self_attention",
+                "scale left out (default None = 1/sqrt(K) = 1/2, K = 4, D = 6).",
+                inputs={"x": rd.uniform((2, 3, 6), -1, 1)}, params=sa_params(rd, 6, 4, 4),
+                flags=["defaults"], omit_defaults=True)

@@ -1,7 +1,7 @@
 """sinusoidal_pe: the fixed sin/cos table of Vaswani et al., interleaved columns."""
 
 from ..oracle.sinusoidal_pe import sinusoidal_pe as oracle
-from ._build import Component, Fn, error, value
+from ._build import Component, Fn, Rng, error, value
 
 COMPONENT = Component("sinusoidal_pe", {
     "sinusoidal_pe": Fn(required=["length", "d_model"], module="positional", inputs=[],
@@ -22,7 +22,7 @@ def cases(rng):
                 "Positions 11..16, D = 16: sin and cos swapped, or all sin columns followed by "
                 "all cos columns (concatenated, as some tutorials do), fail.",
                 inputs={}, attributes={"length": 6, "d_model": 16, "offset": 11},
-                flags=["interleaving", "sin-cos-order"])
+                flags=["sin-cos-order"])
     yield value("sinusoidal_pe/odd-001", "sinusoidal_pe",
                 "Odd D = 9, positions 5..8: column c uses exponent 2*(c//2)/9 with the actual "
                 "D; the last column is a sin with no cos partner (a table built for D = 10 and "
@@ -42,9 +42,10 @@ def cases(rng):
                 inputs={}, attributes={"length": 0, "d_model": 8}, flags=["empty"])
     yield value("sinusoidal_pe/large-offset-001", "sinusoidal_pe",
                 "Positions 8192..8194, D = 8: angles up to 8194 rad. Computing pos * "
-                "10000^(-2i/D) in float32 (as the Annotated Transformer does) is off by up to "
-                "~1e-4, beyond the float32 tolerance; compute the angle in float64 and round "
-                "the result.",
+                "10000^(-2i/D) in float32 puts the angles off by up to 2.4e-5 (7.3e-5 through "
+                "the Annotated Transformer's exp form) and the values by up to 2.1e-5 (5.8e-5), "
+                "beyond the float32 tolerance; compute the angle in float64 and round the "
+                "result.",
                 inputs={}, attributes={"length": 3, "d_model": 8, "offset": 8192},
                 flags=["precision", "offset"])
     yield error("sinusoidal_pe/negative-length-001", "sinusoidal_pe", "length = -1.",
@@ -60,3 +61,14 @@ def cases(rng):
                 "length = 2.5 is not an integer.",
                 inputs={}, attributes={"length": 2.5, "d_model": 8},
                 error="ConfigError", mentions=["length"])
+    yield from defaults_cases()
+
+
+# -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
+
+def defaults_cases():
+    Rng(f"{COMPONENT.id}/defaults")  # no random inputs
+    yield value("sinusoidal_pe/defaults-001", "sinusoidal_pe",
+                "offset left out (default 0): positions 0..4, D = 6.",
+                inputs={}, attributes={"length": 5, "d_model": 6}, flags=["defaults"],
+                omit_defaults=True)

@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.softmax import softmax as oracle
-from ._build import Component, Fn, error, value
+from ._build import Component, Fn, Rng, error, value
 
 COMPONENT = Component("softmax", {
     "softmax": Fn(module="attention", inputs=["x", "mask"], optional=["mask"],
@@ -78,3 +78,46 @@ def cases(rng):
                 "polarity is never guessed.",
                 inputs={"x": rng.uniform((2, 3)), "mask": np.ones((2, 3), dtype=np.int64)},
                 error="DTypeError", mentions=["mask"])
+    yield from defaults_cases()
+    yield from _edges(Rng(f"{COMPONENT.id}/edges"))
+
+
+# -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
+
+def defaults_cases():
+    rd = Rng(f"{COMPONENT.id}/defaults")
+    yield value("softmax/defaults-001", "softmax",
+                "axis left out (default -1) on a (2, 3, 4) input: a default axis of 0 or 1 "
+                "normalises along another axis.",
+                inputs={"x": rd.uniform((2, 3, 4), -3, 3)}, flags=["defaults"],
+                omit_defaults=True)
+
+
+def _edges(rng):
+    """Non-finite scores and an empty axis (appended with their own number stream)."""
+    inf, nan = np.inf, np.nan
+    x = rng.uniform((3, 5))
+    x[0, [1, 3]] = inf  # two +inf: 1/2 each, the rest 0
+    x[1, 2], x[1, 4] = inf, -inf  # one +inf: 1 there
+    x[2, 0] = inf  # masked out below: the rest is an ordinary softmax
+    mask = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 1, 1], [0, 1, 1, 1, 1]], dtype=bool)
+    yield value("softmax/pos-inf-001", "softmax",
+                "+inf entries: the kept +inf entries share the row equally and every other "
+                "entry gets 0 (the limit; torch.softmax gives NaN); a masked +inf changes nothing.",
+                inputs={"x": x, "mask": mask}, flags=["pos-inf", "non-finite", "mask"])
+    x = rng.uniform((3, 4))
+    x[0, 1] = nan  # kept: the row's kept weights are NaN, the masked one stays 0
+    x[1, 2] = nan  # masked: an ordinary softmax of the other three
+    x[2, 0], x[2, 3] = nan, inf  # NaN outranks +inf: NaN wins
+    mask = np.array([[1, 1, 0, 1], [1, 1, 0, 1], [1, 1, 1, 1]], dtype=bool)
+    yield value("softmax/nan-001", "softmax",
+                "NaN in a kept entry makes every kept weight of its row NaN (masked entries stay "
+                "0, even beside a +inf); a NaN in a masked entry never shows.",
+                inputs={"x": x, "mask": mask}, flags=["nan-propagation", "masked-nan", "non-finite"])
+    yield value("softmax/empty-001", "softmax",
+                "A size-0 softmax axis: x (2, 0) gives y (2, 0) (a max over nothing must not "
+                "raise).", inputs={"x": np.zeros((2, 0))}, flags=["empty-axis", "edge"])
+    yield value("softmax/empty-002", "softmax",
+                "Zero rows, axis 0 of size 0 with another axis of size 3: y (0, 3).",
+                inputs={"x": np.zeros((0, 3))}, attributes={"axis": 0},
+                flags=["empty-axis", "edge", "axis"])

@@ -4,7 +4,7 @@ encoder, decoder, LM head), inference."""
 import numpy as np
 
 from ..oracle.transformer import transformer as oracle
-from ._build import Component, Fn, error, value
+from ._build import Component, Fn, Rng, error, value
 from .encoder_layer import dec_layer_params, enc_layer_params, scoped, stack_params, tolerances
 
 COMPONENT = Component("transformer", {
@@ -126,3 +126,20 @@ def cases(rng):
                 inputs={"src_ids": src, "tgt_ids": tgt[:1]},
                 attributes={**attrs, "num_layers": 2, "num_heads": 2}, params=p,
                 error="ShapeError", mentions=["src_ids", "tgt_ids"])
+    yield from defaults_cases()
+
+
+# -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
+
+def defaults_cases():
+    rd = Rng(f"{COMPONENT.id}/defaults")
+    yield value("transformer/defaults-001", "transformer",
+                "norm, eps, activation and tie_embeddings left out (post, 1e-5, relu, False), "
+                "N = 1, D = 8, H = 2, vocabulary 12: a pre-norm default lacks final_norm.*, a "
+                "tied default ignores lm_head.*, GELU changes the logits. (The sinusoidal "
+                "positions keep LayerNorm inputs O(1): eps shows at float64 only.)",
+                inputs={"src_ids": ids(rd, 12, [5, 4], 5),
+                        "tgt_ids": ids(rd, 12, [4, 4], 4, bos_id=1)},
+                attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2},
+                params=transformer_params(rd, 1, 8, 16, 12), flags=["defaults"],
+                omit_defaults=True)

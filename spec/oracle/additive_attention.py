@@ -8,7 +8,7 @@
 import mpmath
 import numpy as np
 
-from .core import matmul, mp, mpa, softmax, zeros
+from .core import matmul, mp, mpa, softmax, weighted_sum, zeros
 
 
 def additive_attention(query, keys, values=None, mask=None, params=None):
@@ -25,4 +25,4 @@ def additive_attention(query, keys, values=None, mask=None, params=None):
                                         for j in range(a))
     keep = None if mask is None else np.broadcast_to(np.asarray(mask, dtype=bool), (b, t, s))
     weights = softmax(e, axis=-1, keep=keep)
-    return {"context": matmul(weights, vals), "weights": weights}
+    return {"context": weighted_sum(weights, vals), "weights": weights}

@@ -80,6 +80,25 @@ def matmul(a, b) -> np.ndarray:
     return out
 
 
+def weighted_sum(weights, v) -> np.ndarray:
+    """out[..., i, :] = sum over the j with weights[..., i, j] != 0 of weights[..., i, j] v[..., j, :].
+
+    A key of weight exactly 0 (masked, -inf, outside the top k) is left out of the
+    sum, not multiplied by 0: its value, even NaN or inf, never reaches the output.
+    """
+    w, v = np.asarray(weights, dtype=object), np.asarray(v, dtype=object)
+    batch = np.broadcast_shapes(w.shape[:-2], v.shape[:-2])
+    w = np.broadcast_to(w, batch + w.shape[-2:])
+    v = np.broadcast_to(v, batch + v.shape[-2:])
+    t, s, width = w.shape[-2], w.shape[-1], v.shape[-1]
+    out = np.empty(batch + (t, width), dtype=object)
+    for bi in np.ndindex(batch):
+        for i, c in itertools.product(range(t), range(width)):
+            out[bi + (i, c)] = mp.fsum(w[bi + (i, j)] * v[bi + (j, c)] for j in range(s)
+                                       if w[bi + (i, j)] != 0)
+    return out
+
+
 def add(a, b) -> np.ndarray:
     """Elementwise sum with broadcasting (object arrays add their mpf elements)."""
     return np.asarray(a, dtype=object) + np.asarray(b, dtype=object)
@@ -90,15 +109,23 @@ def softmax_row(scores, keep=None) -> list:
 
     exp(s_j - max) / sum_k exp(s_k - max) over the kept entries. With 50 digits
     the subtraction of the max is not needed for accuracy, only for range.
+    Non-finite scores take their limits: -inf is weight 0 (as if masked); kept +inf
+    entries share the row equally and every finite entry gets 0; a kept NaN makes
+    every kept weight of the row NaN (masked entries stay 0).
     """
     n = len(scores)
     keep = [True] * n if keep is None else [bool(k) for k in keep]
-    kept = [scores[j] for j in range(n) if keep[j] and scores[j] != -mpmath.inf]
+    keep = [keep[j] and scores[j] != -mpmath.inf for j in range(n)]
+    if any(keep[j] and mpmath.isnan(scores[j]) for j in range(n)):
+        return [mpmath.mpf("nan") if keep[j] else mpmath.mpf(0) for j in range(n)]
+    top = [keep[j] and scores[j] == mpmath.inf for j in range(n)]
+    if any(top):  # the limit as those scores grow without bound
+        return [mpmath.mpf(1) / sum(top) if top[j] else mpmath.mpf(0) for j in range(n)]
+    kept = [scores[j] for j in range(n) if keep[j]]
     if not kept:
         return [mpmath.mpf(0)] * n
     m = max(kept)
-    e = [mpmath.exp(scores[j] - m) if keep[j] and scores[j] != -mpmath.inf else mpmath.mpf(0)
-         for j in range(n)]
+    e = [mpmath.exp(scores[j] - m) if keep[j] else mpmath.mpf(0) for j in range(n)]
     total = mp.fsum(e)
     return [ej / total for ej in e]
 

@@ -16,6 +16,8 @@ from .core import mp, mpa
 
 def _normalise_row(row, eps, variant):
     d = len(row)
+    if d == 0:  # D = 0: nothing to normalise, an empty row
+        return []
     mu = mp.fsum(row) / d
     ss = mp.fsum((v - mu) ** 2 for v in row)
     if variant == "canonical":

@@ -11,7 +11,7 @@
 import mpmath
 import numpy as np
 
-from .core import matmul, mp, mpa, softmax, transpose_last, zeros
+from .core import matmul, mp, mpa, softmax, transpose_last, weighted_sum, zeros
 
 
 def _concat_scores(q, k, w, v):
@@ -42,4 +42,4 @@ def luong_attention(query, keys, values=None, mask=None, score="dot", params=Non
     b, t, s = e.shape
     keep = None if mask is None else np.broadcast_to(np.asarray(mask, dtype=bool), (b, t, s))
     weights = softmax(e, axis=-1, keep=keep)
-    return {"context": matmul(weights, vals), "weights": weights}
+    return {"context": weighted_sum(weights, vals), "weights": weights}

@@ -1,6 +1,7 @@
 """Attention masks: boolean, True = may attend.
 
     causal[i, j]   = j <= i + (S - T)          bottom-right aligned (KV-cache decoding)
+    window[i, j]   = p - W < j <= p,  p = i + (S - T)   sliding window of W keys, bottom-right
     padding[b, j]  = ids[b, j] != pad_id       shaped (B, 1, 1, S)
     combined[b, h, i, j] = padding[b, j] and (causal[i, j] if causal else True)
 """
@@ -19,6 +20,16 @@ def _causal(t: int, s: int) -> np.ndarray:
 
 def causal_mask(t, s):
     return {"mask": _causal(int(t), int(s))}
+
+
+def sliding_window_mask(t, s, window):
+    t, s, w = int(t), int(s), int(window)
+    out = np.zeros((t, s), dtype=bool)
+    for i in range(t):
+        p = i + (s - t)  # the query's absolute position among the keys
+        for j in range(s):
+            out[i, j] = p - w < j <= p
+    return {"mask": out}
 
 
 def _padding(ids, pad_id) -> np.ndarray:

@@ -5,7 +5,8 @@ Query i sits at position i (0..T-1), key j at position j (0..S-1); m = max_dista
     a^K_ij = rel_k[clip(j - i, -m, m) + m]        a^V_ij = rel_v[clip(j - i, -m, m) + m]
     e_ij   = q_i . (k_j + a^K_ij) * scale          scale = 1 / sqrt(K) unless given
     alpha_ij = softmax_j(e_ij) over the keys the mask keeps (a row keeping none is all 0)
-    z_i    = sum_j alpha_ij (v_j + a^V_ij)
+    z_i    = sum_j alpha_ij (v_j + a^V_ij)   over the j with alpha_ij != 0 (a masked key's
+             value, even NaN, never reaches z_i)
 """
 
 import mpmath
@@ -35,5 +36,5 @@ def relative_attention(q, k, v, mask=None, max_distance=None, scale=None, params
             # z_i = sum_j alpha_ij (v_j + a^V_ij)
             for c in range(vw):
                 out[bi, i, c] = mp.fsum(alpha[j] * (v[bi, j, c] + rel_v[rows[j], c])
-                                        for j in range(s))
+                                        for j in range(s) if alpha[j] != 0)
     return {"output": out, "weights": weights}

@@ -17,6 +17,8 @@ def rms_norm(x, eps=1e-6, params=None):
     y = np.empty(x.shape, dtype=object)
     for idx in np.ndindex(x.shape[:-1]):
         row = list(x[idx])
+        if not row:  # D = 0: nothing to normalise, an empty row
+            continue
         rms = mpmath.sqrt(mp.fsum(v * v for v in row) / len(row) + eps)
         y[idx] = [row[d] / rms * gamma[d] for d in range(len(row))]
     return {"y": y}

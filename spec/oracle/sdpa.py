@@ -3,16 +3,21 @@
     scores[..., i, j]  = scale * sum_k q[..., i, k] k[..., j, k] + bias[..., i, j]
     weights[..., i, :] = softmax over the keys j with mask[..., i, j] True
                          (and scores not -inf); nothing kept -> all 0
-    output[..., i, :]  = sum_j weights[..., i, j] v[..., j, :]
+    output[..., i, :]  = sum_j weights[..., i, j] v[..., j, :]   over the j with weight != 0
+                         (a masked key's value, even NaN or inf, is never multiplied in)
     scale defaults to 1 / sqrt(K), K = q.shape[-1]
 
 Leading (batch) dimensions of q, k, v, mask and bias broadcast together.
+
+Grouped-query attention (Ainslie et al. 2023; multi-query: Shazeer 2019): with
+num_kv_heads = H_kv, axis -3 is the head axis, q has H heads and k, v have H_kv, and query
+head h reads key/value head h // (H / H_kv).
 """
 
 import mpmath
 import numpy as np
 
-from .core import add, matmul, mpa, softmax, transpose_last
+from .core import add, matmul, mpa, softmax, transpose_last, weighted_sum
 
 
 def scores_of(q, k, scale=None):
@@ -27,8 +32,16 @@ def batch_shape(q, k, v):
     return np.broadcast_shapes(np.shape(q)[:-2], np.shape(k)[:-2], np.shape(v)[:-2])
 
 
-def sdpa(q, k, v, mask=None, bias=None, scale=None):
+def repeat_kv(x, num_heads, num_kv_heads):
+    """(..., H_kv, S, .) -> (..., H, S, .): head h reads kv head h // (H / H_kv)."""
+    group = num_heads // num_kv_heads
+    return np.take(x, [h // group for h in range(num_heads)], axis=-3)
+
+
+def sdpa(q, k, v, mask=None, bias=None, scale=None, num_kv_heads=None):
     q, k, v = mpa(q), mpa(k), mpa(v)
+    if num_kv_heads is not None:
+        k, v = (repeat_kv(x, q.shape[-3], num_kv_heads) for x in (k, v))
     scores = scores_of(q, k, scale)  # (..., T, S)
     full = batch_shape(q, k, v) + scores.shape[-2:]
     scores = np.broadcast_to(scores, full)
@@ -36,5 +49,5 @@ def sdpa(q, k, v, mask=None, bias=None, scale=None):
         scores = add(scores, mpa(bias))  # bias broadcasts to (..., T, S)
     keep = None if mask is None else np.broadcast_to(np.asarray(mask, dtype=bool), full)
     weights = softmax(scores, axis=-1, keep=keep)  # (..., T, S)
-    output = matmul(weights, v)  # (..., T, V)
+    output = weighted_sum(weights, v)  # (..., T, V)
     return {"output": output, "weights": weights}

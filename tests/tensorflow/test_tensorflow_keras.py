@@ -241,3 +241,12 @@ def test_gradient_tape_step_changes_parameters_and_reduces_loss(name):
     after = layer.spec_params()
     assert any(not np.array_equal(before[k], after[k]) for k in before)
     assert losses[-1] < losses[0], losses
+
+
+def test_tensorflow_ops_provide_the_whole_composite_surface():
+    import importlib
+
+    from attnspec.backends.composite import OPS
+
+    ops = importlib.import_module("attnspec.backends.tensorflow.ops")
+    assert [name for name in OPS if not callable(getattr(ops, name, None))] == []

@@ -151,3 +151,27 @@ def test_error_contract_device_and_dtype():
         sdpa(q, torch.zeros(1, 3, 4, device="meta"), torch.zeros(1, 3, 4))
     with pytest.raises(DTypeError, match="q"):
         sdpa(q.long(), q, q)
+
+
+def test_torch_ops_provide_the_whole_composite_surface():
+    import importlib
+
+    from attnspec.backends.composite import OPS
+
+    ops = importlib.import_module("attnspec.backends.torch.ops")
+    assert [name for name in OPS if not callable(getattr(ops, name, None))] == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_half_precision_masked_softmax_keeps_its_dtype(dtype):
+    """The fill for masked entries is made from two Python scalars (float32 by default):
+    it must not promote a float16/bfloat16 softmax to float32."""
+    from attnspec.backends.torch.attention import softmax
+
+    x = torch.tensor([[0.5, -1.0, 2.0], [1.0, 0.0, -3.0]], dtype=dtype)
+    mask = torch.tensor([[True, False, True], [False, False, False]])
+    y = softmax(x, mask)
+    assert y.dtype == dtype
+    want = torch.softmax(torch.tensor([0.5, 2.0], dtype=torch.float64), dim=0)
+    torch.testing.assert_close(y[0, [0, 2]].double(), want, rtol=1e-2, atol=1e-3)
+    assert torch.equal(y[0, 1], torch.zeros((), dtype=dtype)) and not bool(y[1].any())

@@ -1,0 +1,168 @@
+"""Greedy decoding, and incremental decoding of the decoder-only model with a key/value
+cache.
+
+The cache is a plain dict, so every backend can hold it in its own arrays:
+    "length":        n, the number of positions already processed (int)
+    "keep":          (B, n) bool, False where the token was pad_id (masked as a key)
+    "layers.<i>.k":  (B, H, n, K) the projected keys of layer i's self-attention
+    "layers.<i>.v":  (B, H, n, V) the projected values
+``decoder_only_step`` never modifies the cache it is given; it returns a new one.
+"""
+
+from __future__ import annotations
+
+from attnspec.spec.errors import ConfigError, DomainError
+
+from .. import _checks as check
+from .layers import NORMS
+from .models import Models
+
+MODELS = ("decoder_only", "transformer")
+
+
+class Decoding(Models):
+    EXPORTS = ("greedy_decode", "decoder_only_init_cache", "decoder_only_step")
+
+    def decoder_only_init_cache(self, *, batch_size, num_layers, num_heads, params):
+        """An empty cache (length 0) for ``batch_size`` rows, in the dtype of the parameters."""
+        ops = self.ops
+        b = check.integer("batch_size", batch_size, lo=1)
+        n = check.integer("num_layers", num_layers, lo=1)
+        heads = check.integer("num_heads", num_heads, lo=1)
+        p = check.params_of(params)
+        cache = {"length": 0, "keep": ops.falses((b, 0), like=p.get("embed.table"))}
+        for i in range(n):
+            attn = p.scope(f"layers.{i}").scope("self_attn")
+            w_k = ops.floating(attn.path("w_k"), attn.require("w_k", (None, None)))
+            w_v = ops.floating(attn.path("w_v"), attn.require("w_v", (None, None)))
+            k = check.divides(f"query/key width {attn.path('w_k')}.shape[1]", heads,
+                              w_k.shape[1], "H*K")
+            v = check.divides(f"value width {attn.path('w_v')}.shape[1]", heads, w_v.shape[1],
+                              "H*V")
+            cache[f"layers.{i}.k"] = ops.zeros((b, heads, 0, k), like=w_k)
+            cache[f"layers.{i}.v"] = ops.zeros((b, heads, 0, v), like=w_v)
+        return cache
+
+    def _cached_attention(self, cache, new_cache, i: int, mask, heads: int, p):
+        """Self-attention of the new positions over the cached and the new keys/values."""
+        ops = self.ops
+
+        def f(h):  # h (B, t, D)
+            d = h.shape[-1]
+            q = ops.split_heads(ops.linear(h, p, "w_q", "b_q", d), heads)  # (B, H, t, K)
+            k_new = ops.split_heads(ops.linear(h, p, "w_k", "b_k", d), heads)  # (B, H, t, K)
+            v_new = ops.split_heads(ops.linear(h, p, "w_v", "b_v", d), heads)  # (B, H, t, V)
+            k = ops.concat([cache[f"layers.{i}.k"], k_new], axis=2)  # (B, H, n+t, K)
+            v = ops.concat([cache[f"layers.{i}.v"], v_new], axis=2)  # (B, H, n+t, V)
+            new_cache[f"layers.{i}.k"], new_cache[f"layers.{i}.v"] = k, v
+            out, _ = self.k.sdpa(q, k, v, mask)  # (B, H, t, V)
+            concat = ops.merge_heads(out)  # (B, t, H*V)
+            return ops.linear(concat, p, "w_o", "b_o", concat.shape[-1], d)
+        return f
+
+    def decoder_only_step(self, ids, cache, *, pad_id, num_layers, num_heads, norm="pre",
+                          eps=1e-5, activation="gelu", params):
+        """(logits (B, t, L), new cache) for the t new tokens ``ids`` (B, t) at positions
+        n..n+t-1, n = cache["length"]: equal to decoder_only(all ids so far)[:, n:]."""
+        ops = self.ops
+        p = check.params_of(params)
+        L, _ = check.shape(p.require("embed.table", (None, None)))
+        ids = self.token_ids("ids", ids, L, p.path("embed.table"))
+        pad_id = check.integer("pad_id", pad_id)
+        heads = check.integer("num_heads", num_heads, lo=1)
+        n_layers = check.integer("num_layers", num_layers, lo=1)
+        check.choice("norm", norm, NORMS)
+        n = int(cache["length"])
+        check.same("batch size", **{"ids.shape[0]": ids.shape[0],
+                                    "cache['keep'].shape[0]": cache["keep"].shape[0]})
+        t = ids.shape[1]
+        keep = ops.concat([cache["keep"], ids != pad_id], axis=1)  # (B, n+t)
+        causal = ops.cast(self.k.causal_mask(t=t, s=n + t), keep)  # (t, n+t)
+        mask = keep[:, None, None, :] & causal  # (B, 1, t, n+t)
+        new_cache = {"length": n + t, "keep": keep}
+        h = self.learned_embed(ids, p, offset=n)  # (B, t, D)
+        for i in range(n_layers):
+            lp = p.scope(f"layers.{i}")
+            attn = self._cached_attention(cache, new_cache, i, mask, heads, lp.scope("self_attn"))
+            h = self._sublayer(h, attn, lp, "norm1", norm, eps)
+            h = self._sublayer(h, self._ffn(activation, lp, None), lp, "norm2", norm, eps)
+        if norm == "pre":
+            h = self.k.layer_norm(h, eps=eps, params=p.scope("final_norm"))
+        return self.k.lm_head(h, params=p.scope("lm_head")), new_cache
+
+    def _decoder_only_steps(self, prompt, pad_id, cfg: dict, p):
+        """Next-token logits: the prompt once (prefill), then one token a step, via the cache."""
+        init, step = self.k.decoder_only_init_cache, self.k.decoder_only_step
+        cache = init(batch_size=prompt.shape[0], num_layers=cfg["num_layers"],
+                     num_heads=cfg["num_heads"], params=p)
+        logits, cache = step(prompt, cache, pad_id=pad_id, params=p, **cfg)
+        while True:
+            nxt = yield logits[:, -1]
+            logits, cache = step(nxt[:, None], cache, pad_id=pad_id, params=p, **cfg)
+
+    def _transformer_steps(self, src_ids, pad_id, cfg: dict, tie: bool, p):
+        """Next-token logits: the encoder once, the decoder on the whole prefix every step."""
+        memory, m_src = self.encode(src_ids, pad_id, cfg, p)
+        seq = yield
+        while True:
+            seq = yield self.decode(seq, memory, m_src, pad_id, cfg, tie, p)[:, -1]
+
+    def _prompt(self, prompt, src_ids, pad_id, max_len, p):
+        """decoder_only: the checked prompt (B, P) and max_len in [P, max positions]."""
+        if prompt is None or src_ids is not None:
+            raise ConfigError("model 'decoder_only' takes a prompt (B, P) and no src_ids")
+        L, _ = check.shape(p.require("embed.table", (None, None)))
+        seq = self.token_ids("prompt", prompt, L, p.path("embed.table"))
+        self.ops.value_check(self.ops.all_(seq != pad_id), lambda: (
+            f"prompt must not contain pad_id={pad_id} (rows are not padded), got prompt of "
+            f"shape {check.shape(seq)}"))
+        max_pos = check.shape(p.require("pos.table", (None, None)))[0]
+        return seq, check.integer("max_len", max_len, lo=seq.shape[1], hi=max_pos + 1)
+
+    def _source(self, prompt, src_ids, bos_id, eos_id, pad_id, max_len, p):
+        """transformer: the checked src_ids and max_len >= 1; bos_id, eos_id in the vocabulary."""
+        if src_ids is None or prompt is not None:
+            raise ConfigError("model 'transformer' takes src_ids (B, S) and no prompt (the "
+                              "target starts with bos_id)")
+        src_ids, _, _ = self.transformer_inputs(src_ids, None, pad_id, p)
+        L = check.shape(p.require("tgt_embed.table", (None, None)))[0]
+        for name, value in (("bos_id", bos_id), ("eos_id", eos_id)):
+            if not 0 <= value < L:
+                raise DomainError(f"{name}={value} is not a token id in [0, {L})")
+        return src_ids, check.integer("max_len", max_len, lo=1)
+
+    def greedy_decode(self, prompt=None, src_ids=None, *, model, bos_id, eos_id, pad_id, max_len,
+                      num_layers, num_heads, norm, eps=1e-5, activation, tie_embeddings=False,
+                      params):
+        """ids (B, max_len): the prompt (decoder_only) or [bos_id] (transformer), extended by
+        next = argmax_j logits[:, -1, j] (ties: lowest id) until a row emits eos_id, after which
+        the row holds pad_id; stops when every row has ended or the length is max_len."""
+        ops = self.ops
+        check.choice("model", model, MODELS)
+        p = check.params_of(params)
+        bos_id, eos_id = check.integer("bos_id", bos_id), check.integer("eos_id", eos_id)
+        pad_id = check.integer("pad_id", pad_id)
+        check.choice("norm", norm, NORMS)
+        cfg = dict(num_layers=num_layers, num_heads=num_heads, norm=norm, eps=eps,
+                   activation=activation)
+        if model == "decoder_only":
+            seq, max_len = self._prompt(prompt, src_ids, pad_id, max_len, p)
+            steps = self._decoder_only_steps(seq, pad_id, cfg, p)
+            logits = next(steps)
+        else:
+            src_ids, max_len = self._source(prompt, src_ids, bos_id, eos_id, pad_id, max_len, p)
+            tie = check.flag("tie_embeddings", tie_embeddings)
+            seq = ops.full((src_ids.shape[0], 1), bos_id, like=src_ids)  # (B, 1)
+            steps = self._transformer_steps(src_ids, pad_id, cfg, tie, p)
+            next(steps)
+            logits = steps.send(seq) if max_len > 1 else None
+        seq = ops.int64(seq)
+        done = ops.falses((seq.shape[0],), like=seq)
+        while seq.shape[1] < max_len and not ops.known_all(done):
+            nxt = ops.where(done, pad_id, ops.argmax(logits, axis=-1))  # (B,)
+            done = done | (nxt == eos_id)
+            seq = ops.concat([seq, nxt[:, None]], axis=1)
+            if seq.shape[1] < max_len and not ops.known_all(done):
+                logits = steps.send(nxt if model == "decoder_only" else seq)
+        rest = ops.full((seq.shape[0], max_len - seq.shape[1]), pad_id, like=seq)
+        return ops.concat([seq, rest], axis=1)  # (B, max_len)

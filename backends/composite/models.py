@@ -1,0 +1,116 @@
+"""Whole models on token ids: the encoder-decoder Transformer, an encoder-only (BERT-style)
+and a decoder-only (GPT-style) model. Inference only: no dropout."""
+
+from __future__ import annotations
+
+from attnspec.spec.trace import record, scope
+
+from .. import _checks as check
+from .layers import Layers
+
+
+class Models(Layers):
+    EXPORTS = ("transformer", "encoder_only", "decoder_only")
+
+    def token_ids(self, name: str, ids, vocab: int, table_path: str):
+        """(B, T) integer ids in [0, L), or DomainError naming the offending ids."""
+        ops = self.ops
+        ids = ops.integers(name, ids)
+        check.rank(name, ids, min_rank=2, max_rank=2)
+
+        def message(a):
+            bad = a[(a < 0) | (a >= vocab)]
+            return (f"{name} must be token ids in [0, {vocab}) ({table_path} has {vocab} "
+                    f"rows), got {sorted(set(bad.tolist()))} in {name} of shape {a.shape}")
+        ops.value_check(ops.all_((ids >= 0) & (ids < vocab)), message, ids)
+        return ids
+
+    @staticmethod
+    def _vocab(p, path: str, width=None) -> tuple:
+        return check.shape(p.require(path, (None, width)))
+
+    def _sinusoidal_embed(self, ids, p, name: str):
+        """table[ids] * sqrt(D) + PE(0..T-1)."""
+        e = self.k.embedding(ids, scale=True, params=p.scope(name))  # (B, T, D)
+        return e + self.ops.cast(self.k.sinusoidal_pe(length=e.shape[1], d_model=e.shape[2]), e)
+
+    def learned_embed(self, ids, p, offset: int = 0):
+        """embed.table[ids] + pos.table[offset..offset+T-1], unscaled."""
+        e = self.k.embedding(ids, scale=False, params=p.scope("embed"))  # (B, T, D)
+        positions = self.ops.arange(offset, offset + ids.shape[1], like=ids)  # (T,)
+        return e + self.ops.cast(self.k.learned_pe(positions, params=p.scope("pos")), e)
+
+    def transformer_inputs(self, src_ids, tgt_ids, pad_id, p):
+        """Checked ids and the vocabulary sizes of the two tables."""
+        L_src, D = self._vocab(p, "src_embed.table")
+        L_tgt, _ = self._vocab(p, "tgt_embed.table", D)
+        src_ids = self.token_ids("src_ids", src_ids, L_src, p.path("src_embed.table"))
+        if tgt_ids is not None:
+            tgt_ids = self.token_ids("tgt_ids", tgt_ids, L_tgt, p.path("tgt_embed.table"))
+            check.same("batch size", **{"src_ids.shape[0]": src_ids.shape[0],
+                                        "tgt_ids.shape[0]": tgt_ids.shape[0]})
+        return src_ids, tgt_ids, check.integer("pad_id", pad_id)
+
+    def encode(self, src_ids, pad_id, cfg: dict, p, trace=None):
+        """memory = Encoder(src_embed(src_ids) + PE, padding(src_ids)); returns (memory, mask)."""
+        e_src = self._sinusoidal_embed(src_ids, p, "src_embed")
+        record(trace, "src_embed.output", e_src)
+        m_src = self.k.padding_mask(src_ids, pad_id=pad_id)  # (B, 1, 1, S)
+        memory = self.k.encoder(e_src, m_src, params=p.scope("encoder"),
+                                trace=scope(trace, "encoder"), **cfg)
+        return memory, m_src
+
+    def decode(self, tgt_ids, memory, m_src, pad_id, cfg: dict, tie_embeddings: bool, p,
+               trace=None):
+        """logits of Decoder(tgt_embed(tgt_ids) + PE, memory, padding & causal, m_src)."""
+        e_tgt = self._sinusoidal_embed(tgt_ids, p, "tgt_embed")
+        record(trace, "tgt_embed.output", e_tgt)
+        m_self = self.k.combined_mask(tgt_ids, pad_id=pad_id, t=tgt_ids.shape[1])  # (B, 1, T, T)
+        h = self.k.decoder(e_tgt, memory, m_self, m_src, params=p.scope("decoder"),
+                           trace=scope(trace, "decoder"), **cfg)
+        head = p.scope("tgt_embed") if tie_embeddings else p.scope("lm_head")
+        return self.k.lm_head(h, tied=tie_embeddings, params=head)
+
+    def transformer(self, src_ids, tgt_ids, *, pad_id, num_layers, num_heads, norm="post",
+                    eps=1e-5, activation="relu", tie_embeddings=False, params, trace=None):
+        """memory = Encoder(E_src[src] sqrt(D) + PE, pad(src));
+        logits = LMHead(Decoder(E_tgt[tgt] sqrt(D) + PE, memory, pad(tgt) & causal, pad(src))).
+        """
+        p = check.params_of(params)
+        tie = check.flag("tie_embeddings", tie_embeddings)
+        src_ids, tgt_ids, pad_id = self.transformer_inputs(src_ids, tgt_ids, pad_id, p)
+        cfg = dict(num_layers=num_layers, num_heads=num_heads, norm=norm, eps=eps,
+                   activation=activation)
+        memory, m_src = self.encode(src_ids, pad_id, cfg, p, trace)
+        return self.decode(tgt_ids, memory, m_src, pad_id, cfg, tie, p, trace)
+
+    def _model_ids(self, ids, pad_id, p):
+        L, _ = self._vocab(p, "embed.table")
+        ids = self.token_ids("ids", ids, L, p.path("embed.table"))
+        return ids, check.integer("pad_id", pad_id)
+
+    def encoder_only(self, ids, *, pad_id, num_layers, num_heads, norm="post", eps=1e-5,
+                     activation="gelu", params, trace=None):
+        """hidden = Encoder(E[ids] + P[0..T-1], pad(ids)) (no sqrt(D) scale, as BERT);
+        logits = hidden W + b."""
+        p = check.params_of(params)
+        ids, pad_id = self._model_ids(ids, pad_id, p)
+        e = self.learned_embed(ids, p)
+        record(trace, "embed.output", e)
+        hidden = self.k.encoder(e, self.k.padding_mask(ids, pad_id=pad_id), num_layers=num_layers,
+                                num_heads=num_heads, norm=norm, eps=eps, activation=activation,
+                                params=p.scope("encoder"), trace=scope(trace, "encoder"))
+        return hidden, self.k.lm_head(hidden, params=p.scope("lm_head"))
+
+    def decoder_only(self, ids, *, pad_id, num_layers, num_heads, norm="pre", eps=1e-5,
+                     activation="gelu", params, trace=None):
+        """logits = LMHead(Stack(E[ids] + P[0..T-1], pad(ids) & causal)); the stack is N
+        encoder layers (no cross-attention), pre-norm with a final LayerNorm by default."""
+        p = check.params_of(params)
+        ids, pad_id = self._model_ids(ids, pad_id, p)
+        e = self.learned_embed(ids, p)
+        record(trace, "embed.output", e)
+        mask = self.k.combined_mask(ids, pad_id=pad_id, t=ids.shape[1])  # (B, 1, T, T)
+        h = self.k.encoder(e, mask, num_layers=num_layers, num_heads=num_heads, norm=norm,
+                           eps=eps, activation=activation, params=p, trace=trace)
+        return self.k.lm_head(h, params=p.scope("lm_head"))

@@ -1,0 +1,161 @@
+"""Fixtures and collection hooks of the suite. pytest applies a conftest to its own
+folder only, so none of this reaches another project's tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+from attnspec.conformance.plugin import differential_not_applicable, profile_for_suite, session
+
+
+def _session(config):
+    s = session(config)
+    if s.problem:  # the plugin stops the run at configure time; this is a direct run
+        raise pytest.UsageError(f"attnspec: {s.problem}")
+    return s
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    """Import the suite's modules under attnspec's hypothesis profile: ``@given`` takes its
+    settings when the module is imported, so the profile is in force for these tests only
+    and the one in force before is restored."""
+    name = profile_for_suite(collector.config) if isinstance(collector, pytest.Module) else None
+    if name is None:
+        return (yield)
+    from hypothesis import settings
+
+    before = settings.get_current_profile_name()
+    settings.load_profile(name)
+    try:
+        return (yield)
+    finally:
+        settings.load_profile(before)
+
+
+def pytest_ignore_collect(collection_path: Path, config):
+    if collection_path.name == "test_differential.py":
+        s = _session(config)
+        return True if differential_not_applicable(s.backend) else None
+    return None
+
+
+def pytest_generate_tests(metafunc):
+    names = metafunc.fixturenames
+    if "vector_dtype" not in names and "value_vector" not in names:
+        return
+    s = _session(metafunc.config)
+    if "vector_dtype" in names:
+        expect = getattr(metafunc.function, "expect", "value")
+        params = [pytest.param((v, d), id=f"{v.id}[{d}]")
+                  for v in s.spec.vectors if v.expect == expect and not v.deprecated
+                  for d in s.dtypes if d in v.dtypes]
+        metafunc.parametrize("vector_dtype", params)
+    if "value_vector" in names:
+        params = [pytest.param(v, id=v.id) for v in s.spec.vectors
+                  if v.expect == "value" and not v.deprecated
+                  and s.property_dtype in v.dtypes
+                  and all(o.dtype.kind == "f" for o in v.outputs.values())]
+        metafunc.parametrize("value_vector", params)
+
+
+# -- a time limit per test -------------------------------------------------------------
+
+
+class SuiteTimeout(BaseException):
+    """Raised in the main thread when a test runs past --attnspec-timeout. A BaseException,
+    so neither a backend's ``except Exception`` nor hypothesis (which would shrink) keeps it."""
+
+
+# After the alarm, how long native code that never returns to Python gets before the
+# watchdog stops the process (a signal handler only runs between bytecodes).
+GRACE_SECONDS = 10.0
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    seconds = _session(item.config).timeout
+    usable = (seconds > 0 and hasattr(signal, "setitimer")
+              and threading.current_thread() is threading.main_thread())
+    if not usable:
+        return (yield)
+    what = f"{item.name} did not finish within {seconds:g} s (--attnspec-timeout)"
+
+    def expire(signum, frame):
+        raise SuiteTimeout()
+
+    def hard_stop():  # the alarm could not interrupt it: one line, and stop
+        capture = item.config.pluginmanager.getplugin("capturemanager")
+        if capture is not None:
+            capture.suspend_global_capture(in_=False)  # back to the real stderr
+        os.write(2, f"attnspec: {what} and cannot be interrupted (native code); stopping "
+                    f"the run\n".encode())
+        os._exit(3)
+
+    watchdog = threading.Timer(seconds + GRACE_SECONDS, hard_stop)
+    watchdog.daemon = True
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    watchdog.start()
+    try:
+        return (yield)
+    except SuiteTimeout:
+        pytest.fail(f"{what}: a hanging backend?", pytrace=False)
+    finally:
+        watchdog.cancel()
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+# -- fixtures ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def attnspec_session(request):
+    return _session(request.config)
+
+
+@pytest.fixture(scope="session")
+def backend(attnspec_session):
+    return attnspec_session.backend
+
+
+@pytest.fixture(scope="session")
+def device(attnspec_session):
+    return attnspec_session.device
+
+
+@pytest.fixture(scope="session")
+def spec(attnspec_session):
+    return attnspec_session.spec
+
+
+@pytest.fixture(scope="session")
+def ops(attnspec_session):
+    from attnspec.conformance.ops import Ops
+
+    s = attnspec_session
+    return Ops(s.backend, s.spec, s.device, s.property_dtype)
+
+
+@pytest.fixture
+def record_result(attnspec_session):
+    """Record a runner Result; a failure matching a known-failure pattern becomes xfail."""
+    s = attnspec_session
+
+    def record(result):
+        from attnspec.conformance.known import match
+
+        s.results.append(result)
+        if result.status != "pass":
+            known = match(s.known, result.id, result.dtype)
+            if known is not None:
+                result.known_failure = known.reason
+                pytest.xfail(f"known failure ({s.known_path}:{known.line}): {known.reason}")
+        return result
+
+    return record

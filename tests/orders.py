@@ -1,0 +1,378 @@
+"""Correct evaluation orders of every component at float32, float16 and bfloat16, emulated in
+NumPy (with ml_dtypes), to derive the spec's tolerances from (benchmarks/tolerances.py).
+
+The NumPy backend's own code runs on :class:`Emu` arrays: float64 arrays holding values of the
+dtype under test, whose every operation rounds its result to that dtype, as a framework
+computing in that dtype does. An :class:`Order` says how:
+
+- ``accumulate``: a matrix product or a sum accumulates in float32 and rounds once
+  (``"float32"``), or rounds every product and every partial sum to the dtype
+  (``"dtype"``, a naive loop in the dtype; the worst case);
+- ``fuse_bias``: ``x @ W + b`` rounds once (a fused epilogue) instead of twice;
+- ``upcast``: backend functions computed wholly in float32, rounded on the way out
+  (softmax, LayerNorm/RMSNorm statistics, the activations), as torch's CPU kernels do;
+- ``round_attributes``: scalar attributes and constants (scale, eps, 1/(1-p), 0.044715)
+  are rounded to the dtype before use, or used as given.
+
+Composites are the NumPy backend's, so every composite is composed from the same
+orders of its parts (no second copy of the stack to drift). Einsum (relative attention)
+and ``math.erf`` (exact GELU) compute in float64 and round once under every order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import pkgutil
+import types
+from dataclasses import dataclass
+from unittest import mock
+
+import ml_dtypes
+import numpy as np
+from attnspec.backends.numpy import NumpyBackend
+
+DTYPES = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16),
+          "bfloat16": np.dtype(ml_dtypes.bfloat16)}
+
+
+@dataclass(frozen=True)
+class Order:
+    name: str
+    accumulate: str = "float32"  # "float32" | "dtype"
+    fuse_bias: bool = False
+    upcast: tuple = ()  # backend functions computed in float32: "softmax", "layer_norm", ...
+    round_attributes: bool = True
+    description: str = ""
+
+
+UPCAST_ALL = ("softmax", "layer_norm", "rms_norm", "activations", "_sigmoid")
+
+ORDERS = (
+    Order("plain", description="every op in the dtype; x @ W then + b; softmax step by step; "
+                               "matmul and sums accumulate in float32"),
+    Order("dtype-accumulation", accumulate="dtype",
+          description="as plain, but every product and partial sum rounded to the dtype"),
+    Order("fused-float32", fuse_bias=True, upcast=UPCAST_ALL,
+          description="x @ W + b rounded once; softmax, norms and activations in float32 "
+                      "(torch's CPU kernels)"),
+    Order("fused-dtype-softmax", fuse_bias=True, upcast=("layer_norm", "rms_norm"),
+          description="x @ W + b rounded once; softmax in the dtype; norm statistics in "
+                      "float32"),
+    Order("exact-attributes", round_attributes=False, accumulate="dtype",
+          upcast=("layer_norm", "rms_norm"),
+          description="attributes (scale, eps, p) used unrounded; dtype accumulation; "
+                      "norm statistics in float32"),
+)
+
+
+class _Context:
+    dt: np.dtype | None = None  # the dtype results are rounded to now
+    order: Order | None = None
+
+
+CTX = _Context()
+
+
+def rnd(a, dt=None) -> np.ndarray:
+    """``a`` rounded to ``dt`` (default: the current dtype), as float64."""
+    dt = dt or CTX.dt
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(a, dtype=np.float64).astype(dt).astype(np.float64)
+
+
+class Emu(np.ndarray):
+    """A float64 array whose operations round to the dtype under emulation.
+
+    ``pending``: a product not yet rounded (a fused bias add may consume it first).
+    """
+
+    pending = False
+
+    def __array_finalize__(self, obj):
+        self.pending = getattr(obj, "pending", False)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kw):
+        if out is not None:  # np.mean divides in place: compute, then store
+            result = self.__array_ufunc__(ufunc, method, *inputs, **kw)
+            target = out[0]
+            target.view(np.ndarray)[...] = np.asarray(result)
+            if isinstance(target, Emu):
+                target.pending = False
+            return target
+        fused = (CTX.order.fuse_bias and ufunc is np.add and method == "__call__"
+                 and any(getattr(x, "pending", False) for x in inputs))
+        raw = [_raw(x, keep_pending=fused) for x in inputs]
+        if ufunc is np.matmul and method == "__call__":
+            return _matmul(*raw)
+        if ufunc is np.add and method == "reduce":
+            return _sum(raw[0], **kw)
+        with np.errstate(all="ignore"):
+            return _wrap(getattr(ufunc, method)(*raw, **kw))
+
+    def __array_function__(self, func, types, args, kwargs):
+        with np.errstate(all="ignore"):
+            return _wrap(func(*_raw(args), **_raw(kwargs)))
+
+
+def _raw(x, keep_pending: bool = False):
+    """Plain float64 data of ``x`` (rounded to the dtype unless a fused add consumes it)."""
+    if isinstance(x, (list, tuple)):
+        return type(x)(_raw(y, keep_pending) for y in x)
+    if isinstance(x, dict):
+        return {k: _raw(v, keep_pending) for k, v in x.items()}
+    if isinstance(x, Emu):
+        plain = x.view(np.ndarray)
+        return plain if not x.pending or keep_pending else rnd(plain)
+    if isinstance(x, (float, np.floating)) and not isinstance(x, bool):
+        return float(rnd(x)) if CTX.order.round_attributes else x
+    if isinstance(x, np.ndarray) and x.dtype.kind == "f":
+        return rnd(x)  # a constant table (cos, PE) is a dtype tensor in a real framework
+    return x
+
+
+def _wrap(r, pending: bool = False):
+    if isinstance(r, tuple):
+        return tuple(_wrap(x) for x in r)
+    if isinstance(r, (np.ndarray, np.floating)) and np.asarray(r).dtype.kind == "f":
+        r = np.asarray(r, dtype=np.float64)
+        out = (r if pending else rnd(r)).view(Emu)
+        out.pending = pending
+        return out
+    return r
+
+
+def _matmul(a, b):
+    """a @ b with the order's accumulation; left pending (float32) when bias adds fuse."""
+    if CTX.order.accumulate == "dtype" and np.ndim(a) >= 2 and np.ndim(b) >= 2 \
+            and a.shape[-1] > 0:
+        acc = 0.0
+        for k in range(a.shape[-1]):  # (..., T, 1) * (..., 1, S) -> (..., T, S)
+            acc = rnd(acc + rnd(a[..., :, k:k + 1] * b[..., k:k + 1, :]))
+        return _wrap(acc)
+    exact = rnd(np.matmul(a, b), DTYPES["float32"])
+    return _wrap(exact, pending=CTX.order.fuse_bias)
+
+
+def _sum(a, axis=None, dtype=None, keepdims=False, **_):
+    """np.add.reduce with the order's accumulation."""
+    if CTX.order.accumulate != "dtype":
+        s = rnd(np.add.reduce(a, axis=axis, keepdims=keepdims), DTYPES["float32"])
+        return _wrap(s)
+    axes = tuple(range(a.ndim)) if axis is None else np.atleast_1d(axis)
+    for ax in sorted((int(x) % a.ndim for x in axes), reverse=True):
+        moved = np.moveaxis(a, ax, 0)
+        acc = np.zeros(moved.shape[1:])
+        for row in moved:
+            acc = rnd(acc + row)
+        a = np.expand_dims(acc, ax) if keepdims else acc
+    return _wrap(a)
+
+
+# -- running a backend function under an order -------------------------------------------
+
+class EmulationBypassed(RuntimeError):
+    """A backend path turned the emulated arrays into plain ones (np.asarray): its results
+    would be float64, not the dtype's, and every tolerance derived from them too lax."""
+
+
+def _floating_for(original):
+    def floating(name, x, *args, **kw):
+        """The backend's float check, keeping Emu arrays (np.asarray drops the subclass)."""
+        if CTX.order is None:
+            return original(name, x, *args, **kw)
+        x = np.asanyarray(x)
+        if x.dtype != np.float64:
+            raise TypeError(f"{name}: emulation expects float64 carriers, got {x.dtype}")
+        return x
+    return floating
+
+
+def _upcast(name: str, fn):
+    """fn computed in float32 (its results rounded to the dtype on the way out) when the
+    current order says so; otherwise fn itself (a composite may have cached this wrapper)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kw):
+        if CTX.order is None or name not in CTX.order.upcast:
+            return fn(*args, **kw)
+        outer = CTX.dt
+        CTX.dt = DTYPES["float32"]
+        try:
+            result = fn(*args, **kw)
+        finally:
+            CTX.dt = outer
+        if isinstance(result, tuple):
+            return tuple(_wrap(_raw(r)) for r in result)
+        return _wrap(_raw(result))
+    return wrapper
+
+
+# Where the NumPy backend's functions live: its modules, and the shared composites if any.
+PACKAGES = ("attnspec.backends.numpy", "attnspec.backends.composite")
+UPCASTABLE = {"softmax": "attention", "layer_norm": "norm", "rms_norm": "norm",
+              "_sigmoid": "rnn"}
+
+
+@functools.cache
+def _modules() -> tuple:
+    mods = []
+    for name in PACKAGES:
+        try:
+            pkg = importlib.import_module(name)
+        except ImportError:
+            continue
+        mods.append(pkg)
+        mods += [importlib.import_module(f"{name}.{m.name}")
+                 for m in pkgutil.iter_modules(pkg.__path__)]
+    return tuple(mods)
+
+
+def _holders(mods: tuple) -> list:
+    """The modules, and the objects behind their bound methods (a composite family and the
+    kernels it caches), whose attributes may hold a backend function."""
+    out, seen = [], set()
+
+    def add(obj):
+        if id(obj) not in seen and hasattr(obj, "__dict__"):
+            seen.add(id(obj))
+            out.append(obj)
+
+    for m in mods:
+        add(m)
+        for value in list(vars(m).values()):
+            owner = getattr(value, "__self__", None)
+            if owner is None or isinstance(owner, types.ModuleType) or isinstance(owner, type):
+                continue
+            add(owner)
+            for inner in list(vars(owner).values()):
+                if not isinstance(inner, (types.ModuleType, types.FunctionType, type)):
+                    add(inner)
+    return out
+
+
+@functools.cache
+def _replacements() -> dict:
+    """id(original function) -> its context-aware stand-in."""
+    core = importlib.import_module("attnspec.backends.numpy._core")
+    out = {id(core.floating): _floating_for(core.floating)}
+    for name, module in UPCASTABLE.items():
+        fn = getattr(importlib.import_module(f"attnspec.backends.numpy.{module}"), name)
+        out[id(fn)] = _upcast(name, fn)
+    return out
+
+
+def _emulated_result(make):
+    """A numpy array constructor whose float results are dtype tensors (Emu)."""
+    @functools.wraps(make)
+    def constructor(*args, **kw):
+        out = make(*args, **kw)
+        return _wrap(out) if isinstance(out, np.ndarray) and out.dtype.kind == "f" else out
+    return constructor
+
+
+class _NumpyKeepingEmu(types.ModuleType):
+    """numpy as a backend module sees it (``np``) under emulation: ``asarray`` keeps Emu
+    arrays, and new float buffers (``empty``, ``zeros``, ``full``...) are Emu, as a
+    framework's new tensors have the dtype."""
+
+    # not arange/linspace: positions and angles are float64 tables by the spec (rope,
+    # sinusoidal_pe), rounded where they meet the dtype's tensors
+    CONSTRUCTORS = ("empty", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like",
+                    "full_like")
+
+    def __getattr__(self, name):
+        if name in self.CONSTRUCTORS:
+            return _emulated_result(getattr(np, name))
+        return getattr(np, name)
+
+    @staticmethod
+    def asarray(a, dtype=None, *args, **kw):
+        return np.asanyarray(a, dtype, *args, **kw)
+
+
+NUMPY_KEEPING_EMU = _NumpyKeepingEmu("numpy")
+
+
+@contextlib.contextmanager
+def emulating(dtype: str, order: Order):
+    """The NumPy backend patched so Emu arrays flow through it: its modules' ``np.asarray``
+    keeps them, and every attribute that holds its float check or an upcastable function
+    (found by identity) holds a stand-in."""
+    with contextlib.ExitStack() as stack:
+        CTX.dt, CTX.order = DTYPES[dtype], order
+        stand_in = _replacements()
+        for module in _modules():
+            if getattr(module, "np", None) is np:
+                stack.enter_context(mock.patch.object(module, "np", NUMPY_KEEPING_EMU))
+        for holder in _holders(_modules()):
+            for attr, value in list(vars(holder).items()):
+                if id(value) in stand_in:
+                    stack.enter_context(mock.patch.object(holder, attr, stand_in[id(value)]))
+        ff = importlib.import_module("attnspec.backends.numpy.feedforward")
+        acts = {k: _upcast("activations", f) for k, f in ff.ACTIVATIONS.items()}
+        stack.enter_context(mock.patch.dict(ff.ACTIVATIONS, acts))
+        try:
+            yield
+        finally:
+            CTX.dt, CTX.order = None, None
+
+
+class EmulatedBackend(NumpyBackend):
+    """The NumPy backend at ``dtype`` under ``order`` (run through conformance.runner.call).
+
+    ``overrides``: spec function name -> replacement, as tests/mutants.py's Mutant has.
+    """
+
+    name = "emulated"
+
+    def __init__(self, dtype: str, order: Order, **overrides):
+        super().__init__()
+        self.dtype, self.order, self.overrides = dtype, order, overrides
+
+    def dtypes(self, device: str) -> list[str]:
+        return list(DTYPES)
+
+    def asarray(self, x, *, dtype=None, device="cpu"):
+        x = np.asarray(x)
+        if dtype is None or x.dtype.kind in "biu":
+            return x.copy()
+        return rnd(x, DTYPES[self.dtype]).view(Emu)
+
+    def to_numpy(self, x) -> np.ndarray:
+        x = np.asarray(x.view(np.ndarray) if isinstance(x, Emu) else x)
+        return rnd(x, DTYPES[self.dtype]) if x.dtype.kind == "f" else x
+
+    def function(self, name, module):
+        impl = self.overrides.get(name) or super().function(name, module)
+
+        @functools.wraps(impl)
+        def run(**kwargs):
+            with emulating(self.dtype, self.order):
+                result = impl(**kwargs)
+            results = result if isinstance(result, tuple) else (result,)
+            _check_emulated(name, DTYPES[self.dtype], kwargs,
+                            [*results, *_traced(kwargs.get("trace"))])
+            # round before the runner converts the results
+            out = tuple(self.to_numpy(r) for r in results)
+            return out if isinstance(result, tuple) else out[0]
+        return run
+
+
+def _traced(trace) -> list:
+    return [] if trace is None else [v for _, v in trace.items()]
+
+
+def _check_emulated(name: str, dt, kwargs: dict, results: list) -> None:
+    """With a float input, no float result may hold values the dtype cannot (a path that
+    computed in float64: an Emu array turned plain by np.asarray). A plain buffer filled
+    with emulated values (np.empty, then assignment) is fine."""
+    floats_in = any(isinstance(v, Emu) for v in kwargs.values()) or any(
+        isinstance(v, Emu) for v in (kwargs.get("params") or {}).values())
+    for r in results:
+        if floats_in and isinstance(r, np.ndarray) and not isinstance(r, Emu) \
+                and r.dtype.kind == "f" and not np.array_equal(rnd(r, dt), r, equal_nan=True):
+            raise EmulationBypassed(
+                f"{name}: a result holds values that are not {dt.name}: some backend path "
+                f"turns the emulated arrays into plain ones (np.asarray); patch it in "
+                f"tests/orders.py")

@@ -1,0 +1,131 @@
+"""Wrong defaults are caught: every function with defaulted attributes has a vector that
+leaves them out (flag ``defaults``), and a NumPy backend whose function has one wrong
+default fails it.
+
+Each mutant is the NumPy function with one keyword default replaced, exactly what a
+backend with a wrong default looks like; the vectors that state every attribute cannot
+see it. A mutant must fail at every dtype's tolerance (``tests/mutants.py``), except where
+the vector's description says the difference is below a dtype's resolution.
+"""
+
+import functools
+
+import numpy as np
+import pytest
+from attnspec.backends.numpy import NumpyBackend
+from attnspec.spec.vectors import default_spec
+
+from .mutants import mutant, rejections
+
+NUMPY = NumpyBackend()
+
+# (function, the wrong default), one per defaulted attribute that a backend could get wrong
+WRONG = [
+    ("softmax", {"axis": 0}),
+    ("attention_entropy", {"axis": 0}),
+    ("combined_mask", {"causal": False}),
+    ("combined_mask", {"num_heads": 2}),
+    ("sdpa", {"scale": 1.0}),
+    ("sdpa", {"num_kv_heads": 1}),  # every query head on one kv head: a plain sdpa fails
+    ("topk_attention", {"scale": 1.0}),
+    ("topk_attention", {"ties": "keep_all"}),
+    ("self_attention", {"scale": 1.0}),
+    ("relative_attention", {"scale": 1.0}),
+    ("sinusoidal_pe", {"offset": 1}),
+    ("rope", {"offset": 1}),
+    ("rope", {"base": 500000.0}),
+    ("rope", {"convention": "half"}),
+    ("layer_norm", {"eps": 1e-6}),
+    ("layer_norm", {"eps": 1e-3}),
+    ("layer_norm", {"variant": "annotated"}),
+    ("rms_norm", {"eps": 1e-5}),
+    ("rms_norm", {"eps": float(np.finfo(np.float32).eps)}),
+    ("feedforward", {"activation": "gelu"}),
+    ("gated_feedforward", {"activation": "gelu"}),
+    ("residual", {"position": "pre"}),
+    ("residual", {"eps": 1e-6}),
+    ("residual", {"activation": "gelu"}),
+    ("embedding", {"scale": False}),
+    ("lm_head", {"tied": True}),
+    ("luong_attention", {"score": "general"}),
+    *[(f, {"norm": "pre"}) for f in ("encoder_layer", "decoder_layer", "encoder", "decoder",
+                                     "transformer", "encoder_only")],
+    *[(f, {"eps": 1e-6}) for f in ("encoder_layer", "decoder_layer", "encoder", "decoder",
+                                   "encoder_only", "decoder_only")],
+    *[(f, {"activation": "gelu"}) for f in ("encoder_layer", "decoder_layer", "encoder",
+                                            "decoder", "transformer")],
+    ("encoder_only", {"activation": "relu"}),
+    ("decoder_only", {"norm": "post"}),
+    ("decoder_only", {"activation": "relu"}),
+    ("transformer", {"tie_embeddings": True}),
+    ("greedy_decode", {"tie_embeddings": True}),
+]
+
+# Wrong defaults whose effect is below some dtypes' resolution by construction: sinusoidal
+# positions keep the transformer's LayerNorm inputs O(1), so eps 1e-6 moves the logits by
+# ~1e-5 (caught at float64 only); likewise greedy ids, an arg-max with a wide margin.
+COARSE = [
+    ("transformer", {"eps": 1e-6}, ("float64",)),
+]
+# Not observable through any vector: a keep mask is given whenever values are compared.
+UNOBSERVABLE = {("dropout", "seed"), ("greedy_decode", "eps")}
+
+
+def wrong_default(name: str, defaults: dict):
+    spec = default_spec()
+    fn = spec.functions[name]
+    right = NUMPY.function(name, fn.module)
+
+    @functools.wraps(right)
+    def broken(*args, **kwargs):
+        return right(*args, **{**defaults, **kwargs})
+    return mutant(**{name: broken}), fn.component
+
+
+def _id(case):
+    name, defaults = case[:2]
+    return f"{name}-" + "-".join(f"{k}={v}" for k, v in defaults.items())
+
+
+@pytest.mark.parametrize("case", WRONG, ids=_id)
+def test_wrong_default_is_caught_at_every_dtype(case):
+    backend, component = wrong_default(*case)
+    with np.errstate(all="ignore"):
+        fails = rejections(backend, component, flag="defaults")
+    passed = [d for d, n in fails.items() if n == 0]
+    assert not passed, f"a wrong default {case[1]} of {case[0]} passes at {passed}"
+
+
+@pytest.mark.parametrize("case", COARSE, ids=_id)
+def test_wrong_default_is_caught_where_resolvable(case):
+    name, defaults, dtypes = case
+    backend, component = wrong_default(name, defaults)
+    fails = rejections(backend, component, flag="defaults")
+    assert all(fails[d] > 0 for d in dtypes), fails
+
+
+def test_every_defaulted_attribute_has_a_wrong_default_mutant():
+    spec = default_spec()
+    covered = {(name, a) for name, d, *_ in WRONG + COARSE for a in d} | UNOBSERVABLE
+    want = {(name, a) for name, fn in spec.functions.items() for a in fn.attributes
+            if a not in fn.required_attributes}
+    assert want <= covered, sorted(want - covered)
+
+
+def test_every_function_with_defaults_has_a_vector_that_leaves_them_out():
+    spec = default_spec()
+    for name, fn in spec.functions.items():
+        defaulted = set(fn.attributes) - set(fn.required_attributes)
+        if not defaulted:
+            continue
+        leaving_all_out = [v.id for v in spec.vectors if v.function == name
+                           and v.expect == "value" and "defaults" in v.flags
+                           and not defaulted & set(v.attributes)]
+        assert leaving_all_out, f"{name}: no value vector leaves out {sorted(defaulted)}"
+
+
+@pytest.mark.parametrize("component", sorted({default_spec().functions[n].component
+                                               for n, _ in WRONG}))
+def test_correct_backend_passes_the_defaults_vectors(component):
+    fails = rejections(mutant(), component, flag="defaults")
+    assert not any(fails.values()), fails
