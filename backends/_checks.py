@@ -238,3 +238,35 @@ def params_of(params) -> Params:
         raise ParameterError(f"params must be a mapping of canonical paths to arrays, "
                              f"got {type(params).__name__}")
     return Params(params)
+
+
+def ffn_params(get, d: int) -> tuple:
+    """(w1, b1, w2, b2) of the position-wise feed-forward block: W1 (D, F) fixes F.
+    ``get(path, shape)`` fetches and checks one parameter (``Params.require``, or a
+    backend's wrapper that also converts it)."""
+    w1 = get("w1", (d, None))
+    f = shape(w1)[1]
+    return w1, get("b1", (f,)), get("w2", (f, d)), get("b2", (d,))
+
+
+def glu_params(get, d: int) -> tuple:
+    """(w_gate, w_up, w_down) of the gated feed-forward block: W_gate (D, F) fixes F."""
+    w_gate = get("w_gate", (d, None))
+    f = shape(w_gate)[1]
+    return w_gate, get("w_up", (d, f)), get("w_down", (f, d))
+
+
+def alibi_slopes(num_heads) -> list:
+    """ALiBi's head slopes m_h (Press et al. 2022), as Python floats: 2^(-8 (h + 1) / P) for
+    the first P heads (P the largest power of two <= H), then the odd-numbered slopes
+    2^(-8 (2k + 1) / 2P) of 2P heads for the other H - P. Each is a power of two with a
+    rational exponent, computed once here so every backend uses the same float64 values."""
+    h_ = integer("num_heads", num_heads, lo=1)
+    p = 1 << (h_.bit_length() - 1)
+    frac = [(h + 1) / p for h in range(p)] + [(2 * k + 1) / (2 * p) for k in range(h_ - p)]
+    return [2.0 ** (-8.0 * f) for f in frac]
+
+
+def window_mask_args(t, s, window) -> tuple:
+    """(T, S, W) of a sliding-window mask: sizes >= 0, window >= 1."""
+    return size("t", t), size("s", s), integer("window", window, lo=1)

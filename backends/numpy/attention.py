@@ -66,8 +66,7 @@ def causal_mask(*, t, s):
 def sliding_window_mask(*, t, s, window):
     """mask[i, j] = p - W < j <= p with p = i + (S - T): the causal mask limited to the W
     most recent keys (the query's own position included), bottom-right aligned."""
-    t, s = check.size("t", t), check.size("s", s)
-    w = check.integer("window", window, lo=1)
+    t, s, w = check.window_mask_args(t, s, window)
     p = np.arange(t)[:, None] + (s - t)  # (T, 1) absolute query positions
     j = np.arange(s)[None, :]  # (1, S)
     return (j <= p) & (j > p - w)  # (T, S)

@@ -29,15 +29,11 @@ def sinusoidal_pe(*, length, d_model, offset=0):
 def alibi_bias(*, num_heads, t, s):
     """ALiBi (Press et al. 2022): bias[h, i, j] = -m_h (p_i - j), p_i = i + (S - T).
 
-    m_h = 2^(-8 (h + 1) / P) for the first P heads (P the largest power of two <= H), then
-    the odd-numbered slopes 2^(-8 (2k + 1) / 2P) of 2P heads for the other H - P.
+    The slopes m_h come from ``_checks.alibi_slopes`` (one copy for every backend).
     Returned in float64, shaped (H, T, S): sdpa's bias input.
     """
-    H = check.integer("num_heads", num_heads, lo=1)
+    m = np.array(check.alibi_slopes(num_heads))          # (H,)
     t, s = check.integer("t", t, lo=0), check.integer("s", s, lo=0)
-    P = 1 << (H.bit_length() - 1)
-    frac = [(h + 1) / P for h in range(P)] + [(2 * k + 1) / (2 * P) for k in range(H - P)]
-    m = 2.0 ** (-8.0 * np.array(frac))                   # (H,)
     p = np.arange(t, dtype=np.float64)[:, None] + (s - t)  # (T, 1) absolute query positions
     j = np.arange(s, dtype=np.float64)[None, :]          # (1, S)
     return -m[:, None, None] * (p - j)                   # (H, T, S)

@@ -38,9 +38,7 @@ def feedforward(x, *, activation="relu", params):
     D = check.rank("x", x, min_rank=1)[-1]
     act = ACTIVATIONS[check.choice("activation", activation, ACTIVATIONS)]
     p = check.params_of(params)
-    w1 = p.require("w1", (D, None))
-    F = check.shape(w1)[1]
-    b1, w2, b2 = p.require("b1", (F,)), p.require("w2", (F, D)), p.require("b2", (D,))
+    w1, b1, w2, b2 = check.ffn_params(p.require, D)
     h = matmul(x, w1) + b1                               # (..., F)
     return matmul(act(h), w2) + b2                       # (..., D)
 
@@ -59,9 +57,7 @@ def gated_feedforward(x, *, activation="silu", params):
     D = check.rank("x", x, min_rank=1)[-1]
     act = GATES[check.choice("activation", activation, GATES)]
     p = check.params_of(params)
-    w_gate = p.require("w_gate", (D, None))
-    F = check.shape(w_gate)[1]
-    w_up, w_down = p.require("w_up", (D, F)), p.require("w_down", (F, D))
+    w_gate, w_up, w_down = check.glu_params(p.require, D)
     h = act(matmul(x, w_gate)) * matmul(x, w_up)         # (..., F)
     return matmul(h, w_down)                             # (..., D)
 

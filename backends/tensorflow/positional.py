@@ -30,15 +30,11 @@ def sinusoidal_pe(*, length, d_model, offset=0):
 def alibi_bias(*, num_heads, t, s):
     """ALiBi (Press et al. 2022): bias[h, i, j] = -m_h (p_i - j), p_i = i + (S - T).
 
-    m_h = 2^(-8 (h + 1) / P) for the first P heads (P the largest power of two <= H), then
-    the odd-numbered slopes 2^(-8 (2k + 1) / 2P) of 2P heads for the other H - P.
+    The slopes m_h come from ``_checks.alibi_slopes`` (one copy for every backend).
     Returned in float64, shaped (H, T, S): sdpa's bias input.
     """
-    H = check.integer("num_heads", num_heads, lo=1)
+    m = tf.constant(check.alibi_slopes(num_heads), tf.float64)  # (H,)
     t, s = check.integer("t", t, lo=0), check.integer("s", s, lo=0)
-    P = 1 << (H.bit_length() - 1)
-    frac = [(h + 1) / P for h in range(P)] + [(2 * k + 1) / (2 * P) for k in range(H - P)]
-    m = tf.constant(2.0 ** (-8.0 * np.array(frac)))      # (H,) float64
     p = tf.range(t, dtype=tf.float64)[:, None] + float(s - t)  # (T, 1) absolute query positions
     j = tf.range(s, dtype=tf.float64)[None, :]           # (1, S)
     return -m[:, None, None] * (p - j)                   # (H, T, S)

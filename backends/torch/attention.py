@@ -74,8 +74,7 @@ def sliding_window_mask(*, t, s, window, device=None):
     """mask[i, j] = p - W < j <= p with p = i + (S - T): the causal mask limited to the W
     most recent keys (the query's own position included), bottom-right aligned.
     ``device`` (torch only): as for causal_mask."""
-    t, s = check.size("t", t), check.size("s", s)
-    w = check.integer("window", window, lo=1)
+    t, s, w = check.window_mask_args(t, s, window)
     p = torch.arange(t, device=device)[:, None] + (s - t)  # (T, 1) absolute query positions
     j = torch.arange(s, device=device)[None, :]  # (1, S)
     return (j <= p) & (j > p - w)  # (T, S)

@@ -39,9 +39,7 @@ def feedforward(x, *, activation="relu", params):
     D = check.rank("x", x, min_rank=1)[-1]
     act = ACTIVATIONS[check.choice("activation", activation, ACTIVATIONS)]
     p = check.params_of(params)
-    w1 = param(p, "w1", (D, None), x)
-    F_ = w1.shape[1]
-    b1, w2, b2 = param(p, "b1", (F_,), x), param(p, "w2", (F_, D), x), param(p, "b2", (D,), x)
+    w1, b1, w2, b2 = check.ffn_params(lambda n, s: param(p, n, s, x), D)
     if paths.fused():  # x W + b as one addmm (PyTorch's fused kernel)
         return F.linear(act(F.linear(x, w1.T, b1)), w2.T, b2)
     h = x @ w1 + b1                                      # (..., F)
@@ -62,9 +60,7 @@ def gated_feedforward(x, *, activation="silu", params):
     D = check.rank("x", x, min_rank=1)[-1]
     act = GATES[check.choice("activation", activation, GATES)]
     p = check.params_of(params)
-    w_gate = param(p, "w_gate", (D, None), x)
-    F_ = w_gate.shape[1]
-    w_up, w_down = param(p, "w_up", (D, F_), x), param(p, "w_down", (F_, D), x)
+    w_gate, w_up, w_down = check.glu_params(lambda n, s: param(p, n, s, x), D)
     h = act(x @ w_gate) * (x @ w_up)                    # (..., F)
     return h @ w_down                                    # (..., D)
 

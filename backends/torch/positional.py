@@ -31,16 +31,13 @@ def sinusoidal_pe(*, length, d_model, offset=0, device=None):
 def alibi_bias(*, num_heads, t, s, device=None):
     """ALiBi (Press et al. 2022): bias[h, i, j] = -m_h (p_i - j), p_i = i + (S - T).
 
-    m_h = 2^(-8 (h + 1) / P) for the first P heads (P the largest power of two <= H), then
-    the odd-numbered slopes 2^(-8 (2k + 1) / 2P) of 2P heads for the other H - P.
+    The slopes m_h come from ``_checks.alibi_slopes`` (one copy for every backend).
     Returned in float64 (on ``device``, torch only), shaped (H, T, S): sdpa's bias input.
     """
-    H = check.integer("num_heads", num_heads, lo=1)
+    slopes = check.alibi_slopes(num_heads)
     t, s = check.integer("t", t, lo=0), check.integer("s", s, lo=0)
-    P = 1 << (H.bit_length() - 1)
-    frac = [(h + 1) / P for h in range(P)] + [(2 * k + 1) / (2 * P) for k in range(H - P)]
     f64 = dict(dtype=torch.float64, device=device)
-    m = 2.0 ** (-8.0 * torch.tensor(frac, **f64))        # (H,)
+    m = torch.tensor(slopes, **f64)                      # (H,)
     p = torch.arange(t, **f64)[:, None] + (s - t)        # (T, 1) absolute query positions
     j = torch.arange(s, **f64)[None, :]                  # (1, S)
     return -m[:, None, None] * (p - j)                   # (H, T, S)
