@@ -31,11 +31,13 @@ def _interleaved(x, heads):
 
 def make_mha(*, split=_contiguous, swap_qk=False, scale="k", output_bias=True, average=False,
              merge=None):
-    def broken(query, key, value, mask=None, *, num_heads, params):
+    def broken(query, key, value, mask=None, *, num_heads, params, num_kv_heads=None):
         wq, bq, wk, bk = ("w_k", "b_k", "w_q", "b_q") if swap_qk else ("w_q", "b_q", "w_k", "b_k")
+        h_kv = num_heads if num_kv_heads is None else num_kv_heads
+        group = num_heads // h_kv  # grouped-query attention done right: only the bug differs
         q = split(_lin(query, params, wq, bq), num_heads)
-        k = split(_lin(key, params, wk, bk), num_heads)
-        v = split(_lin(value, params, "w_v", "b_v"), num_heads)
+        k = np.repeat(split(_lin(key, params, wk, bk), h_kv), group, axis=1)
+        v = np.repeat(split(_lin(value, params, "w_v", "b_v"), h_kv), group, axis=1)
         c = {"k": None, "none": 1.0, "d": 1.0 / np.sqrt(query.shape[-1])}[scale]
         out, w = attention.sdpa(q, k, v, mask, scale=c)
         b, h, t, vw = out.shape

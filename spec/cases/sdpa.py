@@ -324,6 +324,15 @@ def softcap_cases(rng):
                  qkv(rng, (2,), 3, 4, 4, 3, -4.0, 4.0), 30.1, ["inexact-attribute"],
                  scale=2.0)
 
+    yield value("sdpa/defaults-002", "sdpa",
+                "Every attribute left out (softcap None: no capping; scale 1/sqrt(4)) with "
+                "q, k in [-8, 8]: scores up to 128, so a default cap (Gemma 2's 50, or 30) "
+                "fails.",
+                inputs={"q": rng.uniform((2, 3, 4), -8, 8, step=2.0**-4),
+                        "k": rng.uniform((2, 5, 4), -8, 8, step=2.0**-4),
+                        "v": rng.uniform((2, 5, 3))}, flags=["defaults", "softcap"],
+                omit_defaults=True)
+
     x = qkv(rng, (2,), 3, 4, 4, 3)
     for id, cap, what in (("zero", 0.0, "softcap = 0 (s / c is undefined; ONNX's 0 = off is "
                                         "None here)."),
