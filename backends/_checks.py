@@ -89,15 +89,21 @@ def sequences(q, k, v, names=("q", "k", "v"), same_width: bool = True) -> tuple:
     return b, t, s, kw2, vw
 
 
-def heads(p, num_heads, d_q: int, d_v: int) -> tuple:
-    """Multi-head projections: H divides the widths of p's w_q (Dq, H*K) and w_v (Dv, H*V);
-    returns (H, H*K, H*V)."""
+def heads(p, num_heads, d_q: int, d_v: int, num_kv_heads=None) -> tuple:
+    """Multi-head projections: w_q (Dq, H*K), w_k (Dk, H_kv*K), w_v (Dv, H_kv*V), w_o (H*V, .),
+    with H_kv = num_kv_heads (None: H) dividing H (grouped-query attention).
+    Returns (H, H_kv, H*K, H_kv*K, H*V)."""
     h = integer("num_heads", num_heads, lo=1)
+    h_kv = h if num_kv_heads is None else kv_count(num_kv_heads)
+    if h % h_kv:
+        raise ConfigError(f"num_kv_heads={h_kv} does not divide num_heads={h}")
     hk = shape(p.require("w_q", (d_q, None)))[1]
-    hv = shape(p.require("w_v", (d_v, None)))[1]
+    kv_v = shape(p.require("w_v", (d_v, None)))[1]
     divides(f"query/key width {p.path('w_q')}.shape[1]", h, hk, "H*K")
-    divides(f"value width {p.path('w_v')}.shape[1]", h, hv, "H*V")
-    return h, hk, hv
+    if kv_v % h_kv:
+        raise ConfigError(f"value width {p.path('w_v')}.shape[1]: num_kv_heads={h_kv} does "
+                          f"not divide H_kv*V={kv_v}")
+    return h, h_kv, hk, hk // h * h_kv, kv_v // h_kv * h
 
 
 def integer(name: str, value, *, lo: int | None = None, hi: int | None = None) -> int:
@@ -153,6 +159,12 @@ def scale(value, width: int, name: str = "scale") -> float:
     return float(value)
 
 
+def softcap(value, name: str = "softcap") -> float | None:
+    """A logit soft-cap c (scores -> c tanh(scores / c)): None (no capping) or a finite
+    real number > 0 (bool and str refused), as a Python float."""
+    return None if value is None else eps(value, name)
+
+
 def choice(name: str, value, options) -> str:
     if value not in options:
         raise ConfigError(f"{name} must be one of {list(options)}, got {value!r}")
@@ -165,10 +177,17 @@ def divides(what: str, heads: int, width: int, width_name: str) -> int:
     return width // heads
 
 
+def kv_count(num_kv_heads) -> int:
+    """num_kv_heads: an integer >= 1 (a bool is not a count)."""
+    if isinstance(num_kv_heads, (bool, np.bool_)):
+        raise ConfigError(f"num_kv_heads must be an integer, got {num_kv_heads!r}")
+    return integer("num_kv_heads", num_kv_heads, lo=1)
+
+
 def kv_heads(num_kv_heads, q_shape: tuple, k_shape: tuple, v_shape: tuple) -> int:
     """Grouped-query attention: axis -3 is the head axis; q has H heads, k and v have
     num_kv_heads, which must divide H. Returns the group size H / num_kv_heads."""
-    h_kv = integer("num_kv_heads", num_kv_heads, lo=1)
+    h_kv = kv_count(num_kv_heads)
     for name, s in (("q", q_shape), ("k", k_shape), ("v", v_shape)):
         if len(s) < 3:
             raise ShapeError(f"with num_kv_heads, {name} needs a head axis (..., H, T, K), "

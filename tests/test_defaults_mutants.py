@@ -27,6 +27,8 @@ WRONG = [
     ("combined_mask", {"num_heads": 2}),
     ("sdpa", {"scale": 1.0}),
     ("sdpa", {"num_kv_heads": 1}),  # every query head on one kv head: a plain sdpa fails
+    ("sdpa", {"softcap": 50.0}),  # Gemma 2's attention cap where none is asked
+    ("mha", {"num_kv_heads": 1}),  # multi-query by default: w_k, w_v read as the wrong shapes
     ("topk_attention", {"scale": 1.0}),
     ("topk_attention", {"ties": "keep_all"}),
     ("self_attention", {"scale": 1.0}),

@@ -385,6 +385,61 @@ def test_sdpa_gqa_mutant_is_rejected(broken):
     assert_rejected(mutant(sdpa=broken), "sdpa")
 
 
+# -- sdpa with softcap (logit soft-capping) ----------------------------------------
+
+
+def _capped_sdpa(order, outer=True):
+    """An sdpa with softcap c applied at ``order``: "bias" (to scale s + bias), "mask" (after
+    filling masked scores with -inf: they become -c), "scale" (to q k^T, then scaled);
+    outer=False: tanh(s / c) without the outer c."""
+    def broken(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, softcap=None):
+        if num_kv_heads is not None:
+            k, v = attention.repeat_kv(q, k, v, num_kv_heads)
+        c = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+        if softcap is None:
+            return attention.sdpa(q, k, v, mask, bias, scale=c)
+
+        def cap(x):
+            return softcap * np.tanh(x / softcap) if outer else np.tanh(x / softcap)
+        s = q @ np.swapaxes(k, -1, -2)  # (..., T, S)
+        s = cap(s) * c if order == "scale" else s * c
+        if order == "right":
+            s = cap(s)
+        if bias is not None:
+            s = s + bias
+        if order == "bias":
+            s = cap(s)
+        if order == "mask" and mask is not None:
+            s, mask = cap(np.where(mask, s, -np.inf)), None
+        elif order == "mask":
+            s = cap(s)
+        w = attention.softmax(s, mask)
+        return attention.weighted_sum(w, v), w
+    return broken
+
+
+SOFTCAP_SDPA_MUTANTS = {
+    "softcap_after_the_bias": _capped_sdpa("bias"),
+    "softcap_after_the_mask": _capped_sdpa("mask"),
+    "softcap_before_the_scale": _capped_sdpa("scale"),
+    "softcap_tanh_without_the_outer_c": _capped_sdpa("right", outer=False),
+    "softcap_ignored": _capped_sdpa("none"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SOFTCAP_SDPA_MUTANTS))
+def test_sdpa_softcap_mutant_is_rejected(name):
+    with np.errstate(all="ignore"):
+        assert_rejected(mutant(sdpa=SOFTCAP_SDPA_MUTANTS[name]), "sdpa")
+
+
+def test_sdpa_softcap_mutant_sketch_is_correct_in_the_right_order():
+    """The sketch the softcap mutants are planted in passes every sdpa vector when the cap
+    is where the spec puts it: each mutant fails only by its planted bug."""
+    with np.errstate(all="ignore"):
+        assert set(rejections(mutant(sdpa=_capped_sdpa("right")), "sdpa").values()) == {0}
+
+
 @pytest.mark.parametrize("component", ["masks", "sdpa", "topk_attention", "attention_entropy",
                                        "softcap"])
 def test_correct_backend_is_not_rejected(component):

@@ -31,11 +31,13 @@ def _interleaved(x, heads):
 
 def make_mha(*, split=_contiguous, swap_qk=False, scale="k", output_bias=True, average=False,
              merge=None):
-    def broken(query, key, value, mask=None, *, num_heads, params):
+    def broken(query, key, value, mask=None, *, num_heads, params, num_kv_heads=None):
         wq, bq, wk, bk = ("w_k", "b_k", "w_q", "b_q") if swap_qk else ("w_q", "b_q", "w_k", "b_k")
+        h_kv = num_heads if num_kv_heads is None else num_kv_heads
+        group = num_heads // h_kv  # grouped-query attention done right: only the bug differs
         q = split(_lin(query, params, wq, bq), num_heads)
-        k = split(_lin(key, params, wk, bk), num_heads)
-        v = split(_lin(value, params, "w_v", "b_v"), num_heads)
+        k = np.repeat(split(_lin(key, params, wk, bk), h_kv), group, axis=1)
+        v = np.repeat(split(_lin(value, params, "w_v", "b_v"), h_kv), group, axis=1)
         c = {"k": None, "none": 1.0, "d": 1.0 / np.sqrt(query.shape[-1])}[scale]
         out, w = attention.sdpa(q, k, v, mask, scale=c)
         b, h, t, vw = out.shape
@@ -63,6 +65,52 @@ MHA_MUTANTS = {
 def test_mha_mutant_is_rejected(name):
     with np.errstate(all="ignore"):
         assert_rejected(mutant(mha=MHA_MUTANTS[name]), "mha")
+
+
+# -- mha with num_kv_heads (grouped-query attention) ------------------------------
+
+
+def make_gqa_mha(expand_kv):
+    """An mha whose projected K, V (B, S, H_kv*K) become H heads by ``expand_kv(x, H, H_kv)``
+    (B, H, S, K) instead of query head h reading kv head h // (H / H_kv)."""
+    def broken(query, key, value, mask=None, *, num_heads, params, num_kv_heads=None):
+        h_kv = num_heads if num_kv_heads is None else num_kv_heads
+        q = _contiguous(_lin(query, params, "w_q", "b_q"), num_heads)  # (B, H, T, K)
+        k = expand_kv(_lin(key, params, "w_k", "b_k"), num_heads, h_kv)  # (B, H, S, K)
+        v = expand_kv(_lin(value, params, "w_v", "b_v"), num_heads, h_kv)  # (B, H, S, V)
+        out, w = attention.sdpa(q, k, v, mask)
+        b, h, t, vw = out.shape
+        return _lin(out.transpose(0, 2, 1, 3).reshape(b, t, h * vw), params, "w_o", "b_o"), w
+    return broken
+
+
+def _kv_modulo(x, heads, kv_heads):
+    """Query head h reads kv head h % H_kv (np.tile / torch's repeat: [h0, h1, h0, h1])."""
+    return np.tile(_contiguous(x, kv_heads), (1, heads // kv_heads, 1, 1))
+
+
+def _kv_repeat_columns(x, heads, kv_heads):
+    """The repeat along the wrong axis: each column of (B, S, H_kv*K) repeated H / H_kv
+    times (repeat_interleave on the feature axis), then split into H heads."""
+    return _contiguous(np.repeat(x, heads // kv_heads, axis=-1), heads)
+
+
+def _kv_first_head(x, heads, kv_heads):
+    """Every query head reads kv head 0."""
+    return np.repeat(_contiguous(x, kv_heads)[:, :1], heads, axis=1)
+
+
+GQA_MHA_MUTANTS = {
+    "kv_head_h_mod_h_kv": make_gqa_mha(_kv_modulo),
+    "kv_repeated_along_the_feature_axis": make_gqa_mha(_kv_repeat_columns),
+    "every_head_reads_kv_head_0": make_gqa_mha(_kv_first_head),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GQA_MHA_MUTANTS))
+def test_mha_gqa_mutant_is_rejected(name):
+    with np.errstate(all="ignore"):
+        assert_rejected(mutant(mha=GQA_MHA_MUTANTS[name]), "mha")
 
 
 def make_self_attention(*, swap_qk=False, mode="k", ignore=()):

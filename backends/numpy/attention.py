@@ -75,7 +75,11 @@ def sliding_window_mask(*, t, s, window):
 def softcap(x, *, cap):
     """y = cap tanh(x / cap): logit soft-capping (Gemma 2), elementwise; cap > 0."""
     x = floating("x", x)
-    c = x.dtype.type(check.eps(cap, "cap"))
+    return _softcap(x, check.eps(cap, "cap"))
+
+
+def _softcap(x, cap: float):
+    c = x.dtype.type(cap)
     return c * np.tanh(x / c)
 
 
@@ -123,18 +127,22 @@ def repeat_kv(q, k, v, num_kv_heads):
     return np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)
 
 
-def sdpa(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None):
-    """weights = softmax(scale * q k^T + bias, masked), output = weights v.
+def sdpa(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, softcap=None):
+    """weights = softmax(cap(scale * q k^T) + bias, masked), output = weights v.
 
     scale defaults to 1/sqrt(K); masked keys get weight 0 and a row with no key
     left gives zero weights and a zero output. With num_kv_heads (grouped-query
     attention), axis -3 holds the heads and query head h reads kv head h // (H / H_kv).
+    With softcap = c, cap(s) = c tanh(s / c), before the bias and the mask (Gemma 2, ONNX).
     """
     if num_kv_heads is not None:
         k, v = repeat_kv(q, k, v, num_kv_heads)
     q, k, v, mask, bias, full = _attention_inputs(q, k, v, mask, bias)
     c = q.dtype.type(check.scale(scale, q.shape[-1]))
+    cap = check.softcap(softcap)
     scores = (q @ np.swapaxes(k, -1, -2)) * c  # (..., T, S)
+    if cap is not None:
+        scores = _softcap(scores, cap)
     if bias is not None:
         scores = scores + bias
     weights = softmax(np.broadcast_to(scores, full), mask)  # (..., T, S)

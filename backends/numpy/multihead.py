@@ -44,11 +44,13 @@ def _split_heads(x, heads: int):
     return x.reshape(b, t, heads, width // heads).transpose(0, 2, 1, 3)
 
 
-def mha(query, key, value, mask=None, *, num_heads, params):
+def mha(query, key, value, mask=None, *, num_heads, params, num_kv_heads=None):
     """Multi-head attention (Vaswani et al. 2017, §3.2.2), fused projections.
 
-    Q = query W_q + b_q, K = key W_k + b_k, V = value W_v + b_v, each (B, ., H*K|H*V);
-    head_h = sdpa(Q_h, K_h, V_h, mask) with Q_h the columns h*K:(h+1)*K, scale 1/sqrt(K);
+    Q = query W_q + b_q (B, T, H*K), K = key W_k + b_k (B, S, H_kv*K),
+    V = value W_v + b_v (B, S, H_kv*V), H_kv = num_kv_heads (None: H);
+    head_h = sdpa(Q_h, K_g, V_g, mask) with Q_h the columns h*K:(h+1)*K and g = h // (H / H_kv)
+    (grouped-query attention), scale 1/sqrt(K);
     output = concat_h(head_h) W_o + b_o; weights (B, H, T, S) per head.
     """
     query, key, value = floating("query", query), floating("key", key), floating("value", value)
@@ -56,11 +58,12 @@ def mha(query, key, value, mask=None, *, num_heads, params):
                                         same_width=False)
     d_q = check.shape(query)[-1]
     p = check.params_of(params)
-    heads, hk, hv = check.heads(p, num_heads, d_q, d_v)
+    heads, kv_heads, hk, kv_k, hv = check.heads(p, num_heads, d_q, d_v, num_kv_heads)
     mask = _mask(mask, (b, heads, t, s))
     q = _split_heads(_linear(query, p, "w_q", "b_q", d_q), heads)  # (B, H, T, K)
-    k = _split_heads(_linear(key, p, "w_k", "b_k", d_k, hk), heads)  # (B, H, S, K)
-    v = _split_heads(_linear(value, p, "w_v", "b_v", d_v), heads)  # (B, H, S, V)
-    heads_out, weights = sdpa(q, k, v, mask)  # (B, H, T, V), (B, H, T, S)
+    k = _split_heads(_linear(key, p, "w_k", "b_k", d_k, kv_k), kv_heads)  # (B, H_kv, S, K)
+    v = _split_heads(_linear(value, p, "w_v", "b_v", d_v), kv_heads)  # (B, H_kv, S, V)
+    grouped = None if kv_heads == heads else kv_heads
+    heads_out, weights = sdpa(q, k, v, mask, num_kv_heads=grouped)  # (B, H, T, V), (B, H, T, S)
     concat = heads_out.transpose(0, 2, 1, 3).reshape(b, t, hv)  # (B, T, H*V)
     return _linear(concat, p, "w_o", "b_o", hv), weights

@@ -79,7 +79,11 @@ def sliding_window_mask(*, t, s, window):
 def softcap(x, *, cap):
     """y = cap tanh(x / cap): logit soft-capping (Gemma 2), elementwise; cap > 0."""
     x = floating("x", x)
-    c = const(check.eps(cap, "cap"), x)
+    return _softcap(x, check.eps(cap, "cap"))
+
+
+def _softcap(x, cap: float):
+    c = const(cap, x)
     return c * tf.tanh(x / c)
 
 
@@ -132,18 +136,22 @@ def repeat_kv(q, k, v, num_kv_heads):
     return tf.repeat(k, group, axis=-3), tf.repeat(v, group, axis=-3)
 
 
-def sdpa(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None):
-    """weights = softmax(scale * q k^T + bias, masked), output = weights v.
+def sdpa(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, softcap=None):
+    """weights = softmax(cap(scale * q k^T) + bias, masked), output = weights v.
 
     scale defaults to 1/sqrt(K); masked keys get weight 0 and a row with no key
     left gives zero weights and a zero output. With num_kv_heads (grouped-query
     attention), axis -3 holds the heads and query head h reads kv head h // (H / H_kv).
+    With softcap = c, cap(s) = c tanh(s / c), before the bias and the mask (Gemma 2, ONNX).
     """
     if num_kv_heads is not None:
         k, v = repeat_kv(q, k, v, num_kv_heads)
     q, k, v, mask, bias, full = _attention_inputs(q, k, v, mask, bias)
     c = const(check.scale(scale, check.shape(q)[-1]), q)
+    cap = check.softcap(softcap)
     scores = tf.matmul(_batched(q, full), _batched(k, full), transpose_b=True) * c  # (..., T, S)
+    if cap is not None:
+        scores = _softcap(scores, cap)
     if bias is not None:
         scores = scores + bias
     if mask is None and bias is None:  # finite scores: the fused kernel, nothing to zero

@@ -86,6 +86,50 @@ def mha_from_keras(layer: keras.layers.MultiHeadAttention) -> dict:
     return out
 
 
+def gqa_to_keras(params, *, num_heads: int, num_kv_heads: int,
+                 dtype="float64") -> keras.layers.GroupQueryAttention:
+    """A built ``keras.layers.GroupQueryAttention`` (Keras 3's grouped-query attention,
+    ``GroupedQueryAttention`` in the docs) holding the spec's ``mha`` parameters with
+    ``num_kv_heads``: one ``head_dim`` for keys and values (K = V), an output as wide as the
+    query (Do = Dq), and one ``use_bias`` for all four projections. Keras repeats kv head g
+    for query heads g * H / H_kv .. (``ops.repeat`` on the head axis): the spec's grouping."""
+    p = check.params_of(params)
+    heads = check.integer("num_heads", num_heads, lo=1)
+    w_q = _np(p.require("w_q", (None, None)))
+    heads, kv_heads, hk, kv_k, hv = check.heads(p, heads, w_q.shape[0],
+                                               check.shape(p.require("w_v", (None, None)))[0],
+                                               num_kv_heads)
+    w_k = _np(p.require("w_k", (None, kv_k)))
+    w_v, w_o = _np(p["w_v"]), _np(p.require("w_o", (hv, None)))
+    k, v = hk // heads, hv // heads
+    if k != v or w_o.shape[1] != w_q.shape[0]:
+        raise ConfigError(f"keras.layers.GroupQueryAttention has one head_dim (K = V) and an "
+                          f"output as wide as the query; got K={k}, V={v}, "
+                          f"{p.path('w_o')} of shape {w_o.shape} for a query of width "
+                          f"{w_q.shape[0]}")
+    present = [b for b in MHA_BIASES if b in p]
+    if present and len(present) != 4:
+        raise ParameterError(f"keras.layers.GroupQueryAttention has one use_bias for all four "
+                             f"projections; got only {[p.path(b) for b in present]}")
+    layer = keras.layers.GroupQueryAttention(head_dim=k, num_query_heads=heads,
+                                             num_key_value_heads=kv_heads,
+                                             use_bias=bool(present), dtype=dtype)
+    layer.build((None, None, w_q.shape[0]), (None, None, w_v.shape[0]),
+                (None, None, w_k.shape[0]))
+    for dense, w, b, n in ((layer._query_dense, w_q, "b_q", heads),
+                           (layer._key_dense, w_k, "b_k", kv_heads),
+                           (layer._value_dense, w_v, "b_v", kv_heads)):
+        dense.kernel.assign(w.reshape(w.shape[0], n, k))  # (D, heads, head_dim)
+        if present:
+            dense.bias.assign(_np(p.require(b, (n * k,))).reshape(n, k))
+    layer._output_dense.kernel.assign(w_o.reshape(heads, k, w_o.shape[1]))
+    if present:
+        layer._output_dense.bias.assign(_np(p.require("b_o", (w_o.shape[1],))))
+    if hasattr(layer, "_inverse_sqrt_head_dim"):  # the exact scale, as in mha_to_keras
+        layer._inverse_sqrt_head_dim = np.dtype(dtype).type(1.0 / np.sqrt(k))
+    return layer
+
+
 # ---- LayerNormalization ------------------------------------------------------------------
 
 def layer_norm_to_keras(params, *, eps: float, dtype="float64") -> keras.layers.LayerNormalization:

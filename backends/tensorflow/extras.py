@@ -87,7 +87,8 @@ def check_keras_mha(device):
             target = (q.shape[0], heads, q.shape[1], k.shape[1])
             mask = _head_independent_mask(v.inputs.get("mask"), target)
             biases = [b for b in convert.MHA_BIASES if b in v.params]
-            if mask is None or len(biases) not in (0, 4):
+            if mask is None or len(biases) not in (0, 4) or \
+                    v.attributes.get("num_kv_heads", heads) != heads:  # no grouped query
                 continue
 
             def call(v=v, q=q, k=k, val=val, mask=mask, heads=heads):
@@ -97,6 +98,36 @@ def check_keras_mha(device):
             _agree(v, {"output": out, "weights": weights}, device)
             done += 1
         assert done >= 3, f"only {done} mha vectors fit keras.layers.MultiHeadAttention"
+    return run
+
+
+def check_keras_gqa(device):
+    """keras.layers.GroupQueryAttention against the mha vectors with num_kv_heads that it can
+    express (K = V, Do = Dq, all biases or none, a mask the same for every head)."""
+    def run(spec):
+        from attnspec.spec.errors import ConfigError
+
+        from . import convert
+
+        done = 0
+        for v in _vectors(spec, "mha", lambda v: "num_kv_heads" in v.attributes):
+            q, k, val = (v.inputs[n] for n in ("query", "key", "value"))
+            heads, kv_heads = v.attributes["num_heads"], v.attributes["num_kv_heads"]
+            target = (q.shape[0], heads, q.shape[1], k.shape[1])
+            mask = _head_independent_mask(v.inputs.get("mask"), target)
+            biases = [b for b in convert.MHA_BIASES if b in v.params]
+            if mask is None or len(biases) not in (0, 4):
+                continue
+            try:
+                layer = _run(device, lambda v=v, h=heads, g=kv_heads: convert.gqa_to_keras(
+                    v.params, num_heads=h, num_kv_heads=g, dtype=DTYPE))
+            except ConfigError:  # K != V or Do != Dq: not expressible
+                continue
+            out, weights = _run(device, lambda layer=layer, q=q, k=k, val=val, mask=mask: layer(
+                q, val, k, attention_mask=mask, return_attention_scores=True))
+            _agree(v, {"output": out, "weights": weights}, device)
+            done += 1
+        assert done >= 2, f"only {done} mha vectors fit keras.layers.GroupQueryAttention"
     return run
 
 
@@ -265,6 +296,7 @@ def check_dtype_errors(backend, device):
 
 def extra_checks(backend, device):
     out = [(f"keras-mha[{device}]", check_keras_mha(device)),
+           (f"keras-gqa[{device}]", check_keras_gqa(device)),
            (f"keras-layer-norm[{device}]", check_keras_layer_norm(device)),
            (f"keras-gru[{device}]", check_keras_gru(device)),
            (f"keras-attention[{device}]", check_keras_attention(device))]

@@ -51,13 +51,14 @@ def _scoped(prefix: str, shapes: dict) -> dict:
     return {f"{prefix}.{k}": v for k, v in shapes.items()}
 
 
-def mha_shapes(d: int, hk: int | None = None, bias: bool = True) -> dict:
+def mha_shapes(d: int, hk: int | None = None, bias: bool = True, kv: int | None = None) -> dict:
+    """w_q (D, H*K), w_k and w_v (D, H_kv*K) with kv = H_kv*K (None: H*K), w_o (H*K, D)."""
     hk = hk or d
     s = {}
-    for n in ("q", "k", "v"):
-        s[f"w_{n}"] = (d, hk)
+    for n, width in (("q", hk), ("k", kv or hk), ("v", kv or hk)):
+        s[f"w_{n}"] = (d, width)
         if bias:
-            s[f"b_{n}"] = (hk,)
+            s[f"b_{n}"] = (width,)
     s["w_o"] = (hk, d)
     if bias:
         s["b_o"] = (d,)
@@ -200,24 +201,29 @@ def _serializable(cls):
 @_serializable
 class MultiHeadAttention(SpecLayer):
     """spec ``mha``: call(query, key=None, value=None, mask=None) -> output
-    (``return_weights=True``: (output, weights (B, H, T, S)))."""
+    (``return_weights=True``: (output, weights (B, H, T, S))). ``num_kv_heads``: grouped-query
+    attention (None: num_heads)."""
 
-    ATTRIBUTES = ("num_heads",)
+    ATTRIBUTES = ("num_heads", "num_kv_heads")
     ARCHITECTURE = ("d_model", "key_dim", "use_bias")
 
-    def __init__(self, d_model=None, num_heads=None, *, key_dim=None, use_bias=True, **kw):
+    def __init__(self, d_model=None, num_heads=None, *, key_dim=None, use_bias=True,
+                 num_kv_heads=None, **kw):
         super().__init__(**kw)
         self.d_model, self.num_heads, self.use_bias = d_model, num_heads, use_bias
+        self.num_kv_heads = num_kv_heads
         self.key_dim = key_dim or (d_model // num_heads if d_model and num_heads else None)
 
     def default_shapes(self):
         d = _require("d_model", self.d_model)
-        return mha_shapes(d, self.num_heads * self.key_dim, self.use_bias)
+        kv = None if self.num_kv_heads is None else self.num_kv_heads * self.key_dim
+        return mha_shapes(d, self.num_heads * self.key_dim, self.use_bias, kv)
 
     def call(self, query, key=None, value=None, mask=None, return_weights=False):
         key = query if key is None else key
         value = key if value is None else value
-        out, w = _mh.mha(query, key, value, mask, num_heads=self.num_heads, params=self.params())
+        out, w = _mh.mha(query, key, value, mask, num_heads=self.num_heads,
+                         num_kv_heads=self.num_kv_heads, params=self.params())
         return (out, w) if return_weights else out
 
     @classmethod
@@ -228,11 +234,15 @@ class MultiHeadAttention(SpecLayer):
         return cls.from_spec(convert.mha_from_keras(layer), num_heads=layer.num_heads, **kw)
 
     def to_keras(self, dtype=None):
-        """A built ``keras.layers.MultiHeadAttention`` with these weights (convert.py)."""
+        """A built ``keras.layers.MultiHeadAttention`` with these weights, or with
+        num_kv_heads a ``keras.layers.GroupQueryAttention`` (convert.py)."""
         from . import convert
 
-        return convert.mha_to_keras(self.spec_params(), num_heads=self.num_heads,
-                                    dtype=dtype or self.variable_dtype)
+        dtype = dtype or self.variable_dtype
+        if self.num_kv_heads is not None:
+            return convert.gqa_to_keras(self.spec_params(), num_heads=self.num_heads,
+                                        num_kv_heads=self.num_kv_heads, dtype=dtype)
+        return convert.mha_to_keras(self.spec_params(), num_heads=self.num_heads, dtype=dtype)
 
     def compute_output_spec(self, query, *args, return_weights=False, **kw):
         d_out = self._shapes()["w_o"][1]

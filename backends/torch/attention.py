@@ -130,29 +130,38 @@ def repeat_kv(q, k, v, num_kv_heads):
     return k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
 
 
-def sdpa(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None):
-    """weights = softmax(scale * q k^T + bias, masked), output = weights v.
+def sdpa(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, softcap=None):
+    """weights = softmax(cap(scale * q k^T) + bias, masked), output = weights v.
 
     scale defaults to 1/sqrt(K); masked keys get weight 0 and a row with no key
     left gives zero weights and a zero output. With num_kv_heads (grouped-query
-    attention), axis -3 holds the heads and query head h reads kv head h // (H / H_kv).
+    attention), axis -3 holds the heads and query head h reads kv head h // (H / H_kv);
+    the fused path hands the unrepeated k, v to PyTorch's kernel with enable_gqa=True.
+    With softcap = c, cap(s) = c tanh(s / c), before the bias and the mask (Gemma 2, ONNX);
+    PyTorch's kernel has no soft-cap, so softcap always takes the explicit path.
     """
+    k_kv, v_kv = k, v
     if num_kv_heads is not None:
         k, v = repeat_kv(q, k, v, num_kv_heads)
     q, k, v, mask, bias, full = _attention_inputs(q, k, v, mask, bias)
     c = check.scale(scale, q.shape[-1])
-    if paths.skip_weights():  # the modules' fast path: no weights asked for
-        return fused_sdpa(q, k, v, mask, bias, scale=c), None
-    weights = _weights(q, k, mask, bias, c, full)  # (..., T, S)
-    if paths.current().attention == "fused":  # (non-finite inputs fall back to explicit)
-        return fused_sdpa(q, k, v, mask, bias, scale=c), weights
+    cap = check.softcap(softcap)
+    gqa = num_kv_heads is not None  # the kernel repeats the unrepeated k_kv, v_kv itself
+    if cap is None and paths.skip_weights():  # the modules' fast path: no weights asked for
+        return fused_sdpa(q, k_kv, v_kv, mask, bias, scale=c, enable_gqa=gqa), None
+    weights = _weights(q, k, mask, bias, c, full, cap)  # (..., T, S)
+    if cap is None and paths.current().attention == "fused":  # (non-finite: explicit)
+        return fused_sdpa(q, k_kv, v_kv, mask, bias, scale=c, enable_gqa=gqa), weights
     paths.note("explicit")
-    return weighted_sum(weights, v), weights  # (..., T, V), (..., T, S)
+    out = weighted_sum(weights, v)  # (..., T, V)
+    return out, None if paths.skip_weights() else weights  # (..., T, S)
 
 
-def _weights(q, k, mask, bias, c: float, full: tuple):
-    """softmax(c * q k^T + bias, mask), (..., T, S)."""
+def _weights(q, k, mask, bias, c: float, full: tuple, cap: float | None = None):
+    """softmax(cap(c * q k^T) + bias, mask), (..., T, S)."""
     scores = (q @ k.transpose(-1, -2)) * c  # (..., T, S)
+    if cap is not None:
+        scores = cap * torch.tanh(scores / cap)
     if bias is not None:
         scores = scores + bias
     return softmax(scores.expand(full), mask)
@@ -167,23 +176,29 @@ def _fusable(q, k, v, bias) -> bool:
     return bool(ok)  # one device sync
 
 
-def fused_sdpa(q, k, v, mask=None, bias=None, *, scale):
+def fused_sdpa(q, k, v, mask=None, bias=None, *, scale, enable_gqa=False):
     """The output of sdpa through torch.nn.functional.scaled_dot_product_attention.
 
     Same mask polarity (True = may attend); a bias becomes a float mask with -inf where
     masked; rows with nothing to attend to are set to 0 (PyTorch gives NaN there).
+    enable_gqa: k, v have H_kv heads on axis -3 (grouped-query attention, checked), and
+    PyTorch's kernel maps query head h to kv head h // (H / H_kv).
     Inputs are assumed checked (this is the fast path of ``sdpa`` and the modules); inputs
     the kernel would get wrong (see ``_fusable``) take the explicit path instead.
     """
     if not _fusable(q, k, v, bias):
         paths.note("explicit")
+        if enable_gqa:
+            group = q.shape[-3] // k.shape[-3]
+            k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
         full = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]) + \
             (q.shape[-2], k.shape[-2])
         return weighted_sum(_weights(q, k, mask, bias, scale, tuple(full)), v)
     paths.note("fused")
-    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    q, k, v = (x.expand(*batch, *x.shape[-2:]) for x in (q, k, v))
-    full = (*batch, q.shape[-2], k.shape[-2])  # (..., T, S)
+    lead = -3 if enable_gqa else -2  # the head axis differs between q and k, v under GQA
+    batch = torch.broadcast_shapes(q.shape[:lead], k.shape[:lead], v.shape[:lead])
+    q, k, v = (x.expand(*batch, *x.shape[lead:]) for x in (q, k, v))
+    full = (*batch, *q.shape[lead:-2], q.shape[-2], k.shape[-2])  # (..., [H,] T, S)
     # the spec's masks broadcast from any rank (a (S,) key mask); PyTorch's needs (..., T, S)
     mask, bias = (None if m is None else m.expand(full) for m in (mask, bias))
     keep = mask
@@ -193,7 +208,8 @@ def fused_sdpa(q, k, v, mask=None, bias=None, *, scale):
         attn = bias if mask is None else bias.masked_fill(~mask, -math.inf)
     else:
         attn = mask
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn, scale=scale)  # (..., T, V)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn, scale=scale,
+                                         enable_gqa=enable_gqa)  # (..., T, V)
     if keep is None:
         return out
     any_key = keep.any(dim=-1, keepdim=True)  # (..., T, 1)

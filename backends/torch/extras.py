@@ -66,8 +66,8 @@ def _run(name, spec, component, one, device):
 
 def agree_sdpa(device):
     def one(v, x, _):
-        if v.function != "sdpa":
-            return False
+        if v.function != "sdpa" or v.attributes.get("softcap") is not None:
+            return False  # PyTorch's kernel has no soft-cap (flex_attention's score_mod has)
         q, k, vv = x["q"], x["k"], x["v"]
         mask, bias = x.get("mask"), x.get("bias")
         if not _no_empty_rows(v.inputs.get("mask"), q.shape[-2], k.shape[-2]) or \
@@ -94,7 +94,8 @@ def agree_mha(device):
         h = v.attributes["num_heads"]
         b, t, _ = x["query"].shape
         s = x["key"].shape[1]
-        if not _no_empty_rows(v.inputs.get("mask"), t, s):
+        if not _no_empty_rows(v.inputs.get("mask"), t, s) or \
+                v.attributes.get("num_kv_heads", h) != h:  # no grouped-query mode
             return False
         try:
             mod = convert.mha_to_torch(p, num_heads=h).eval()
@@ -108,6 +109,30 @@ def agree_mha(device):
         _close("nn.MultiheadAttention", w, v, "weights")
         return True
     return lambda spec: _run("mha", spec, "mha", one, device)
+
+
+def agree_mha_gqa(device):
+    """Grouped-query mha written with PyTorch's own pieces: F.linear projections and
+    F.scaled_dot_product_attention(enable_gqa=True) on H query heads over H_kv kv heads."""
+    def heads(x, n):  # (B, T, n*W) -> (B, n, T, W)
+        return x.unflatten(-1, (n, -1)).transpose(1, 2)
+
+    def one(v, x, p):
+        h, h_kv = v.attributes["num_heads"], v.attributes.get("num_kv_heads")
+        b, t, _ = x["query"].shape
+        s = x["key"].shape[1]
+        if h_kv is None or h_kv == h or not _no_empty_rows(v.inputs.get("mask"), t, s):
+            return False
+        q = heads(F.linear(x["query"], p["w_q"].T, p.get("b_q")), h)  # (B, H, T, K)
+        k = heads(F.linear(x["key"], p["w_k"].T, p.get("b_k")), h_kv)  # (B, H_kv, S, K)
+        vv = heads(F.linear(x["value"], p["w_v"].T, p.get("b_v")), h_kv)  # (B, H_kv, S, V)
+        mask = x.get("mask")
+        attn = None if mask is None else mask.expand(b, h, t, s)
+        o = F.scaled_dot_product_attention(q, k, vv, attn_mask=attn, enable_gqa=True)
+        out = F.linear(o.transpose(1, 2).flatten(-2), p["w_o"].T, p.get("b_o"))  # (B, T, Do)
+        _close("F.scaled_dot_product_attention(enable_gqa=True) in mha", out, v, "output")
+        return True
+    return lambda spec: _run("mha gqa", spec, "mha", one, device)
 
 
 def agree_layer_norm(device):
@@ -315,6 +340,7 @@ def extra_checks(backend, device):
     checks = [
         ("agree/F.scaled_dot_product_attention", agree_sdpa(device)),
         ("agree/nn.MultiheadAttention", agree_mha(device)),
+        ("agree/F.scaled_dot_product_attention-enable_gqa-mha", agree_mha_gqa(device)),
         ("agree/nn.LayerNorm", agree_layer_norm(device)),
         ("agree/nn.TransformerEncoderLayer-post", agree_encoder_layer(device, "post")),
         ("agree/nn.TransformerEncoderLayer-norm_first", agree_encoder_layer(device, "pre")),

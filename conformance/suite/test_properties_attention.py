@@ -181,6 +181,49 @@ def test_sdpa_gqa_equals_sdpa_with_each_kv_head_repeated_for_its_query_group(
     ops.assert_close(w, w2)
 
 
+# -- sdpa with softcap (logit soft-capping) -------------------------------------
+
+
+@given(x=qkv())
+def test_sdpa_softcap_far_above_the_scores_equals_no_softcap(ops, x):
+    """c tanh(s / c) = s - s^3 / (3 c^2) + ...: with c = 2^20 and |s| <= 8, sdpa is unchanged."""
+    q, k, v = x
+    out_c, w_c = ops.sdpa(q=q, k=k, v=v, softcap=2.0 ** 20)
+    out, w = ops.sdpa(q=q, k=k, v=v)
+    ops.assert_close(out_c, out, scale=4)
+    ops.assert_close(w_c, w, scale=4)
+
+
+@given(x=qkv(), cap=st.sampled_from([0.25, 0.5, 1.0, 2.0]), scale=st.sampled_from([4.0, 16.0]))
+def test_sdpa_softcapped_scores_stay_below_the_cap(ops, x, cap, scale):
+    """|c tanh(s / c)| < c: within a row, w_i / w_j = exp(s_i - s_j) <= exp(2c) whatever the
+    scale, so every weight is at least exp(-2c) / S (without the cap, scale 16 drives
+    some weights to ~0)."""
+    q, k, v = x
+    _, w = ops.sdpa(q=q, k=k, v=v, scale=scale, softcap=cap)
+    w = np.asarray(w, np.float64)
+    s = w.shape[-1]
+    floor = np.exp(-2 * cap) / s
+    assert np.all(w >= floor * (1 - 8 * ops.tol["rtol"])), (w.min(), floor)
+    spread = np.log(w.max(axis=-1) / w.min(axis=-1))  # the largest s_i - s_j of each row
+    assert np.all(spread <= 2 * cap + 8 * ops.tol["rtol"] * (1 + 2 * cap)), (spread.max(), cap)
+
+
+@given(x=qkv(), cap=st.sampled_from([0.5, 2.0, 5.0]), with_bias=st.booleans(), data=st.data())
+def test_sdpa_softcap_equals_capped_scores_plus_bias(ops, x, cap, with_bias, data):
+    """softcap caps scale * q k^T before the bias: the same as sdpa with q = 0 and the bias
+    softcap(scale q k^T) + bias (ops.softcap, the standalone component)."""
+    q, k, v = x
+    full = np.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + (q.shape[-2], k.shape[-2])
+    bias = data.draw(arrays(full)) if with_bias else np.zeros(full)
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])  # exact inputs; float64
+    capped = np.asarray(ops.softcap(x=scores, cap=cap), np.float64)
+    out, w = ops.sdpa(q=q, k=k, v=v, bias=bias if with_bias else None, softcap=cap)
+    out2, w2 = ops.sdpa(q=np.zeros_like(q), k=k, v=v, bias=capped + bias)
+    ops.assert_close(out, out2, scale=8)
+    ops.assert_close(w, w2, scale=8)
+
+
 @given(x=hnp.arrays(np.float64, hnp.array_shapes(max_dims=3, max_side=5),
                    elements=st.integers(-512, 512).map(lambda k: k / 4)),
        cap=st.sampled_from([0.5, 1.0, 8.0, 30.0, 50.0]))

@@ -70,6 +70,59 @@ def test_mha_equals_independent_heads_concatenated_and_projected(ops, seed, h, t
     ops.assert_close(out, want, scale=8, what="output")
 
 
+# -- grouped-query attention (num_kv_heads) ------------------------------------
+
+
+@given(seed=seeds, h=st.integers(1, 4), t=dims, s=dims, k=dims, v=dims, bias=st.booleans(),
+       masked=st.booleans())
+def test_mha_with_num_kv_heads_equal_to_num_heads_is_plain_mha(ops, seed, h, t, s, k, v, bias,
+                                                                 masked):
+    """num_kv_heads = num_heads (H_kv = H) is the multi-head attention without it."""
+    rng = np.random.default_rng(seed)
+    q_in, kv_in = _x(rng, 2, t, 3), _x(rng, 2, s, 5)
+    p = _mha_params(rng, 3, 5, 5, h, k, v, 4, bias)
+    mask = rng.random((2, h, t, s)) < 0.7 if masked else None
+    out, w = ops.mha(query=q_in, key=kv_in, value=kv_in, mask=mask, num_heads=h,
+                     num_kv_heads=h, params=p)
+    out2, w2 = ops.mha(query=q_in, key=kv_in, value=kv_in, mask=mask, num_heads=h, params=p)
+    ops.assert_close(out, out2, scale=4, what="output")
+    ops.assert_close(w, w2, scale=4, what="weights")
+
+
+def _repeat_kv_columns(p, name, h, h_kv, width):
+    """(D, H_kv*W) -> (D, H*W) (or a bias (H_kv*W,) -> (H*W,)): query head h gets the column
+    block of kv head h // (H / H_kv)."""
+    x = p[name]
+    blocks = [x[..., (i // (h // h_kv)) * width:(i // (h // h_kv) + 1) * width] for i in range(h)]
+    return np.concatenate(blocks, axis=-1)
+
+
+@given(seed=seeds, h_kv=st.integers(1, 3), group=st.integers(1, 3), t=dims, s=dims, k=dims,
+       v=dims, bias=st.booleans(), masked=st.booleans())
+def test_mha_gqa_equals_mha_with_kv_columns_repeated_per_group(ops, seed, h_kv, group, t, s, k,
+                                                               v, bias, masked):
+    """H = group * H_kv query heads over H_kv kv heads: the same as plain mha whose w_k, w_v
+    (and b_k, b_v) give query head h the columns of kv head h // group."""
+    h = h_kv * group
+    rng = np.random.default_rng(seed)
+    q_in, k_in, v_in = _x(rng, 2, t, 3), _x(rng, 2, s, 5), _x(rng, 2, s, 2)
+    p = {"w_q": _w(rng, 3, h * k), "w_k": _w(rng, 5, h_kv * k), "w_v": _w(rng, 2, h_kv * v),
+         "w_o": _w(rng, h * v, 4)}
+    if bias:
+        p.update(b_q=_w(rng, h * k), b_k=_w(rng, h_kv * k), b_v=_w(rng, h_kv * v),
+                 b_o=_w(rng, 4))
+    mask = rng.random((2, h, t, s)) < 0.7 if masked else None
+    out, w = ops.mha(query=q_in, key=k_in, value=v_in, mask=mask, num_heads=h,
+                     num_kv_heads=h_kv, params=p)
+    full = dict(p)
+    for name, width in (("w_k", k), ("b_k", k), ("w_v", v), ("b_v", v)):
+        if name in p:
+            full[name] = _repeat_kv_columns(p, name, h, h_kv, width)
+    out2, w2 = ops.mha(query=q_in, key=k_in, value=v_in, mask=mask, num_heads=h, params=full)
+    ops.assert_close(out, out2, scale=4, what="output")
+    ops.assert_close(w, w2, scale=4, what="weights")
+
+
 @given(seed=seeds, t=st.integers(2, 5), bias=st.booleans(), data=st.data())
 def test_self_attention_permutation_equivariance(ops, seed, t, bias, data):
     """Without a mask, permuting the tokens of x permutes the output rows and the weights."""

@@ -7,18 +7,20 @@ from ._build import Component, Fn, Rng, error, value
 
 COMPONENT = Component("mha", {
     "mha": Fn(required=["num_heads"], module="multihead", inputs=["query", "key", "value", "mask"],
-              optional=["mask"], attributes={"num_heads": None}, params=True, returns=["output",
-              "weights"], oracle=oracle),
+              optional=["mask"], attributes={"num_heads": None}, added={"num_kv_heads": None},
+              params=True, returns=["output", "weights"], oracle=oracle),
 })
 
 
-def mha_params(rng, d_q, d_k, d_v, heads, k, v, d_o, bias=True):
-    """w_q (Dq, H*K), w_k (Dk, H*K), w_v (Dv, H*V), w_o (H*V, Do), biases if asked."""
-    p = {"w_q": rng.weights((d_q, heads * k)), "w_k": rng.weights((d_k, heads * k)),
-         "w_v": rng.weights((d_v, heads * v)), "w_o": rng.weights((heads * v, d_o))}
+def mha_params(rng, d_q, d_k, d_v, heads, k, v, d_o, bias=True, kv_heads=None):
+    """w_q (Dq, H*K), w_k (Dk, H_kv*K), w_v (Dv, H_kv*V), w_o (H*V, Do), biases if asked;
+    H_kv = kv_heads (None: H)."""
+    kv = heads if kv_heads is None else kv_heads
+    p = {"w_q": rng.weights((d_q, heads * k)), "w_k": rng.weights((d_k, kv * k)),
+         "w_v": rng.weights((d_v, kv * v)), "w_o": rng.weights((heads * v, d_o))}
     if bias:
-        p.update(b_q=rng.weights((heads * k,), 0.5), b_k=rng.weights((heads * k,), 0.5),
-                 b_v=rng.weights((heads * v,), 0.5), b_o=rng.weights((d_o,), 0.5))
+        p.update(b_q=rng.weights((heads * k,), 0.5), b_k=rng.weights((kv * k,), 0.5),
+                 b_v=rng.weights((kv * v,), 0.5), b_o=rng.weights((d_o,), 0.5))
     return {name: p[name] for name in ("w_q", "b_q", "w_k", "b_k", "w_v", "b_v", "w_o", "b_o")
             if name in p}
 
@@ -121,6 +123,7 @@ def cases(rng):
                 inputs={"query": x, "key": x, "value": x[:, :2]}, attributes={"num_heads": 2},
                 params=p, error="ShapeError", mentions=["key", "value"])
     yield from missed_cases()
+    yield from gqa_cases(Rng(f"{COMPONENT.id}/gqa"))
 
 
 # -- missed bugs (issue 9): cases that kill mutation-testing survivors ---------------------
@@ -139,3 +142,97 @@ def missed_cases():
                         "value": rd.uniform((2, 4, 8)), "mask": mask},
                 attributes={"num_heads": 2}, params=mha_params(rd, 8, 8, 8, 2, 4, 4, 8),
                 flags=["mask", "per-head"])
+
+
+# -- grouped- and multi-query attention (num_kv_heads, added in 1.1.0) ----------------------
+
+def gqa_cases(rng):
+    """H query heads over H_kv key/value heads: query head h reads kv head h // (H / H_kv)."""
+    def gqa(id, description, inputs, heads, kv_heads, params, flags):
+        return value(f"mha/{id}", "mha", description, inputs=inputs,
+                     attributes={"num_heads": heads, "num_kv_heads": kv_heads}, params=params,
+                     flags=["gqa", *flags])
+    x = rng.uniform((2, 3, 8))
+    yield gqa("gqa-001", "Grouped-query self-attention, H = 4 over H_kv = 2 (K = V = 2), "
+              "B = 2, T = 3, D = 8, all biases: w_k, w_v are (8, 4); heads 0, 1 read kv head 0 "
+              "and heads 2, 3 kv head 1 (the grouping h % H_kv differs).",
+              {"query": x, "key": x, "value": x}, 4, 2,
+              mha_params(rng, 8, 8, 8, 4, 2, 2, 8, kv_heads=2),
+              ["basic", "head-grouping", "bias"])
+    x = rng.uniform((2, 3, 8))
+    yield gqa("mqa-001", "Multi-query attention: H = 4 query heads (K = 2, V = 3) share one "
+              "key/value head, w_k (8, 2), w_v (8, 3), w_o (12, 8).",
+              {"query": x, "key": x, "value": x}, 4, 1,
+              mha_params(rng, 8, 8, 8, 4, 2, 3, 8, kv_heads=1), ["mqa", "k-ne-v", "bias"])
+    x = rng.uniform((2, 3, 8))
+    yield gqa("gqa-equal-001", "num_kv_heads = num_heads = 2: exactly the multi-head "
+              "attention of mha/self-001's shapes.",
+              {"query": x, "key": x, "value": x}, 2, 2, mha_params(rng, 8, 8, 8, 2, 4, 4, 8),
+              ["edge"])
+    q, k, v = rng.uniform((2, 2, 6)), rng.uniform((2, 5, 4)), rng.uniform((2, 5, 5))
+    yield gqa("gqa-cross-001", "Grouped-query cross-attention T = 2 != S = 5, Dq = 6, Dk = 4, "
+              "Dv = 5, H = 4 over H_kv = 2, K = 3, V = 2, Do = 5, all biases.",
+              {"query": q, "key": k, "value": v}, 4, 2,
+              mha_params(rng, 6, 4, 5, 4, 3, 2, 5, kv_heads=2),
+              ["cross", "t-ne-s", "head-grouping", "projection-order"])
+    x = rng.uniform((1, 4, 6))
+    yield gqa("gqa-causal-001", "H = 6 over H_kv = 3 (groups of 2, K = V = 2), a (T, S) "
+              "causal mask broadcast over the heads, no biases.",
+              {"query": x, "key": x, "value": x, "mask": np.tril(np.ones((4, 4), dtype=bool))},
+              6, 3, mha_params(rng, 6, 6, 6, 6, 2, 2, 6, bias=False, kv_heads=3),
+              ["mask", "causal", "no-bias", "head-grouping"])
+    per_head = rng.bools((4, 3, 5))  # (H, T, S): the mask follows the query heads
+    per_head[:, :, 0] = True
+    per_head[1] = ~per_head[0]
+    per_head[1, :, 1] = True
+    q, mem = rng.uniform((2, 3, 8)), rng.uniform((2, 5, 8))
+    yield gqa("gqa-head-mask-001", "A per-head (H, T, S) = (4, 3, 5) mask with H = 4 over "
+              "H_kv = 2 (K = V = 2), cross-attention: the mask follows the query heads (heads "
+              "0 and 1 share a kv head, not a mask).",
+              {"query": q, "key": mem, "value": mem, "mask": per_head}, 4, 2,
+              mha_params(rng, 8, 8, 8, 4, 2, 2, 8, kv_heads=2),
+              ["mask", "per-head", "head-grouping"])
+    x = rng.uniform((1, 3, 8))
+    yield gqa("gqa-no-bias-001", "H = 8 over H_kv = 2 (groups of 4), K = 1, V = 2, no biases.",
+              {"query": x, "key": x, "value": x}, 8, 2,
+              mha_params(rng, 8, 8, 8, 8, 1, 2, 8, bias=False, kv_heads=2),
+              ["no-bias", "head-grouping"])
+    x = rng.uniform((2, 3, 8))
+    yield value("mha/defaults-001", "mha",
+                "num_kv_heads left out (default None: H_kv = H = 4, w_k and w_v (8, 8)): a "
+                "default of 1 (multi-query) reads the parameters as the wrong shapes.",
+                inputs={"query": x, "key": x, "value": x}, attributes={"num_heads": 4},
+                params=mha_params(rng, 8, 8, 8, 4, 2, 2, 8), flags=["defaults"],
+                omit_defaults=True)
+
+    x, p = rng.uniform((2, 3, 8)), mha_params(rng, 8, 8, 8, 4, 2, 2, 8, kv_heads=2)
+    yield error("mha/gqa-divide-001", "mha", "num_kv_heads = 3 does not divide num_heads = 4.",
+                inputs={"query": x, "key": x, "value": x},
+                attributes={"num_heads": 4, "num_kv_heads": 3}, params=p, error="ConfigError",
+                mentions=["num_kv_heads=3", "num_heads=4"])
+    yield error("mha/gqa-param-shape-001", "mha",
+                "num_kv_heads = 2 with H = 4, K = 2 but w_k of shape (8, 8) (H*K, not "
+                "H_kv*K = 4, columns).",
+                inputs={"query": x, "key": x, "value": x},
+                attributes={"num_heads": 4, "num_kv_heads": 2},
+                params={**p, "w_k": rng.weights((8, 8))}, error="ParameterError",
+                mentions=["w_k", "(8, 8)", "(8, 4)"])
+    yield error("mha/gqa-zero-001", "mha", "num_kv_heads = 0.",
+                inputs={"query": x, "key": x, "value": x},
+                attributes={"num_heads": 4, "num_kv_heads": 0}, params=p, error="ConfigError",
+                mentions=["num_kv_heads"])
+    yield error("mha/gqa-bool-001", "mha", "num_kv_heads = True: a bool is not a count.",
+                inputs={"query": x, "key": x, "value": x},
+                attributes={"num_heads": 4, "num_kv_heads": True}, params=p,
+                error="ConfigError", mentions=["num_kv_heads", "True"])
+    yield error("mha/gqa-float-001", "mha", "num_kv_heads = 1.5.",
+                inputs={"query": x, "key": x, "value": x},
+                attributes={"num_heads": 4, "num_kv_heads": 1.5}, params=p,
+                error="ConfigError", mentions=["num_kv_heads", "1.5"])
+    yield error("mha/gqa-value-width-001", "mha",
+                "num_kv_heads = 2 with w_v of shape (8, 5): H_kv = 2 does not divide its 5 "
+                "columns.",
+                inputs={"query": x, "key": x, "value": x},
+                attributes={"num_heads": 4, "num_kv_heads": 2},
+                params={**p, "w_v": rng.weights((8, 5))}, error="ConfigError",
+                mentions=["w_v", "num_kv_heads=2", "5"])

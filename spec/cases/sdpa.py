@@ -9,7 +9,7 @@ from ._build import Component, Fn, Rng, error, value
 COMPONENT = Component("sdpa", {
     "sdpa": Fn(module="attention", inputs=["q", "k", "v", "mask", "bias"],
                optional=["mask", "bias"], attributes={"scale": None},
-               added={"num_kv_heads": None},
+               added={"num_kv_heads": None, "softcap": None},
                returns=["output", "weights"], oracle=oracle),
 })
 
@@ -160,6 +160,7 @@ def cases(rng):
     yield from defaults_cases()
     yield from _edges(Rng(f"{COMPONENT.id}/edges"))
     yield from gqa_cases(Rng(f"{COMPONENT.id}/gqa"))
+    yield from softcap_cases(Rng(f"{COMPONENT.id}/softcap"))
 
 
 # -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
@@ -276,3 +277,67 @@ def gqa_cases(rng):
                 inputs={"q": rng.uniform((3, 4)), "k": rng.uniform((3, 4)),
                         "v": rng.uniform((3, 4))},
                 attributes={"num_kv_heads": 1}, error="ShapeError", mentions=["q", "(3, 4)"])
+
+
+def softcap_cases(rng):
+    """Logit soft-capping (softcap, added in 1.1.0), own stream: scores = c tanh(scale q k^T
+    / c) + bias, then the mask (Gemma 2's and ONNX Attention's order)."""
+    def capped(id, description, inputs, cap, flags, **attributes):
+        return value(f"sdpa/{id}", "sdpa", description, inputs=inputs,
+                     attributes={"softcap": cap, **attributes}, flags=["softcap", *flags])
+    yield capped("softcap-001", "softcap = 5 with q, k in [-4, 4], K = 4 (scale 1/2): scaled "
+                 "scores up to 32 are capped to (-5, 5); tanh without the outer c, or no cap, "
+                 "gives other weights.",
+                 qkv(rng, (2,), 3, 5, 4, 3, -4.0, 4.0), 5.0, ["basic", "saturation"])
+    yield capped("softcap-scale-001", "softcap = 4 with an explicit scale = 0.25 (K = 4, q, k "
+                 "in [-4, 4]): the cap applies to the scaled scores; capping q k^T before the "
+                 "scale gives at most 4 * 0.25 = 1.",
+                 qkv(rng, (2,), 3, 4, 4, 3, -4.0, 4.0), 4.0, ["scale"], scale=0.25)
+    yield capped("softcap-bias-001", "softcap = 2 and an additive (3, 5) bias in [-4, 4]: the "
+                 "bias is added after the cap (softmax(2 tanh(s / 2) + bias)); capping s + "
+                 "bias differs.",
+                 {**qkv(rng, (2,), 3, 5, 4, 3, -4.0, 4.0), "bias": rng.uniform((3, 5), -4, 4)},
+                 2.0, ["bias"])
+    yield capped("softcap-mask-001", "softcap = 3 with a (3, 4) mask whose row 1 is fully "
+                 "masked: masked keys keep weight 0 (capping after a -inf fill makes them -3, "
+                 "weight > 0), the masked row is zero.",
+                 {**qkv(rng, (2,), 3, 4, 4, 3, -4.0, 4.0),
+                  "mask": np.array([[1, 0, 1, 1], [0, 0, 0, 0], [0, 1, 1, 0]], dtype=bool)},
+                 3.0, ["mask", "fully-masked"])
+    yield capped("softcap-gemma-001", "softcap = 50 (Gemma 2's attn_logit_softcapping) with "
+                 "scale 1 and q, k in [-8, 8], K = 4: scores up to 256, from the near-linear "
+                 "middle to saturation.",
+                 {"q": rng.uniform((1, 4, 4), -8, 8, step=2.0**-4),
+                  "k": rng.uniform((1, 6, 4), -8, 8, step=2.0**-4),
+                  "v": rng.uniform((1, 6, 3))}, 50.0, ["saturation"], scale=1.0)
+    yield capped("softcap-small-001", "softcap = 16 with scores |s| <= 2: close to the "
+                 "identity (c tanh(s / c) = s - s^3 / 768 + ...); tanh(s / c) alone is 16 "
+                 "times too small.",
+                 qkv(rng, (2,), 3, 4, 4, 3), 16.0, [])
+    yield capped("softcap-gqa-001", "softcap = 5 with num_kv_heads: H = 4 query heads over "
+                 "H_kv = 2 (K = 4, q, k in [-2, 2]) and a causal mask.",
+                 {**_qkv(rng, 1, 4, 2, 4, 4), "mask": causal_mask(4, 4)["mask"]}, 5.0,
+                 ["gqa", "causal"], num_kv_heads=2)
+    yield capped("softcap-inexact-001", "softcap = 30.1, not exact in float16 or bfloat16: "
+                 "the attribute is the exact Python float (reading it as 30 or 30.125 fails "
+                 "at float64).",
+                 qkv(rng, (2,), 3, 4, 4, 3, -4.0, 4.0), 30.1, ["inexact-attribute"],
+                 scale=2.0)
+
+    yield value("sdpa/defaults-002", "sdpa",
+                "Every attribute left out (softcap None: no capping; scale 1/sqrt(4)) with "
+                "q, k in [-8, 8]: scores up to 128, so a default cap (Gemma 2's 50, or 30) "
+                "fails.",
+                inputs={"q": rng.uniform((2, 3, 4), -8, 8, step=2.0**-4),
+                        "k": rng.uniform((2, 5, 4), -8, 8, step=2.0**-4),
+                        "v": rng.uniform((2, 5, 3))}, flags=["defaults", "softcap"],
+                omit_defaults=True)
+
+    x = qkv(rng, (2,), 3, 4, 4, 3)
+    for id, cap, what in (("zero", 0.0, "softcap = 0 (s / c is undefined; ONNX's 0 = off is "
+                                        "None here)."),
+                          ("negative", -50.0, "A negative softcap = -50."),
+                          ("string", "50", "softcap given as a string '50'."),
+                          ("bool", True, "softcap = True: a bool is not a number here.")):
+        yield error(f"sdpa/softcap-{id}-001", "sdpa", what, inputs=x,
+                    attributes={"softcap": cap}, error="ConfigError", mentions=["softcap"])

@@ -12,12 +12,19 @@ Leading (batch) dimensions of q, k, v, mask and bias broadcast together.
 Grouped-query attention (Ainslie et al. 2023; multi-query: Shazeer 2019): with
 num_kv_heads = H_kv, axis -3 is the head axis, q has H heads and k, v have H_kv, and query
 head h reads key/value head h // (H / H_kv).
+
+Logit soft-capping (Gemma 2, Gemma Team 2024; ONNX Attention's softcap): with softcap = c,
+the scaled scores are capped before the bias and the mask (the order of Gemma 2's
+attention and of ONNX Attention-23), with the softcap component's equation:
+
+    scores[..., i, j] = c tanh(scale * sum_k q[..., i, k] k[..., j, k] / c) + bias[..., i, j]
 """
 
 import mpmath
 import numpy as np
 
 from .core import add, matmul, mpa, softmax, transpose_last, weighted_sum
+from .softcap import softcap as capped
 
 
 def scores_of(q, k, scale=None):
@@ -38,11 +45,13 @@ def repeat_kv(x, num_heads, num_kv_heads):
     return np.take(x, [h // group for h in range(num_heads)], axis=-3)
 
 
-def sdpa(q, k, v, mask=None, bias=None, scale=None, num_kv_heads=None):
+def sdpa(q, k, v, mask=None, bias=None, scale=None, num_kv_heads=None, softcap=None):
     q, k, v = mpa(q), mpa(k), mpa(v)
     if num_kv_heads is not None:
         k, v = (repeat_kv(x, q.shape[-3], num_kv_heads) for x in (k, v))
     scores = scores_of(q, k, scale)  # (..., T, S)
+    if softcap is not None:
+        scores = capped(scores, softcap)["y"]  # before the bias and the mask
     full = batch_shape(q, k, v) + scores.shape[-2:]
     scores = np.broadcast_to(scores, full)
     if bias is not None:

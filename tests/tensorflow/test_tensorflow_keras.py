@@ -72,6 +72,26 @@ def test_keras_builtins_convert_to_our_layers_and_back_exactly():
     np.testing.assert_allclose(ours_ln(x).numpy(), ln(x).numpy(), rtol=1e-12, atol=1e-12)
 
 
+def test_our_gqa_layer_has_h_kv_kv_heads_and_equals_keras_group_query_attention():
+    """KL.MultiHeadAttention(num_kv_heads=2) holds w_k, w_v of H_kv*K columns and computes
+    what keras.layers.GroupQueryAttention computes with the same weights (to_keras)."""
+    ours = KL.MultiHeadAttention(8, 4, num_kv_heads=2, dtype="float64")
+    shapes = {k: v.shape for k, v in ours.spec_params().items()}
+    assert shapes["w_k"] == shapes["w_v"] == (8, 4) and shapes["w_q"] == (8, 8)
+    ours.load_spec({k: RNG.normal(size=s) for k, s in shapes.items()})
+    theirs = ours.to_keras()
+    assert isinstance(theirs, keras.layers.GroupQueryAttention)
+    assert (theirs.num_query_heads, theirs.num_key_value_heads) == (4, 2)
+    x, m = RNG.normal(size=(2, 3, 8)), RNG.normal(size=(2, 5, 8))
+    np.testing.assert_allclose(ours(x, m).numpy(), theirs(x, m, m).numpy(), rtol=1e-12,
+                               atol=1e-12)
+    interleaved = dict(ours.spec_params())  # kv head h % H_kv: a different layer
+    interleaved["w_k"] = interleaved["w_k"][:, [2, 3, 0, 1]]
+    other = KL.MultiHeadAttention.from_spec(interleaved, num_heads=4, num_kv_heads=2,
+                                            dtype="float64")
+    assert not np.allclose(other(x, m).numpy(), theirs(x, m, m).numpy())
+
+
 def test_gru_converter_round_trip_is_exact_and_swaps_gates():
     p = _params(dict(w_ih=(3, 12), w_hh=(4, 12), b_ih=(12,), b_hh=(12,)))
     layer = convert.gru_to_keras(p)
