@@ -1,6 +1,8 @@
 """Planted bugs in the Llama-style decoder (llama_layer, llama_decoder_only, the cached
 llama_step behind greedy_decode) that the vectors must catch at every dtype."""
 
+import types
+
 import numpy as np
 import pytest
 from attnspec.backends.composite.decoding import Decoding
@@ -116,3 +118,38 @@ def test_top_left_window_passes_the_full_forward_pass():
 def test_correct_llama_backend_is_not_rejected():
     for component in MUTANTS:
         assert set(rejections(composite_mutant(Decoding), component).values()) == {0}
+
+
+# -- the cache, window and grouping bugs judged by the properties too ----------------------
+
+def _incremental(backend, seed):
+    """The incremental-decoding property's body on a fixed example: N = 2, GQA (H = 4,
+    H_kv = 2), window 2, T = 6 in chunks of 2, 1, 3."""
+    from attnspec.conformance.ops import Ops
+    from attnspec.conformance.suite import test_properties_llama as props
+    from attnspec.spec.vectors import default_spec
+
+    class Data:
+        def draw(self, _):
+            return [2, 3]
+
+    session = types.SimpleNamespace(property_dtype="float64")
+    props.test_llama_incremental_decoding_with_cache_equals_full_forward.hypothesis.inner_test(
+        backend=backend, device="cpu", attnspec_session=session,
+        ops=Ops(backend, default_spec(), "cpu", "float64"), seed=seed, cfg=(16, 4, 2),
+        window=2, n=2, t=6, data=Data())
+
+
+STEP_BUGS = ["llama-window-top-left", "llama-step-positions-not-offset"]
+
+
+@pytest.mark.parametrize("name", STEP_BUGS)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_llama_step_bug_is_caught_by_the_incremental_property(name, seed):
+    with pytest.raises(AssertionError), np.errstate(all="ignore"):
+        _incremental(MUTANTS["greedy_decode"][name], seed)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_incremental_property_passes_the_correct_backend(seed):
+    _incremental(composite_mutant(Decoding), seed)
