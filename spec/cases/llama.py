@@ -86,8 +86,10 @@ def layer_cases(r):
                 flags=["sliding-window", "off-by-one"])
     a, p = gqa(4, 2, k=8, d=16)
     yield value("llama/layer-offset-001", "llama_layer",
-                "offset = 7: RoPE positions 7..10 (a chunk after 7 cached positions), K = 8; "
-                "the rotation is 'half' (pairs (i, i + K/2)), so the interleaved pairing fails.",
+                "offset = 7: RoPE positions 7..10, K = 8. RoPE scores depend on i - j only, so "
+                "y equals offset 0's (a backend that adds offset elsewhere, e.g. to the mask, "
+                "fails); the rotation is 'half' (pairs (i, i + K/2)), so the interleaved "
+                "pairing fails.",
                 inputs={"x": shifted(r, (1, 4, 16))}, attributes={**a, "offset": 7}, params=p,
                 flags=["offset", "half"])
     a, p = gqa(4, 2, k=8)
