@@ -268,22 +268,40 @@ def llama_attrs(max_len, n=1, heads=4, kv_heads=2, window=None):
     return a
 
 
-def llama(prompt_len, b, n, d, heads, kv_heads, vocab):
+def llama(prompt_len, b, n, d, heads, kv_heads, vocab, sharp=1):
+    """A prompt and Llama parameters; ``sharp`` scales w_q and w_k (sharper attention, so
+    positions, i.e. RoPE, weigh more in the output)."""
     from .llama import model_params
 
     def build(r):
         prompt = ids(r, vocab, [prompt_len] * b, prompt_len, bos_id=BOS)
-        return {"prompt": prompt}, model_params(r, n, d, heads, kv_heads, 2 * d, vocab, 1.0)
+        p = model_params(r, n, d, heads, kv_heads, 2 * d, vocab, 1.0)
+        for i in range(n):
+            for w in ("w_q", "w_k"):
+                p[f"layers.{i}.attn.{w}"] = p[f"layers.{i}.attn.{w}"] * sharp
+        return {"prompt": prompt}, p
     return build
 
 
-def llama_search(case, build, attrs, want, attempts=80):
-    global wide_margin
-    saved, wide_margin = wide_margin, llama_margin
-    try:
-        return search(case, build, attrs, want, attempts)
-    finally:
-        wide_margin = saved
+def llama_search(case, build, attrs, want, attempts=80, unlike=None):
+    """search() with the Llama margin; with ``unlike`` (attributes), also the decoding
+    under those attributes must give other ids (a wrong default shows)."""
+    def differs(inputs, params, ids_):
+        if unlike is None:
+            return True
+        other = run(prompt=inputs["prompt"], **{**attrs, **unlike}, params=params)
+        return not np.array_equal(other[0], ids_)
+
+    for attempt in range(attempts):
+        inputs, params = build(Rng(f"greedy_decode/{case}/{attempt}"))
+        kwargs = dict(prompt=inputs.get("prompt"), src_ids=inputs.get("src_ids"), **attrs,
+                      params=params)
+        result = run(**kwargs, accept=llama_margin)
+        if result is not None and want(result[0]) and differs(inputs, params, result[0]):
+            remember(result, **kwargs)
+            return inputs, params
+    raise GenerationError(f"greedy_decode/{case}: no candidate in {attempts} attempts keeps "
+                          f"the logit margin")
 
 
 def llama_cases():
@@ -301,13 +319,16 @@ def llama_cases():
                 "aligned over the cache), RoPE at the step's own position.",
                 inputs=inputs, attributes=a, params=p,
                 flags=["sliding-window", "mqa", "decoder-step", "offset"])
-    a = {k: v for k, v in llama_attrs(7, heads=2, kv_heads=2).items()
+    a = {k: v for k, v in llama_attrs(9, heads=1, kv_heads=1).items()
          if k not in ("num_kv_heads", "rope_base", "window", "eps")}
-    inputs, p = llama_search("llama-defaults-001", llama(2, 2, 1, 16, 2, 2, 16),
-                             {**a, "eps": 1e-5}, no_eos(2))
+    inputs, p = llama_search("llama-defaults-001", llama(3, 2, 1, 16, 1, 1, 16, sharp=2),
+                             {**a, "eps": 1e-5}, no_eos(2),
+                             unlike={"rope_base": 500000.0})
     yield value("greedy_decode/llama-defaults-001", "greedy_decode",
                 "llama_decoder_only with num_kv_heads, rope_base, window and eps left out (H, "
-                "10000, None, 1e-5): H = 2 heads of K = 8, prompt (2, 2), max_len = 7.",
+                "10000, None, 1e-5): one head of K = 16 (w_q, w_k doubled: sharp attention), "
+                "prompt (2, 3), max_len = 9; chosen so that rope_base = 500000 (Llama 3's) "
+                "decodes other ids.",
                 inputs=inputs, attributes=a, params=p, flags=["defaults"],
                 omit_defaults=True)
     prompt = {"prompt": np.array([[1, 5, 9]], dtype=np.int64)}
