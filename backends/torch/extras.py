@@ -10,7 +10,10 @@ is left out of that check; each check asserts it compared at least one vector.
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 from attnspec.spec.errors import ConfigError, DeviceError, DTypeError
@@ -271,6 +274,75 @@ def grad_encoder_layer(device):
     return check
 
 
+# -- Hugging Face transformers (the optional hf extra) -----------------------------------------
+
+
+def _close_at(name, got, vector, out_name, dtype):
+    want, tol = vector.outputs[out_name], vector.tolerances[dtype]
+    got = got.detach().cpu().to(torch.float64).numpy()
+    np.testing.assert_allclose(got, want, rtol=tol["rtol"], atol=tol["atol"],
+                               err_msg=f"{name}: {vector.id} output {out_name!r} "
+                                       f"(judged at the vector's {dtype} tolerance)")
+
+
+def agree_hf_encoder_layer(device, norm):
+    """Every expressible encoder_layer vector of this norm through ``hf.to_hf``: BertLayer
+    (post) or GPT2Block (pre), the vector's own mask given as HF's additive mask."""
+    from . import hf
+
+    name = "transformers." + ("BertLayer" if norm == "post" else "GPT2Block")
+
+    def one(v, x, p):
+        a = v.attributes
+        t = x["x"].shape[1]
+        if a.get("norm", "post") != norm or not _no_empty_rows(v.inputs.get("mask"), t, t):
+            return False  # HF gives a row with nothing to attend to uniform weights, not 0
+        _close(name, hf.forward(hf.to_hf(p, a), x["x"], x.get("mask")), v, "y")
+        return True
+    return lambda spec: _run(name, spec, "encoder_layer", one, device)
+
+
+def agree_hf_llama_layer(device):
+    """Every expressible llama_layer vector through ``hf.to_hf`` -> LlamaDecoderLayer, judged
+    at the vector's float32 tolerance: at float64 transformers still computes RMSNorm, the
+    RoPE angles and the eager softmax in float32 (spec/components/huggingface.md)."""
+    from . import hf
+
+    name = "transformers.LlamaDecoderLayer"
+
+    def one(v, x, p):
+        a = dict(v.attributes)
+        t = x["x"].shape[1]
+        keep = np.tril(np.ones((t, t), dtype=bool))
+        if "mask" in v.inputs:
+            keep = keep & np.asarray(v.inputs["mask"])
+        if a.get("window") is not None or not _no_empty_rows(keep, t, t):
+            return False  # LlamaConfig has no sliding window; empty rows as above
+        offset = a.pop("offset", 0)
+        y = hf.forward(hf.to_hf(p, a), x["x"], x.get("mask"), offset=offset)
+        _close_at(name, y, v, "y", "float32")
+        return True
+
+    def check(spec):
+        if not any(v.function == "llama_layer" for v in spec.vectors):
+            pytest.skip(f"the spec (attnspec {spec.version}) has no llama_layer vectors")
+        compared = sum(bool(_finite(v) and one(v, _tensors(v.inputs, device),
+                                                _tensors(v.params, device)))
+                       for v in spec.vectors if v.function == "llama_layer"
+                       and v.expect == "value" and not v.deprecated)
+        assert compared, f"{name}: no llama_layer vector could be expressed"
+    return check
+
+
+def hf_checks(device):
+    if importlib.util.find_spec("transformers") is None:
+        reason = "transformers is not installed: pip install 'attnspec[hf]' (tox -e hf)"
+        return [("agree/transformers", lambda spec: pytest.skip(reason))]
+    return [("agree/transformers.BertLayer", agree_hf_encoder_layer(device, "post")),
+            ("agree/transformers.GPT2Block", agree_hf_encoder_layer(device, "pre")),
+            ("agree/transformers.LlamaDecoderLayer", agree_hf_llama_layer(device))]
+
+
 # -- error contract --------------------------------------------------------------------------
 
 
@@ -327,4 +399,4 @@ def extra_checks(backend, device):
             ("sdpa", grad_sdpa), ("mha", grad_mha), ("layer_norm", grad_layer_norm),
             ("feedforward", grad_feedforward), ("encoder_layer", grad_encoder_layer))]
     checks += [wrong_device(backend, device), ("error-contract/wrong-dtype", wrong_dtype(device))]
-    return checks
+    return checks + hf_checks(device)
