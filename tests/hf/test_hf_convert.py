@@ -11,6 +11,8 @@ spec parameters.
 Runs in the ``hf`` tox environment (tests/hf is left out of the numpy one).
 """
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -282,3 +284,45 @@ def test_llama_to_hf_names_a_missing_parameter():
     del params["ffn.w_gate"]
     with pytest.raises(ParameterError, match="ffn.w_gate"):
         hf.to_hf(params, attrs)
+
+
+# -- (b) for llama_layer, before its vectors exist: vectors whose expected y is the kernels' ------
+
+
+def _llama_vector(vid, attributes, mask=None, seed=0):
+    attrs, params = hf.from_hf(llama(rms_norm_eps=1e-6))
+    x = x_of(2, 6, 16, seed=seed).numpy()
+    inputs = {"x": x} if mask is None else {"x": x, "mask": mask}
+    call = {**attrs, **attributes}
+    call.pop("window", None)
+    y = llama_from_kernels(x, mask, params=_np(params), **call)
+    tol = {"float64": {"rtol": 1e-10, "atol": 1e-12}, "float32": {"rtol": 2e-5, "atol": 4e-6}}
+    return SimpleNamespace(id=vid, function="llama_layer", expect="value", deprecated=False,
+                           attributes={**attrs, **attributes}, inputs=inputs,
+                           params=_np(params), outputs={"y": y}, tolerances=tol)
+
+
+def _llama_spec(*vectors):
+    return SimpleNamespace(version="test", vectors=list(vectors))
+
+
+def test_the_llama_check_passes_vectors_computed_by_the_kernels():
+    spec = _llama_spec(_llama_vector("llama/plain", {}),
+                       _llama_vector("llama/offset-mask", {"offset": 3},
+                                     mask=_padding([6, 4], 6).numpy(), seed=2))
+    _check("agree/transformers.LlamaDecoderLayer")(spec)
+
+
+def test_the_llama_check_catches_a_swapped_query_key_mapping(monkeypatch):
+    spec = _llama_spec(_llama_vector("llama/plain", {}))
+    table = [(n.replace("q_proj", "K").replace("k_proj", "q_proj").replace("K", "k_proj"), s, t)
+             for n, s, t in hf.LLAMA]
+    monkeypatch.setattr(hf, "LLAMA", table)
+    with pytest.raises(AssertionError, match="llama/plain"):
+        _check("agree/transformers.LlamaDecoderLayer")(spec)
+
+
+def test_the_llama_check_leaves_out_windows_and_fails_when_nothing_is_left():
+    spec = _llama_spec(_llama_vector("llama/window", {"window": 2}))
+    with pytest.raises(AssertionError, match="no llama_layer vector could be expressed"):
+        _check("agree/transformers.LlamaDecoderLayer")(spec)
