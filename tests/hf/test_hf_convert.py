@@ -313,10 +313,11 @@ def test_the_llama_check_passes_vectors_computed_by_the_kernels():
     _check("agree/transformers.LlamaDecoderLayer")(spec)
 
 
-def test_the_llama_check_catches_a_swapped_query_key_mapping(monkeypatch):
+def test_the_llama_check_catches_gate_and_up_swapped(monkeypatch):
+    """w1/w3 confusion: SwiGLU's gate and up projections have the same shape."""
     spec = _llama_spec(_llama_vector("llama/plain", {}))
-    table = [(n.replace("q_proj", "K").replace("k_proj", "q_proj").replace("K", "k_proj"), s, t)
-             for n, s, t in hf.LLAMA]
+    table = [(n.replace("gate_proj", "G").replace("up_proj", "gate_proj").replace("G", "up_proj"),
+              s, t) for n, s, t in hf.LLAMA]
     monkeypatch.setattr(hf, "LLAMA", table)
     with pytest.raises(AssertionError, match="llama/plain"):
         _check("agree/transformers.LlamaDecoderLayer")(spec)
