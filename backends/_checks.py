@@ -184,6 +184,13 @@ def kv_heads(num_kv_heads, q_shape: tuple, k_shape: tuple, v_shape: tuple) -> in
     return heads // h_kv
 
 
+def kv_divides(heads: int, kv: int) -> int:
+    """Grouped-query attention: num_kv_heads divides num_heads; returns the group size."""
+    if heads % kv:
+        raise ConfigError(f"num_kv_heads={kv} does not divide num_heads={heads}")
+    return heads // kv
+
+
 class Params:
     """A view of a flat ``{canonical path: array}`` mapping under a prefix.
 

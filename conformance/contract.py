@@ -1,8 +1,9 @@
 """Backend functions the contract requires beyond the ones in vector files.
 
 The key/value cache API of incremental decoding (spec/components/greedy_decode.md,
-"Incremental decoding (backend API)") has no golden vectors; the property
-``test_incremental_decoding_with_cache_equals_full_decoding`` checks it. The
+"Incremental decoding (backend API)"; spec/components/llama.md for the Llama cache) has no
+golden vectors; the properties ``test_incremental_decoding_with_cache_equals_full_decoding``
+and ``test_llama_incremental_decoding_with_cache_equals_full_forward`` check it. The
 completeness test requires these too, and ``attnspec new-backend`` stubs them.
 """
 
@@ -13,4 +14,9 @@ EXTRA_FUNCTIONS = (
     ("decoder_only_step", "decoding",
      "ids, cache, *, pad_id, num_layers, num_heads, norm='pre', eps=1e-05, activation='gelu', "
      "params", "(logits, new_cache)"),
+    ("llama_init_cache", "decoding",
+     "*, batch_size, num_layers, num_heads, num_kv_heads=None, params", "cache"),
+    ("llama_step", "decoding",
+     "ids, cache, *, pad_id, num_layers, num_heads, num_kv_heads=None, eps=1e-06, "
+     "rope_base=10000.0, window=None, params", "(logits, new_cache)"),
 )

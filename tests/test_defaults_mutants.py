@@ -59,6 +59,13 @@ WRONG = [
     ("decoder_only", {"activation": "relu"}),
     ("transformer", {"tie_embeddings": True}),
     ("greedy_decode", {"tie_embeddings": True}),
+    *[(f, {"eps": 1e-5}) for f in ("llama_layer", "llama_decoder_only")],
+    *[(f, {"rope_base": 500000.0}) for f in ("llama_layer", "llama_decoder_only")],
+    *[(f, {"window": 2}) for f in ("llama_layer", "llama_decoder_only")],
+    *[(f, {"num_kv_heads": 1}) for f in ("llama_layer", "llama_decoder_only")],
+    ("greedy_decode", {"rope_base": 500000.0}),
+    ("greedy_decode", {"window": 2}),
+    ("greedy_decode", {"num_kv_heads": 1}),
 ]
 
 # Wrong defaults whose effect is below some dtypes' resolution by construction: sinusoidal
@@ -68,7 +75,10 @@ COARSE = [
     ("transformer", {"eps": 1e-6}, ("float64",)),
 ]
 # Not observable through any vector: a keep mask is given whenever values are compared.
-UNOBSERVABLE = {("dropout", "seed"), ("greedy_decode", "eps")}
+# llama_layer's offset: RoPE scores depend on i - j only, so shifting every query and key
+# of the layer by the same offset leaves y unchanged (it matters in llama_step, whose cached
+# keys sit at other positions: the incremental-decoding property and greedy_decode catch it).
+UNOBSERVABLE = {("dropout", "seed"), ("greedy_decode", "eps"), ("llama_layer", "offset")}
 
 
 def wrong_default(name: str, defaults: dict):

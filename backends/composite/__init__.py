@@ -56,7 +56,8 @@ OPS = {
 
 # The spec functions a composite calls, by the spec module that holds them.
 MODULES = {
-    "layer_norm": "norm", "feedforward": "feedforward",
+    "layer_norm": "norm", "rms_norm": "norm", "feedforward": "feedforward",
+    "gated_feedforward": "feedforward", "rope": "positional", "sliding_window_mask": "attention",
     "mha": "multihead", "sdpa": "attention", "causal_mask": "attention",
     "padding_mask": "attention", "combined_mask": "attention",
     "embedding": "embedding", "lm_head": "embedding",
@@ -66,7 +67,8 @@ MODULES = {
     "encoder_layer": "layers", "decoder_layer": "layers", "encoder": "layers",
     "decoder": "layers", "transformer": "models", "encoder_only": "models",
     "decoder_only": "models", "decoder_only_init_cache": "decoding",
-    "decoder_only_step": "decoding",
+    "decoder_only_step": "decoding", "llama_layer": "layers", "llama_decoder_only": "models",
+    "llama_init_cache": "decoding", "llama_step": "decoding",
 }
 
 

@@ -7,6 +7,11 @@ The cache is a plain dict, so every backend can hold it in its own arrays:
     "layers.<i>.k":  (B, H, n, K) the projected keys of layer i's self-attention
     "layers.<i>.v":  (B, H, n, V) the projected values
 ``decoder_only_step`` never modifies the cache it is given; it returns a new one.
+
+The Llama cache (``llama_init_cache`` / ``llama_step``) is the same dict, its keys and values
+(B, H_kv, n, K) holding the H_kv key/value heads (not H), the keys already rotated (RoPE at
+their own positions). It keeps every position: a sliding window is applied by the mask
+(bottom-right aligned over the n + t keys), not by dropping old entries.
 """
 
 from __future__ import annotations
@@ -17,11 +22,12 @@ from .. import _checks as check
 from .layers import NORMS
 from .models import Models
 
-MODELS = ("decoder_only", "transformer")
+MODELS = ("decoder_only", "transformer", "llama_decoder_only")
 
 
 class Decoding(Models):
-    EXPORTS = ("greedy_decode", "decoder_only_init_cache", "decoder_only_step")
+    EXPORTS = ("greedy_decode", "decoder_only_init_cache", "decoder_only_step",
+               "llama_init_cache", "llama_step")
 
     def decoder_only_init_cache(self, *, batch_size, num_layers, num_heads, params):
         """An empty cache (length 0) for ``batch_size`` rows, in the dtype of the parameters."""
@@ -90,6 +96,61 @@ class Decoding(Models):
             h = self.k.layer_norm(h, eps=eps, params=p.scope("final_norm"))
         return self.k.lm_head(h, params=p.scope("lm_head")), new_cache
 
+    def llama_init_cache(self, *, batch_size, num_layers, num_heads, num_kv_heads=None, params):
+        """An empty cache (length 0) for ``batch_size`` rows: keys and values (B, H_kv, 0, K)
+        per layer, in the dtype of the parameters."""
+        ops = self.ops
+        b = check.integer("batch_size", batch_size, lo=1)
+        n = check.integer("num_layers", num_layers, lo=1)
+        heads, kv = self.llama_heads(num_heads, num_kv_heads)
+        p = check.params_of(params)
+        cache = {"length": 0, "keep": ops.falses((b, 0), like=p.get("embed.table"))}
+        for i in range(n):
+            attn = p.scope(f"layers.{i}").scope("attn")
+            w_q = ops.floating(attn.path("w_q"), attn.require("w_q", (None, None)))
+            width = check.divides(f"query width {attn.path('w_q')}.shape[1]", heads,
+                                  w_q.shape[1], "H*K")
+            cache[f"layers.{i}.k"] = ops.zeros((b, kv, 0, width), like=w_q)
+            cache[f"layers.{i}.v"] = ops.zeros((b, kv, 0, width), like=w_q)
+        return cache
+
+    def llama_step(self, ids, cache, *, pad_id, num_layers, num_heads, num_kv_heads=None,
+                   eps=1e-6, rope_base=10000.0, window=None, params):
+        """(logits (B, t, L), new cache) for the t new tokens ``ids`` (B, t) at positions
+        n..n+t-1, n = cache["length"]: equal to llama_decoder_only(all ids so far)[:, n:]."""
+        ops = self.ops
+        p = check.params_of(params)
+        L, _ = check.shape(p.require("embed.table", (None, None)))
+        ids = self.token_ids("ids", ids, L, p.path("embed.table"))
+        pad_id = check.integer("pad_id", pad_id)
+        n_layers = check.integer("num_layers", num_layers, lo=1)
+        heads, kv = self.llama_heads(num_heads, num_kv_heads)
+        window = self.llama_window(window)
+        n = int(cache["length"])
+        check.same("batch size", **{"ids.shape[0]": ids.shape[0],
+                                    "cache['keep'].shape[0]": cache["keep"].shape[0]})
+        b, t = check.shape(ids)
+        keep = ops.concat([cache["keep"], ids != pad_id], axis=1)  # (B, n+t)
+        mask = self.llama_keep(keep[:, None, None, :], b, t, n + t, window, keep)  # (B,1,t,n+t)
+        new_cache = {"length": n + t, "keep": keep}
+        h = self.k.embedding(ids, scale=False, params=p.scope("embed"))  # (B, t, D)
+        for i in range(n_layers):
+            past = cache[f"layers.{i}.k"], cache[f"layers.{i}.v"]
+            h, (k, v) = self.llama_block(h, mask, heads, kv, eps, rope_base, n,
+                                         p.scope(f"layers.{i}"), None, past)
+            new_cache[f"layers.{i}.k"], new_cache[f"layers.{i}.v"] = k, v
+        return self.llama_head(h, eps, p), new_cache
+
+    def _llama_steps(self, prompt, pad_id, cfg: dict, p):
+        """Next-token logits: the prompt once (prefill), then one token a step, via the cache."""
+        init, step = self.k.llama_init_cache, self.k.llama_step
+        cache = init(batch_size=prompt.shape[0], num_layers=cfg["num_layers"],
+                     num_heads=cfg["num_heads"], num_kv_heads=cfg["num_kv_heads"], params=p)
+        logits, cache = step(prompt, cache, pad_id=pad_id, params=p, **cfg)
+        while True:
+            nxt = yield logits[:, -1]
+            logits, cache = step(nxt[:, None], cache, pad_id=pad_id, params=p, **cfg)
+
     def _decoder_only_steps(self, prompt, pad_id, cfg: dict, p):
         """Next-token logits: the prompt once (prefill), then one token a step, via the cache."""
         init, step = self.k.decoder_only_init_cache, self.k.decoder_only_step
@@ -107,15 +168,18 @@ class Decoding(Models):
         while True:
             seq = yield self.decode(seq, memory, m_src, pad_id, cfg, tie, p)[:, -1]
 
-    def _prompt(self, prompt, src_ids, pad_id, max_len, p):
-        """decoder_only: the checked prompt (B, P) and max_len in [P, max positions]."""
+    def _prompt(self, prompt, src_ids, pad_id, max_len, p, model="decoder_only"):
+        """decoder_only: the checked prompt (B, P) and max_len in [P, max positions];
+        llama_decoder_only (no position table): max_len >= P."""
         if prompt is None or src_ids is not None:
-            raise ConfigError("model 'decoder_only' takes a prompt (B, P) and no src_ids")
+            raise ConfigError(f"model {model!r} takes a prompt (B, P) and no src_ids")
         L, _ = check.shape(p.require("embed.table", (None, None)))
         seq = self.token_ids("prompt", prompt, L, p.path("embed.table"))
         self.ops.value_check(self.ops.all_(seq != pad_id), lambda: (
             f"prompt must not contain pad_id={pad_id} (rows are not padded), got prompt of "
             f"shape {check.shape(seq)}"))
+        if model == "llama_decoder_only":
+            return seq, check.integer("max_len", max_len, lo=seq.shape[1])
         max_pos = check.shape(p.require("pos.table", (None, None)))[0]
         return seq, check.integer("max_len", max_len, lo=seq.shape[1], hi=max_pos + 1)
 
@@ -131,12 +195,26 @@ class Decoding(Models):
                 raise DomainError(f"{name}={value} is not a token id in [0, {L})")
         return src_ids, check.integer("max_len", max_len, lo=1)
 
+    @staticmethod
+    def _llama_config(model, norm, activation, num_kv_heads, rope_base, window) -> dict:
+        """The Llama attributes; refused (unless defaults) by the other models."""
+        llama = {"num_kv_heads": num_kv_heads, "rope_base": rope_base, "window": window}
+        if model == "llama_decoder_only":
+            check.choice("norm", norm, ("pre",))
+            check.choice("activation", activation, ("silu",))
+        elif llama != {"num_kv_heads": None, "rope_base": 10000.0, "window": None}:
+            raise ConfigError(f"num_kv_heads, rope_base and window are attributes of model "
+                              f"'llama_decoder_only', not of {model!r}")
+        return llama
+
     def greedy_decode(self, prompt=None, src_ids=None, *, model, bos_id, eos_id, pad_id, max_len,
                       num_layers, num_heads, norm, eps=1e-5, activation, tie_embeddings=False,
-                      params):
+                      num_kv_heads=None, rope_base=10000.0, window=None, params):
         """ids (B, max_len): the prompt (decoder_only) or [bos_id] (transformer), extended by
         next = argmax_j logits[:, -1, j] (ties: lowest id) until a row emits eos_id, after which
-        the row holds pad_id; stops when every row has ended or the length is max_len."""
+        the row holds pad_id; stops when every row has ended or the length is max_len.
+        llama_decoder_only takes num_kv_heads, rope_base and window, and needs norm='pre',
+        activation='silu' (what it is); the others refuse them."""
         ops = self.ops
         check.choice("model", model, MODELS)
         p = check.params_of(params)
@@ -145,7 +223,13 @@ class Decoding(Models):
         check.choice("norm", norm, NORMS)
         cfg = dict(num_layers=num_layers, num_heads=num_heads, norm=norm, eps=eps,
                    activation=activation)
-        if model == "decoder_only":
+        llama = self._llama_config(model, norm, activation, num_kv_heads, rope_base, window)
+        if model == "llama_decoder_only":
+            seq, max_len = self._prompt(prompt, src_ids, pad_id, max_len, p, model)
+            steps = self._llama_steps(seq, pad_id, {**llama, "num_layers": num_layers,
+                                                    "num_heads": num_heads, "eps": eps}, p)
+            logits = next(steps)
+        elif model == "decoder_only":
             seq, max_len = self._prompt(prompt, src_ids, pad_id, max_len, p)
             steps = self._decoder_only_steps(seq, pad_id, cfg, p)
             logits = next(steps)
@@ -163,6 +247,6 @@ class Decoding(Models):
             done = done | (nxt == eos_id)
             seq = ops.concat([seq, nxt[:, None]], axis=1)
             if seq.shape[1] < max_len and not ops.known_all(done):
-                logits = steps.send(nxt if model == "decoder_only" else seq)
+                logits = steps.send(seq if model == "transformer" else nxt)
         rest = ops.full((seq.shape[0], max_len - seq.shape[1]), pad_id, like=seq)
         return ops.concat([seq, rest], axis=1)  # (B, max_len)

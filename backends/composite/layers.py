@@ -1,8 +1,10 @@
 """Transformer layers and stacks: the residual block, encoder layer, decoder layer, N-layer
-encoder and decoder, in post-norm (the paper) and pre-norm (GPT-2) arrangements."""
+encoder and decoder, in post-norm (the paper) and pre-norm (GPT-2) arrangements; the
+Llama-style decoder layer (pre-RMSNorm, RoPE, grouped-query attention, SwiGLU)."""
 
 from __future__ import annotations
 
+from attnspec.spec.errors import ShapeError
 from attnspec.spec.trace import record, scope
 
 from .. import _checks as check
@@ -12,7 +14,8 @@ NORMS = ("post", "pre")
 
 
 class Layers(Composite):
-    EXPORTS = ("encoder_layer", "decoder_layer", "encoder", "decoder")  # and residual
+    EXPORTS = ("encoder_layer", "decoder_layer", "encoder", "decoder",
+               "llama_layer")  # and residual
 
     def _sublayer(self, x, f, p, norm_name: str, norm: str, eps):
         """post: LN(x + f(x));  pre: x + f(LN(x))."""
@@ -133,3 +136,98 @@ class Layers(Composite):
         return self._stack(self.k.decoder_layer, x, num_layers, norm, eps, params, trace,
                            memory=memory, self_mask=self_mask, memory_mask=memory_mask,
                            num_heads=num_heads, activation=activation)
+
+    # -- the Llama-style layer ------------------------------------------------------------
+
+    def llama_layer(self, x, mask=None, *, num_heads, num_kv_heads=None, eps=1e-6,
+                    rope_base=10000.0, window=None, offset=0, params, trace=None):
+        """h = x + W_o Attn(RoPE(RMSNorm(x) W_q), RoPE(RMSNorm(x) W_k), RMSNorm(x) W_v);
+        y = h + W_down(silu(RMSNorm(h) W_gate) * RMSNorm(h) W_up); causal (within window),
+        RoPE "half" at positions offset..offset+T-1, query head h reads kv head h // (H/H_kv).
+        """
+        x = self.ops.floating("x", x)
+        b, t, _ = check.rank("x", x, min_rank=3, max_rank=3)
+        heads, kv = self.llama_heads(num_heads, num_kv_heads)
+        window = self.llama_window(window)
+        offset = check.integer("offset", offset, lo=0)
+        keep = self.llama_keep(mask, b, t, t, window, x)  # (B?, 1, T, T)
+        y, _ = self.llama_block(x, keep, heads, kv, eps, rope_base, offset,
+                                check.params_of(params), trace)
+        return y
+
+    @staticmethod
+    def llama_heads(num_heads, num_kv_heads) -> tuple:
+        """(H, H_kv): H_kv (None: H) divides H."""
+        heads = check.integer("num_heads", num_heads, lo=1)
+        if num_kv_heads is None:
+            return heads, heads
+        kv = check.integer("num_kv_heads", num_kv_heads, lo=1)
+        check.kv_divides(heads, kv)
+        return heads, kv
+
+    @staticmethod
+    def llama_window(window):
+        return None if window is None else check.integer("window", window, lo=1)
+
+    def llama_keep(self, mask, b: int, t: int, s: int, window, like):
+        """keep[b, 0, i, j] = mask and j <= p (and p - window < j), p = i + S - T: the causal
+        mask (or sliding window), bottom-right aligned, on like's device, ANDed with mask."""
+        k = self.k
+        m = (k.causal_mask(t=t, s=s) if window is None
+             else k.sliding_window_mask(t=t, s=s, window=window))  # (T, S)
+        m = self.ops.cast(m, self.ops.falses((), like=like))
+        if mask is None:
+            return m
+        check.broadcastable("mask", mask, (b, 1, t, s))
+        return mask & m  # (B, 1, T, S)
+
+    def project(self, h, p, name: str, d_out=None):
+        """h W over the last axis, W = p[name] of shape (D, d_out); no bias."""
+        w = self.ops.floating(p.path(name), p.require(name, (h.shape[-1], d_out)), like=h)
+        return self.ops.matmul(h, w)
+
+    def llama_qkv(self, n1, p, heads: int, kv: int, base, offset: int):
+        """Queries (B, H, t, K) and keys (B, H_kv, t, K) rotated at positions offset..,
+        values (B, H_kv, t, K), from the normed input n1 (B, t, D)."""
+        ops = self.ops
+        w_q = check.shape(p.require("w_q", (n1.shape[-1], None)))
+        width = check.divides(f"query width {p.path('w_q')}.shape[1]", heads, w_q[1], "H*K")
+        if width % 2:
+            raise ShapeError(f"RoPE needs an even head width: {p.path('w_q')} of shape {w_q} "
+                             f"with num_heads={heads} gives K={width}")
+        q = ops.split_heads(self.project(n1, p, "w_q"), heads)  # (B, H, t, K)
+        k = ops.split_heads(self.project(n1, p, "w_k", kv * width), kv)  # (B, H_kv, t, K)
+        v = ops.split_heads(self.project(n1, p, "w_v", kv * width), kv)  # (B, H_kv, t, K)
+        rope = self.k.rope
+        return (rope(q, offset=offset, base=base, convention="half"),
+                rope(k, offset=offset, base=base, convention="half"), v)
+
+    def llama_attention(self, n1, keep, heads: int, kv: int, base, offset: int, p, trace,
+                        past=None):
+        """W_o concat_h sdpa(Q_h, K_g, V_g, keep) over the past keys/values (B, H_kv, n, K)
+        and the new ones; returns (output (B, t, D), (keys, values) (B, H_kv, n+t, K))."""
+        ops = self.ops
+        q, k, v = self.llama_qkv(n1, p, heads, kv, base, offset)
+        if past is not None:
+            k = ops.concat([past[0], k], axis=2)  # (B, H_kv, n+t, K)
+            v = ops.concat([past[1], v], axis=2)  # (B, H_kv, n+t, K)
+        out, weights = self.k.sdpa(q, k, v, keep, num_kv_heads=kv)  # (B, H, t, K), (B, H, t, S)
+        record(trace, "attn.weights", weights)
+        o = self.project(ops.merge_heads(out), p, "w_o", n1.shape[-1])  # (B, t, D)
+        record(trace, "attn.output", o)
+        return o, (k, v)
+
+    def llama_block(self, x, keep, heads: int, kv: int, eps, base, offset: int, p, trace,
+                    past=None):
+        """The layer on x (B, t, D): (y, (keys, values)) (see llama_attention)."""
+        n1 = self.k.rms_norm(x, eps=eps, params=p.scope("attn_norm"))
+        a, kv_cache = self.llama_attention(n1, keep, heads, kv, base, offset, p.scope("attn"),
+                                           trace, past)
+        r1 = x + a
+        record(trace, "residual1.output", r1)
+        n2 = self.k.rms_norm(r1, eps=eps, params=p.scope("ffn_norm"))
+        f = self.k.gated_feedforward(n2, activation="silu", params=p.scope("ffn"))
+        record(trace, "ffn.output", f)
+        y = r1 + f
+        record(trace, "residual2.output", y)
+        return y, kv_cache

@@ -1,5 +1,5 @@
-"""Whole models on token ids: the encoder-decoder Transformer, an encoder-only (BERT-style)
-and a decoder-only (GPT-style) model. Inference only: no dropout."""
+"""Whole models on token ids: the encoder-decoder Transformer, an encoder-only (BERT-style),
+a decoder-only (GPT-style) and a Llama-style model. Inference only: no dropout."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from .layers import Layers
 
 
 class Models(Layers):
-    EXPORTS = ("transformer", "encoder_only", "decoder_only")
+    EXPORTS = ("transformer", "encoder_only", "decoder_only", "llama_decoder_only")
 
     def token_ids(self, name: str, ids, vocab: int, table_path: str):
         """(B, T) integer ids in [0, L), or DomainError naming the offending ids."""
@@ -114,3 +114,27 @@ class Models(Layers):
         h = self.k.encoder(e, mask, num_layers=num_layers, num_heads=num_heads, norm=norm,
                            eps=eps, activation=activation, params=p, trace=trace)
         return self.k.lm_head(h, params=p.scope("lm_head"))
+
+    def llama_decoder_only(self, ids, *, pad_id, num_layers, num_heads, num_kv_heads=None,
+                           eps=1e-6, rope_base=10000.0, window=None, params, trace=None):
+        """h_0 = E[ids] (no positions, no scale); h_{i+1} = LlamaLayer_i(h_i, pad(ids));
+        logits = RMSNorm(h_N) W_lm (no bias)."""
+        p = check.params_of(params)
+        ids, pad_id = self._model_ids(ids, pad_id, p)
+        n = check.integer("num_layers", num_layers, lo=1)
+        self.llama_heads(num_heads, num_kv_heads)
+        self.llama_window(window)
+        h = self.k.embedding(ids, scale=False, params=p.scope("embed"))  # (B, T, D)
+        record(trace, "embed.output", h)
+        pad = self.k.padding_mask(ids, pad_id=pad_id)  # (B, 1, 1, T)
+        for i in range(n):
+            h = self.k.llama_layer(h, pad, num_heads=num_heads, num_kv_heads=num_kv_heads,
+                                   eps=eps, rope_base=rope_base, window=window, offset=0,
+                                   params=p.scope(f"layers.{i}"), trace=scope(trace, f"layers.{i}"))
+        return self.llama_head(h, eps, p, trace)
+
+    def llama_head(self, h, eps, p, trace=None):
+        """logits = RMSNorm(h; norm.gamma) lm_head.w: (B, t, L)."""
+        h = self.k.rms_norm(h, eps=eps, params=p.scope("norm"))
+        record(trace, "norm.output", h)
+        return self.project(h, p.scope("lm_head"), "w")

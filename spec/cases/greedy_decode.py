@@ -23,8 +23,9 @@ COMPONENT = Component("greedy_decode", {
                         optional=["prompt", "src_ids"], returns=["ids"],
                         required=["model", "bos_id", "eos_id", "pad_id", "max_len", "num_layers",
                                   "num_heads", "norm", "activation"],
-                        attributes={"eps": 1e-5, "tie_embeddings": False}, params=True,
-                        oracle=oracle),
+                        attributes={"eps": 1e-5, "tie_embeddings": False},
+                        added={"num_kv_heads": None, "rope_base": 10000.0, "window": None},
+                        params=True, oracle=oracle),
 })
 
 BOS, EOS, PAD = 1, 2, 0
@@ -189,6 +190,7 @@ def cases(rng):
                 error="ConfigError", mentions=["src_ids"])
     yield from defaults_cases()
     yield from missed_cases()
+    yield from llama_cases()
 
 
 # -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
@@ -246,3 +248,74 @@ def missed_cases():
                 "transformer with bos_id = 0 and pad_id = 1: a falsy bos_id is still the first "
                 "target token (a `bos_id or ...` default, or pad_id as BOS, fails).",
                 inputs=inputs, attributes=a, params=p, flags=["edge", "encoder-decoder"])
+
+
+# -- llama_decoder_only (issue 12): greedy decoding through llama_init_cache / llama_step ------
+
+LLAMA_TOL = {"rtol": 0.1, "atol": 0.1}  # looser than the models': the Llama stack's bf16 error
+
+
+def llama_margin(top1, top2, token) -> bool:
+    need = max(0.4, LLAMA_TOL["atol"] + LLAMA_TOL["rtol"] * max(abs(float(top1)),
+                                                                abs(float(top2))))
+    return float(top1 - top2) > need and token != PAD
+
+
+def llama_attrs(max_len, n=1, heads=4, kv_heads=2, window=None):
+    a = {**gpt_attrs(max_len, n, heads, "pre", "silu"), "model": "llama_decoder_only",
+         "eps": 1e-6, "num_kv_heads": kv_heads, "rope_base": 10000.0, "window": window}
+    del a["tie_embeddings"]
+    return a
+
+
+def llama(prompt_len, b, n, d, heads, kv_heads, vocab):
+    from .llama import model_params
+
+    def build(r):
+        prompt = ids(r, vocab, [prompt_len] * b, prompt_len, bos_id=BOS)
+        return {"prompt": prompt}, model_params(r, n, d, heads, kv_heads, 2 * d, vocab, 1.0)
+    return build
+
+
+def llama_search(case, build, attrs, want, attempts=80):
+    global wide_margin
+    saved, wide_margin = wide_margin, llama_margin
+    try:
+        return search(case, build, attrs, want, attempts)
+    finally:
+        wide_margin = saved
+
+
+def llama_cases():
+    a = llama_attrs(8)
+    inputs, p = llama_search("llama-001", llama(3, 2, 1, 16, 4, 2, 16), a, no_eos(3))
+    yield value("greedy_decode/llama-001", "greedy_decode",
+                "llama_decoder_only, N = 1, D = 16, H = 4, H_kv = 2 (a GQA cache of 2 heads), "
+                "vocabulary 16, prompt (2, 3): prefill, then 5 cached steps to max_len = 8.",
+                inputs=inputs, attributes=a, params=p, flags=["basic", "gqa", "decoder-step"])
+    a = llama_attrs(9, n=2, kv_heads=1, window=2)
+    inputs, p = llama_search("llama-window-001", llama(3, 2, 2, 16, 4, 1, 16), a, no_eos(3))
+    yield value("greedy_decode/llama-window-001", "greedy_decode",
+                "llama_decoder_only with window = 2 < max_len = 9, N = 2, MQA (H_kv = 1): each "
+                "cached step sees its own and the previous position only (bottom-right "
+                "aligned over the cache), RoPE at the step's own position.",
+                inputs=inputs, attributes=a, params=p,
+                flags=["sliding-window", "mqa", "decoder-step", "offset"])
+    a = {k: v for k, v in llama_attrs(7, heads=2, kv_heads=2).items()
+         if k not in ("num_kv_heads", "rope_base", "window", "eps")}
+    inputs, p = llama_search("llama-defaults-001", llama(2, 2, 1, 16, 2, 2, 16),
+                             {**a, "eps": 1e-5}, no_eos(2))
+    yield value("greedy_decode/llama-defaults-001", "greedy_decode",
+                "llama_decoder_only with num_kv_heads, rope_base, window and eps left out (H, "
+                "10000, None, 1e-5): H = 2 heads of K = 8, prompt (2, 2), max_len = 7.",
+                inputs=inputs, attributes=a, params=p, flags=["defaults"],
+                omit_defaults=True)
+    prompt = {"prompt": np.array([[1, 5, 9]], dtype=np.int64)}
+    yield error("greedy_decode/llama-norm-001", "greedy_decode",
+                "model='llama_decoder_only' with norm='post' (a Llama is pre-norm).",
+                inputs=prompt, attributes={**llama_attrs(5), "norm": "post"}, params=p,
+                error="ConfigError", mentions=["norm", "post"])
+    yield error("greedy_decode/llama-window-002", "greedy_decode",
+                "window = 2 given to model='decoder_only' (a Llama attribute).",
+                inputs=prompt, attributes={**gpt_attrs(5, heads=2), "window": 2}, params=p,
+                error="ConfigError", mentions=["window"])

@@ -1,0 +1,235 @@
+"""llama: a Llama-style decoder layer and language model (pre-RMSNorm, RoPE "half",
+grouped-query causal attention with an optional sliding window, SwiGLU, no biases)."""
+
+import numpy as np
+
+from ..oracle.llama import llama_decoder_only as model_oracle
+from ..oracle.llama import llama_layer as layer_oracle
+from ._build import Component, Fn, Rng, error, value
+from .encoder_layer import tiny, tolerances
+from .transformer import ids
+
+ATTRS = {"num_kv_heads": None, "eps": 1e-6, "rope_base": 10000.0, "window": None}
+
+COMPONENT = Component("llama", {
+    "llama_layer": Fn(module="layers", inputs=["x", "mask"], optional=["mask"], returns=["y"],
+                      required=["num_heads"], attributes={**ATTRS, "offset": 0}, params=True,
+                      trace=True, oracle=layer_oracle),
+    "llama_decoder_only": Fn(module="models", inputs=["ids"], returns=["logits"],
+                             required=["pad_id", "num_layers", "num_heads"],
+                             attributes=dict(ATTRS), params=True, trace=True,
+                             oracle=model_oracle),
+}, tolerances=tolerances("stack"))
+
+
+def layer_params(rng, d, h, h_kv, k, f, scale=0.5):
+    """attn_norm, attn (w_q (D, H*K), w_k, w_v (D, H_kv*K), w_o (H*K, D)), ffn_norm, ffn;
+    norm gains in [0.5, 1.5] (not all 1, so a missing gamma shows)."""
+    return {"attn_norm.gamma": 1 + rng.weights((d,), 0.5),
+            "attn.w_q": rng.weights((d, h * k), scale),
+            "attn.w_k": rng.weights((d, h_kv * k), scale),
+            "attn.w_v": rng.weights((d, h_kv * k), scale),
+            "attn.w_o": rng.weights((h * k, d), scale),
+            "ffn_norm.gamma": 1 + rng.weights((d,), 0.5),
+            "ffn.w_gate": rng.weights((d, f), scale),
+            "ffn.w_up": rng.weights((d, f), scale),
+            "ffn.w_down": rng.weights((f, d), scale)}
+
+
+def model_params(rng, n, d, h, h_kv, f, vocab, lm_scale=0.5):
+    p = {"embed.table": rng.weights((vocab, d), 1.0)}
+    for i in range(n):
+        p.update({f"layers.{i}.{k}": v for k, v in layer_params(rng, d, h, h_kv, d // h, f).items()})
+    p["norm.gamma"] = 1 + rng.weights((d,), 0.5)
+    p["lm_head.w"] = rng.weights((d, vocab), lm_scale)
+    return p
+
+
+def shifted(rng, shape):
+    """Inputs in [-1, 3] (multiples of 2**-6): rows with a clear nonzero mean, so a LayerNorm
+    (mean subtracted) in place of the RMSNorm fails."""
+    return rng.uniform(shape, -1.0, 3.0)
+
+
+def cases(rng):
+    yield from layer_cases(Rng(f"{COMPONENT.id}/layer"))
+    yield from model_cases(Rng(f"{COMPONENT.id}/model"))
+    yield from defaults_cases()
+
+
+def layer_cases(r):
+    def gqa(h, h_kv, k=4, d=16, f=24):
+        return {"num_heads": h, "num_kv_heads": h_kv}, layer_params(r, d, h, h_kv, k, f)
+
+    a, p = gqa(4, 2)
+    yield value("llama/layer-gqa-001", "llama_layer",
+                "GQA: H = 4 query heads share H_kv = 2 key/value heads (head h reads kv head "
+                "h // 2), K = 4, D = 16, F = 24, B = 2, T = 5, causal, no window; inputs with a "
+                "nonzero row mean (RMSNorm subtracts none).",
+                inputs={"x": shifted(r, (2, 5, 16))}, attributes=a, params=p,
+                flags=["basic", "gqa", "head-grouping", "causal", "no-mean-subtraction"])
+    a, p = gqa(4, 1)
+    yield value("llama/layer-mqa-001", "llama_layer",
+                "MQA: H = 4 query heads, H_kv = 1 key/value head (w_k, w_v of shape (16, 4)), "
+                "T = 6.",
+                inputs={"x": shifted(r, (2, 6, 16))}, attributes=a, params=p, flags=["mqa"])
+    a, p = gqa(2, 2, k=8)
+    yield value("llama/layer-mha-001", "llama_layer",
+                "H_kv = H = 2 (plain multi-head attention), K = 8, T = 5.",
+                inputs={"x": shifted(r, (2, 5, 16))}, attributes=a, params=p,
+                flags=["heads"])
+    a, p = gqa(4, 2)
+    yield value("llama/layer-window-001", "llama_layer",
+                "window = 2 < T = 7 (Mistral's sliding window): query i sees keys i-1 and i "
+                "only; window 1 or 3, or a window counted without the query itself, fail.",
+                inputs={"x": shifted(r, (2, 7, 16))}, attributes={**a, "window": 2}, params=p,
+                flags=["sliding-window", "off-by-one"])
+    a, p = gqa(4, 2, k=8, d=16)
+    yield value("llama/layer-offset-001", "llama_layer",
+                "offset = 7: RoPE positions 7..10, K = 8. RoPE scores depend on i - j only, so "
+                "y equals offset 0's (a backend that adds offset elsewhere, e.g. to the mask, "
+                "fails); the rotation is 'half' (pairs (i, i + K/2)), so the interleaved "
+                "pairing fails.",
+                inputs={"x": shifted(r, (1, 4, 16))}, attributes={**a, "offset": 7}, params=p,
+                flags=["offset", "half"])
+    a, p = gqa(4, 2, k=8)
+    yield value("llama/layer-base-001", "llama_layer",
+                "rope_base = 500000 (Llama 3), K = 8, T = 6: theta_i = 500000^(-2i/8).",
+                inputs={"x": shifted(r, (2, 6, 16))}, attributes={**a, "rope_base": 500000.0},
+                params=p, flags=["base"])
+    a, p = gqa(4, 2)
+    mask = np.ones((2, 1, 1, 6), dtype=bool)
+    mask[1, 0, 0, 4:] = False
+    mask[0, 0, 0, 2] = False
+    yield value("llama/layer-padding-001", "llama_layer",
+                "A padding mask (2, 1, 1, 6) ANDed with the causal mask: row 0 hides key 2 "
+                "(interior), row 1 keys 4 and 5 (right padding; the padded queries still see "
+                "the real prefix).",
+                inputs={"x": shifted(r, (2, 6, 16)), "mask": mask}, attributes=a, params=p,
+                flags=["padding", "mask", "interior-padding"])
+    a, p = gqa(4, 2)
+    yield value("llama/layer-eps-001", "llama_layer",
+                "eps = 0.5, inputs in [-1, 1]: rms = sqrt(mean(x^2) + eps) differs clearly from "
+                "sqrt(mean(x^2)) + eps (eps outside the root).",
+                inputs={"x": r.uniform((2, 4, 16), -1.0, 1.0)}, attributes={**a, "eps": 0.5},
+                params=p, flags=["eps", "eps-inside-sqrt"])
+
+    a, p = gqa(4, 2)
+    x = shifted(r, (1, 3, 16))
+    yield error("llama/layer-kv-heads-001", "llama_layer",
+                "num_kv_heads = 3 does not divide num_heads = 4.",
+                inputs={"x": x}, attributes={**a, "num_kv_heads": 3}, params=p,
+                error="ConfigError", mentions=["num_kv_heads", "3"])
+    yield error("llama/layer-bad-param-001", "llama_layer",
+                "attn.w_k has shape (16, 12) where H_kv = 2 heads of K = 4 need (16, 8).",
+                inputs={"x": x}, attributes=a, params={**p, "attn.w_k": r.weights((16, 12))},
+                error="ParameterError", mentions=["attn.w_k", "(16, 12)"])
+    yield error("llama/layer-window-zero-001", "llama_layer",
+                "window = 0 (a query would not see itself).",
+                inputs={"x": x}, attributes={**a, "window": 0}, params=p,
+                error="ConfigError", mentions=["window", "0"])
+    yield error("llama/layer-odd-k-001", "llama_layer",
+                "K = 3 (w_q (12, 12), H = 4): RoPE needs an even head width.",
+                inputs={"x": shifted(r, (1, 3, 12))}, attributes={"num_heads": 4,
+                                                                   "num_kv_heads": 2},
+                params=layer_params(r, 12, 4, 2, 3, 8), error="ShapeError",
+                mentions=["attn.w_q", "3"])
+    yield error("llama/layer-ffn-missing-001", "llama_layer",
+                "ffn.w_up is missing.",
+                inputs={"x": x}, attributes=a,
+                params={k: v for k, v in p.items() if k != "ffn.w_up"},
+                error="ParameterError", mentions=["ffn.w_up"])
+    yield error("llama/layer-offset-negative-001", "llama_layer",
+                "offset = -1.",
+                inputs={"x": x}, attributes={**a, "offset": -1}, params=p,
+                error="ConfigError", mentions=["offset", "-1"])
+
+
+def model_cases(r):
+    attrs = {"pad_id": 0, "num_layers": 1, "num_heads": 4, "num_kv_heads": 2}
+    yield value("llama/model-basic-001", "llama_decoder_only",
+                "N = 1, D = 16, H = 4, H_kv = 2, F = 32, vocabulary 20, B = 2, T = 6, no "
+                "padding: embedding (unscaled, no positional table), one layer, the final "
+                "RMSNorm norm.gamma and lm_head.w (no bias).",
+                inputs={"ids": ids(r, 20, [6, 6], 6, bos_id=1)}, attributes=attrs,
+                params=model_params(r, 1, 16, 4, 2, 32, 20),
+                flags=["basic", "gqa", "causal", "final-norm"])
+    yield value("llama/model-deep-001", "llama_decoder_only",
+                "N = 2, MQA (H = 4, H_kv = 1), D = 16, T = 7, row 1 right-padded after 4.",
+                inputs={"ids": ids(r, 20, [7, 4], 7, bos_id=1)},
+                attributes={**attrs, "num_layers": 2, "num_kv_heads": 1},
+                params=model_params(r, 2, 16, 4, 1, 32, 20),
+                flags=["two-layers", "mqa", "padding"])
+    yield value("llama/model-window-001", "llama_decoder_only",
+                "N = 2, window = 3 < T = 8 in every layer (Mistral's sliding_window); through "
+                "two layers a position still reads further back.",
+                inputs={"ids": ids(r, 16, [8, 8], 8, bos_id=1)},
+                attributes={**attrs, "num_layers": 2, "window": 3},
+                params=model_params(r, 2, 16, 4, 2, 32, 16),
+                flags=["sliding-window", "two-layers"])
+    yield value("llama/model-mha-001", "llama_decoder_only",
+                "num_kv_heads = num_heads = 2 (Llama 2 7B's plain multi-head), D = 16, K = 8, "
+                "T = 5, rope_base = 500000.",
+                inputs={"ids": ids(r, 20, [5, 5], 5, bos_id=1)},
+                attributes={**attrs, "num_heads": 2, "rope_base": 500000.0},
+                params=model_params(r, 1, 16, 2, 2, 32, 20), flags=["heads", "base"])
+    yield value("llama/model-pad-id-001", "llama_decoder_only",
+                "pad_id = 4 inside the sequence (token 0 is ordinary): key 4 is masked even "
+                "mid-sequence; D = 8, H = 2, H_kv = 1.",
+                inputs={"ids": np.array([[1, 0, 4, 7, 0, 9], [1, 8, 8, 4, 4, 4]],
+                                        dtype=np.int64)},
+                attributes={**attrs, "pad_id": 4, "num_heads": 2, "num_kv_heads": 1},
+                params=model_params(r, 1, 8, 2, 1, 16, 10), flags=["pad-id", "padding"])
+    yield value("llama/model-single-001", "llama_decoder_only",
+                "T = 1 (only BOS): RoPE at position 0 is the identity and every mask agrees; "
+                "checks the embedding, the norms, SwiGLU and the head; window = 1.",
+                inputs={"ids": np.array([[1], [7]], dtype=np.int64)},
+                attributes={**attrs, "window": 1},
+                params=model_params(r, 1, 16, 4, 2, 32, 20), flags=["single-query"])
+
+    p = model_params(r, 2, 8, 2, 1, 16, 12)
+    yield error("llama/model-oov-001", "llama_decoder_only",
+                "ids holds 12 with a 12-row embed.table.",
+                inputs={"ids": np.array([[1, 12, 4]], dtype=np.int64)},
+                attributes={**attrs, "num_heads": 2, "num_kv_heads": 1, "num_layers": 2},
+                params=p, error="DomainError", mentions=["ids", "12"])
+    bad = {**p, "layers.1.ffn.w_down": r.weights((16, 4))}
+    yield error("llama/model-bad-param-001", "llama_decoder_only",
+                "layers.1.ffn.w_down has shape (16, 4) where (16, 8) is expected.",
+                inputs={"ids": np.array([[1, 5, 4]], dtype=np.int64)},
+                attributes={**attrs, "num_heads": 2, "num_kv_heads": 1, "num_layers": 2},
+                params=bad, error="ParameterError", mentions=["layers.1.ffn.w_down", "(16, 4)"])
+    yield error("llama/model-kv-heads-001", "llama_decoder_only",
+                "num_kv_heads = 2 does not divide num_heads = 3.",
+                inputs={"ids": np.array([[1, 5, 4]], dtype=np.int64)},
+                attributes={**attrs, "num_heads": 3, "num_kv_heads": 2, "num_layers": 2},
+                params=p, error="ConfigError", mentions=["num_kv_heads", "2"])
+    yield error("llama/model-window-zero-001", "llama_decoder_only",
+                "window = 0.",
+                inputs={"ids": np.array([[1, 5, 4]], dtype=np.int64)},
+                attributes={**attrs, "num_heads": 2, "num_kv_heads": 1, "num_layers": 2,
+                            "window": 0},
+                params=p, error="ConfigError", mentions=["window"])
+
+
+# -- defaults: vectors that leave every defaulted attribute out ----------------------------
+
+def defaults_cases():
+    rd = Rng(f"{COMPONENT.id}/defaults")
+    p = layer_params(rd, 16, 2, 2, 8, 24)
+    yield value("llama/layer-defaults-001", "llama_layer",
+                "num_kv_heads, eps, rope_base, window and offset left out (H, 1e-6, 10000, "
+                "None, 0): H = 2 heads of K = 8 with w_k, w_v of H heads, T = 8, a tiny x "
+                "(mean square ~2e-5) so eps 1e-5 fails, positions up to 7 where base 500000 "
+                "rotates pair 1 by 0.26 rad instead of 0.7.",
+                inputs={"x": tiny(rd, (2, 8, 16))}, attributes={"num_heads": 2}, params=p,
+                flags=["defaults", "default-eps"], omit_defaults=True)
+    p = model_params(rd, 1, 16, 2, 2, 32, 12)
+    p["embed.table"] = tiny(rd, (12, 16))
+    yield value("llama/model-defaults-001", "llama_decoder_only",
+                "num_kv_heads, eps, rope_base and window left out, N = 1, H = 2, K = 8, T = 8: "
+                "a tiny embed.table, so the first RMSNorm sees a mean square ~2e-5 (eps 1e-5 "
+                "fails).",
+                inputs={"ids": ids(rd, 12, [8, 8], 8, bos_id=1)},
+                attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2}, params=p,
+                flags=["defaults", "default-eps"], omit_defaults=True)
