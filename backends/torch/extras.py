@@ -302,35 +302,55 @@ def agree_hf_encoder_layer(device, norm):
     return lambda spec: _run(name, spec, "encoder_layer", one, device)
 
 
-def agree_hf_llama_layer(device):
-    """Every expressible llama_layer vector through ``hf.to_hf`` -> LlamaDecoderLayer, judged
-    at the vector's float32 tolerance: at float64 transformers still computes RMSNorm, the
-    RoPE angles and the eager softmax in float32 (spec/components/huggingface.md)."""
+def _llama_attributes(v, t):
+    """The vector's attributes for to_hf, or None if LlamaConfig cannot hold them: a
+    ``window`` shorter than T (one of T or more keeps every causal key)."""
+    a = dict(v.attributes)
+    if a.get("window") is not None and a["window"] < t:
+        return None
+    a.pop("window", None)
+    return a
+
+
+def agree_hf_llama(device, function):
+    """Every expressible llama_layer (LlamaDecoderLayer) or llama_decoder_only
+    (LlamaForCausalLM) vector through ``hf.to_hf``, judged at the vector's float32
+    tolerance: at float64 transformers still computes RMSNorm, the RoPE angles and the
+    eager softmax in float32 (spec/components/huggingface.md)."""
     from . import hf
 
-    name = "transformers.LlamaDecoderLayer"
+    name = "transformers." + ("LlamaDecoderLayer" if function == "llama_layer"
+                              else "LlamaForCausalLM")
 
     def one(v, x, p):
-        a = dict(v.attributes)
+        if function == "llama_decoder_only":
+            a = _llama_attributes(v, x["ids"].shape[1])
+            if a is None:
+                return False
+            pad_id = a.pop("pad_id")
+            logits = hf.forward(hf.to_hf(p, a), x["ids"], pad_id=pad_id)
+            _close_at(name, logits, v, "logits", "float32")
+            return True
         t = x["x"].shape[1]
+        a = _llama_attributes(v, t)
         keep = np.tril(np.ones((t, t), dtype=bool))
         if "mask" in v.inputs:
             keep = keep & np.asarray(v.inputs["mask"])
-        if a.get("window") is not None or not _no_empty_rows(keep, t, t):
-            return False  # LlamaConfig has no sliding window; empty rows as above
+        if a is None or not _no_empty_rows(keep, t, t):
+            return False  # a row with nothing to attend to gets uniform weights in HF
         offset = a.pop("offset", 0)
         y = hf.forward(hf.to_hf(p, a), x["x"], x.get("mask"), offset=offset)
         _close_at(name, y, v, "y", "float32")
         return True
 
     def check(spec):
-        if not any(v.function == "llama_layer" for v in spec.vectors):
-            pytest.skip(f"the spec (attnspec {spec.version}) has no llama_layer vectors")
+        vectors = [v for v in spec.vectors if v.function == function]
+        if not vectors:
+            pytest.skip(f"the spec (attnspec {spec.version}) has no {function} vectors")
         compared = sum(bool(_finite(v) and one(v, _tensors(v.inputs, device),
                                                 _tensors(v.params, device)))
-                       for v in spec.vectors if v.function == "llama_layer"
-                       and v.expect == "value" and not v.deprecated)
-        assert compared, f"{name}: no llama_layer vector could be expressed"
+                       for v in vectors if v.expect == "value" and not v.deprecated)
+        assert compared, f"{name}: no {function} vector could be expressed"
     return check
 
 
@@ -340,7 +360,8 @@ def hf_checks(device):
         return [("agree/transformers", lambda spec: pytest.skip(reason))]
     return [("agree/transformers.BertLayer", agree_hf_encoder_layer(device, "post")),
             ("agree/transformers.GPT2Block", agree_hf_encoder_layer(device, "pre")),
-            ("agree/transformers.LlamaDecoderLayer", agree_hf_llama_layer(device))]
+            ("agree/transformers.LlamaDecoderLayer", agree_hf_llama(device, "llama_layer")),
+            ("agree/transformers.LlamaForCausalLM", agree_hf_llama(device, "llama_decoder_only"))]
 
 
 # -- error contract --------------------------------------------------------------------------

@@ -7,6 +7,7 @@ transformers module    spec function      call
 ``BertLayer``          ``encoder_layer``  ``norm="post"``, ``eps=layer_norm_eps`` (1e-12)
 ``GPT2Block``          ``encoder_layer``  ``norm="pre"``, ``mask=causal(T)`` (GPT2Model's)
 ``LlamaDecoderLayer``  ``llama_layer``    causal always, RoPE ``"half"`` (rotate_half)
+``LlamaForCausalLM``   ``llama_decoder_only``  ids, ``attention_mask = ids != pad_id``
 =====================  =================  ==============================================
 
 ``from_hf(module) -> (attributes, params)`` and ``to_hf(params, attributes) -> module``;
@@ -36,12 +37,16 @@ from attnspec.spec.errors import ConfigError
 from transformers import BertConfig, GPT2Config, LlamaConfig
 from transformers.models.bert.modeling_bert import BertLayer
 from transformers.models.gpt2.modeling_gpt2 import GPT2Block
-from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+from transformers.models.llama.modeling_llama import (
+    LlamaDecoderLayer,
+    LlamaForCausalLM,
+    LlamaRotaryEmbedding,
+)
 
 from .._checks import params_of
 
 SPEC_FUNCTION = {"BertLayer": "encoder_layer", "GPT2Block": "encoder_layer",
-                 "LlamaDecoderLayer": "llama_layer"}
+                 "LlamaDecoderLayer": "llama_layer", "LlamaForCausalLM": "llama_decoder_only"}
 
 # transformers' activation names (ACT2FN) -> the spec's; to_hf writes the first of each.
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh",
@@ -301,15 +306,60 @@ def llama_layer_to_hf(params, attributes: dict) -> LlamaDecoderLayer:
     return _load(layer, _to_state(p, LLAMA, layer.state_dict()), w_up.dtype, w_up.device)
 
 
+# -- LlamaForCausalLM <-> llama_decoder_only ---------------------------------------------------
+
+
+def llama_for_causal_lm_from_hf(model: LlamaForCausalLM) -> tuple[dict, dict]:
+    """``pad_id`` is config.pad_token_id when set: transformers masks the keys its
+    ``attention_mask`` marks 0, which :func:`forward` builds from ``ids != pad_id``."""
+    layers = list(model.model.layers)
+    attributes, _ = llama_layer_from_hf(layers[0])
+    attributes["num_layers"] = len(layers)
+    if model.config.pad_token_id is not None:
+        attributes["pad_id"] = model.config.pad_token_id
+    params = {"embed.table": _t(model.model.embed_tokens.weight)}
+    for i, layer in enumerate(layers):
+        params.update({f"layers.{i}.{k}": v for k, v in llama_layer_from_hf(layer)[1].items()})
+    params["norm.gamma"] = _t(model.model.norm.weight)
+    params["lm_head.w"] = _t(model.lm_head.weight.T)
+    return attributes, params
+
+
+def llama_for_causal_lm_to_hf(params, attributes: dict) -> LlamaForCausalLM:
+    """Spec ``llama_decoder_only`` -> ``LlamaForCausalLM`` (untied lm_head, eager attention);
+    ``pad_id`` is a call-time argument of :func:`forward`."""
+    who = "LlamaForCausalLM"
+    layer_attrs = {k: v for k, v in attributes.items() if k not in ("num_layers", "pad_id")}
+    n = attributes.get("num_layers")
+    if not isinstance(n, int) or n < 1:
+        raise ConfigError(f"{who}: num_layers must be a positive integer, got {n!r}")
+    p = params_of(params)
+    table = p.require("embed.table", (None, None))
+    vocab, d = table.shape
+    first = llama_layer_to_hf(p.scope("layers.0"), layer_attrs)
+    config = first.self_attn.config
+    config.vocab_size, config.num_hidden_layers, config.tie_word_embeddings = vocab, n, False
+    model = LlamaForCausalLM(config)
+    state = {"model.embed_tokens.weight": table,
+             "model.norm.weight": p.require("norm.gamma", (d,)),
+             "lm_head.weight": p.require("lm_head.w", (d, vocab)).T}
+    like = first.state_dict()
+    for i in range(n):
+        layer = _to_state(p.scope(f"layers.{i}"), LLAMA, like)
+        state.update({f"model.layers.{i}.{k}": v for k, v in layer.items()})
+    return _load(model, state, table.dtype, table.device)
+
+
 # -- dispatch -------------------------------------------------------------------------------------
 
 _FROM = {BertLayer: bert_layer_from_hf, GPT2Block: gpt2_block_from_hf,
-         LlamaDecoderLayer: llama_layer_from_hf}
+         LlamaDecoderLayer: llama_layer_from_hf, LlamaForCausalLM: llama_for_causal_lm_from_hf}
 
 
 def from_hf(module) -> tuple[dict, dict]:
-    """A ``BertLayer``, ``GPT2Block`` or ``LlamaDecoderLayer`` -> ``(attributes, params)`` of
-    its spec function (:data:`SPEC_FUNCTION`), params in the canonical layout."""
+    """A ``BertLayer``, ``GPT2Block``, ``LlamaDecoderLayer`` or ``LlamaForCausalLM`` ->
+    ``(attributes, params)`` of its spec function (:data:`SPEC_FUNCTION`), params in the
+    canonical layout."""
     for cls, convert in _FROM.items():
         if isinstance(module, cls):
             return convert(module)
@@ -318,9 +368,12 @@ def from_hf(module) -> tuple[dict, dict]:
 
 
 def to_hf(params, attributes: dict):
-    """Spec parameters and attributes -> the transformers layer: ``llama_layer`` parameters
-    (``attn_norm.gamma``) give a ``LlamaDecoderLayer``; ``encoder_layer`` ones a
-    ``BertLayer`` (norm="post", the default) or a ``GPT2Block`` (norm="pre")."""
+    """Spec parameters and attributes -> the transformers module: ``llama_decoder_only``
+    parameters (``embed.table``) give a ``LlamaForCausalLM``, ``llama_layer`` ones
+    (``attn_norm.gamma``) a ``LlamaDecoderLayer``; ``encoder_layer`` ones a ``BertLayer``
+    (norm="post", the default) or a ``GPT2Block`` (norm="pre")."""
+    if "embed.table" in params_of(params):
+        return llama_for_causal_lm_to_hf(params, attributes)
     if "attn_norm.gamma" in params_of(params):
         return llama_layer_to_hf(params, attributes)
     if attributes.get("norm", "post") == "pre":
@@ -340,11 +393,19 @@ def additive_mask(mask, dtype) -> torch.Tensor:
     return torch.where(mask, zero, torch.finfo(dtype).min)
 
 
-def forward(module, x, mask=None, *, offset: int = 0) -> torch.Tensor:
+def forward(module, x, mask=None, *, offset: int = 0, pad_id: int | None = None) -> torch.Tensor:
     """``y`` of the spec function for ``module`` on ``x`` (B, T, D) with the spec's boolean
     ``mask``. A ``LlamaDecoderLayer`` is causal (ANDed with ``mask``) and gets RoPE cos/sin
     from ``LlamaRotaryEmbedding`` for positions ``offset..offset+T-1``; a ``BertLayer`` or
-    ``GPT2Block`` gets the mask as given (GPT-2 as in GPT2Model: pass ``causal(T)``)."""
+    ``GPT2Block`` gets the mask as given (GPT-2 as in GPT2Model: pass ``causal(T)``).
+    A ``LlamaForCausalLM`` takes ids (B, T) as ``x`` and returns the logits; its
+    ``attention_mask`` is ``ids != pad_id`` (the model adds the causal mask itself)."""
+    if isinstance(module, LlamaForCausalLM):
+        if mask is not None or offset:
+            raise ConfigError("LlamaForCausalLM: pass pad_id, not mask or offset")
+        keep = torch.ones_like(x) if pad_id is None else (x != pad_id).long()
+        with torch.no_grad():
+            return module(input_ids=x, attention_mask=keep).logits
     kwargs = {}
     if isinstance(module, LlamaDecoderLayer):
         t = x.shape[1]

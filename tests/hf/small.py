@@ -47,3 +47,12 @@ def llama(**config):
 
 def x_of(b, t, d, seed=1):
     return torch.randn(b, t, d, generator=torch.Generator().manual_seed(seed), dtype=DT)
+
+
+def llama_lm(num_hidden_layers=2, vocab_size=11, **config):
+    """LlamaForCausalLM around llama()'s layer config, untied lm_head."""
+    from transformers.models.llama.modeling_llama import LlamaForCausalLM
+
+    c = llama(**config).self_attn.config
+    c.vocab_size, c.num_hidden_layers, c.tie_word_embeddings = vocab_size, num_hidden_layers, False
+    return randomized(LlamaForCausalLM(c))

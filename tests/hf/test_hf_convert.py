@@ -25,7 +25,7 @@ from attnspec.spec.errors import ConfigError, ParameterError  # noqa: E402
 from attnspec.spec.vectors import default_spec  # noqa: E402
 from transformers.models.llama import modeling_llama  # noqa: E402
 
-from .small import DT, bert, gpt2, llama, torch, x_of  # noqa: E402
+from .small import DT, bert, gpt2, llama, llama_lm, torch, x_of  # noqa: E402
 
 RTOL, ATOL = 1e-12, 1e-13
 
@@ -327,3 +327,56 @@ def test_the_llama_check_leaves_out_windows_and_fails_when_nothing_is_left():
     spec = _llama_spec(_llama_vector("llama/window", {"window": 2}))
     with pytest.raises(AssertionError, match="no llama_layer vector could be expressed"):
         _check("agree/transformers.LlamaDecoderLayer")(spec)
+
+
+# -- LlamaForCausalLM <-> llama_decoder_only ---------------------------------------------------------
+
+IDS = torch.tensor([[1, 5, 3, 3, 9, 2, 10], [1, 4, 0, 7, 0, 0, 0]])  # pad_id 0 mid-row and after
+
+
+def _backend_llama_decoder_only():
+    if "llama_decoder_only" not in default_spec().functions:
+        pytest.skip("this checkout's spec has no llama_decoder_only yet (branch llama)")
+    from attnspec.backends.numpy.models import llama_decoder_only
+
+    return llama_decoder_only
+
+
+def test_llama_for_causal_lm_from_hf_agrees_in_float64(llama_in_float64):
+    spec_fn = _backend_llama_decoder_only()
+    m = llama_lm()
+    attributes, params = hf.from_hf(m)
+    assert attributes == {"num_heads": 4, "num_kv_heads": 2, "eps": 1e-5, "rope_base": 100.0,
+                          "num_layers": 2}
+    assert params["lm_head.w"].shape == (16, 11) and params["embed.table"].shape == (11, 16)
+    want = spec_fn(IDS.numpy(), pad_id=0, params=_np(params), **attributes)
+    got = hf.forward(m, IDS, pad_id=0).numpy()
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
+def test_llama_for_causal_lm_round_trip_is_bit_identical():
+    m = llama_lm()
+    back = hf.to_hf(*reversed(hf.from_hf(m)))
+    a, b = m.state_dict(), back.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert torch.equal(hf.forward(m, IDS, pad_id=0), hf.forward(back, IDS, pad_id=0))
+
+
+def test_the_llama_for_causal_lm_check_catches_a_model_that_ignores_padding(monkeypatch):
+    spec = default_spec()
+    check = _check("agree/transformers.LlamaForCausalLM")
+    check(spec)
+    real = hf.LlamaForCausalLM.forward
+    monkeypatch.setattr(hf.LlamaForCausalLM, "forward",
+                        lambda self, *a, attention_mask=None, **kw: real(self, *a, **kw))
+    with pytest.raises(AssertionError, match="llama/model-"):
+        check(spec)
+
+
+def test_llama_for_causal_lm_to_hf_names_what_it_misses():
+    attributes, params = hf.from_hf(llama_lm())
+    with pytest.raises(ConfigError, match="num_layers"):
+        hf.to_hf(params, {k: v for k, v in attributes.items() if k != "num_layers"})
+    del params["layers.1.ffn.w_up"]
+    with pytest.raises(ParameterError, match="layers.1.ffn.w_up"):
+        hf.to_hf(params, attributes)
