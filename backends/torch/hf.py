@@ -1,14 +1,10 @@
 """Converters between spec parameters ``{canonical path: tensor}`` and Hugging Face
 ``transformers`` layers (the optional ``hf`` extra: ``pip install 'attnspec[hf]'``).
 
-=====================  =================  ==============================================
-transformers module    spec function      call
-=====================  =================  ==============================================
-``BertLayer``          ``encoder_layer``  ``norm="post"``, ``eps=layer_norm_eps`` (1e-12)
-``GPT2Block``          ``encoder_layer``  ``norm="pre"``, ``mask=causal(T)`` (GPT2Model's)
-``LlamaDecoderLayer``  ``llama_layer``    causal always, RoPE ``"half"`` (rotate_half)
-``LlamaForCausalLM``   ``llama_decoder_only``  ids, ``attention_mask = ids != pad_id``
-=====================  =================  ==============================================
+- ``BertLayer`` -> ``encoder_layer``: ``norm="post"``, ``eps=layer_norm_eps`` (1e-12);
+- ``GPT2Block`` -> ``encoder_layer``: ``norm="pre"``, ``mask=causal(T)`` (GPT2Model's);
+- ``LlamaDecoderLayer`` -> ``llama_layer``: causal always, RoPE ``"half"`` (rotate_half);
+- ``LlamaForCausalLM`` -> ``llama_decoder_only``: ids, ``attention_mask = ids != pad_id``.
 
 ``from_hf(module) -> (attributes, params)`` and ``to_hf(params, attributes) -> module``;
 ``forward(module, x, mask=None, offset=0)`` calls a module as the spec function is called
