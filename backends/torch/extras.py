@@ -1,8 +1,10 @@
 """Backend-specific conformance checks (``TorchBackend.extra_checks``): agreement of the
-golden vectors with PyTorch's own built-ins through :mod:`.convert`, gradient checks in
-float64, and the error contract for tensors of the wrong device or dtype.
+golden vectors with PyTorch's own built-ins through :mod:`.convert` and, when transformers
+is installed, with its BertLayer, GPT2Block and Llama modules through :mod:`.hf`, gradient
+checks in float64, and the error contract for tensors of the wrong device or dtype.
 
-Agreement checks run at float64 with the vectors' own float64 tolerances. A vector a
+Agreement checks run at float64 with the vectors' own float64 tolerances (transformers'
+Llama modules at the float32 ones: they compute RMSNorm, RoPE and softmax in float32). A vector a
 built-in cannot express (a bias where PyTorch has none, widths ``nn.MultiheadAttention``
 does not allow, rows with nothing to attend to, where PyTorch gives NaN and the spec 0)
 is left out of that check; each check asserts it compared at least one vector.
