@@ -1,8 +1,10 @@
 """Backend-specific conformance checks (``TorchBackend.extra_checks``): agreement of the
-golden vectors with PyTorch's own built-ins through :mod:`.convert`, gradient checks in
-float64, and the error contract for tensors of the wrong device or dtype.
+golden vectors with PyTorch's own built-ins through :mod:`.convert` and, when transformers
+is installed, with its BertLayer, GPT2Block and Llama modules through :mod:`.hf`, gradient
+checks in float64, and the error contract for tensors of the wrong device or dtype.
 
-Agreement checks run at float64 with the vectors' own float64 tolerances. A vector a
+Agreement checks run at float64 with the vectors' own float64 tolerances (transformers'
+Llama modules at the float32 ones: they compute RMSNorm, RoPE and softmax in float32). A vector a
 built-in cannot express (a bias where PyTorch has none, widths ``nn.MultiheadAttention``
 does not allow, rows with nothing to attend to, where PyTorch gives NaN and the spec 0)
 is left out of that check; each check asserts it compared at least one vector.
@@ -10,7 +12,10 @@ is left out of that check; each check asserts it compared at least one vector.
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 from attnspec.spec.errors import ConfigError, DeviceError, DTypeError
@@ -296,6 +301,96 @@ def grad_encoder_layer(device):
     return check
 
 
+# -- Hugging Face transformers (the optional hf extra) -----------------------------------------
+
+
+def _close_at(name, got, vector, out_name, dtype):
+    want, tol = vector.outputs[out_name], vector.tolerances[dtype]
+    got = got.detach().cpu().to(torch.float64).numpy()
+    np.testing.assert_allclose(got, want, rtol=tol["rtol"], atol=tol["atol"],
+                               err_msg=f"{name}: {vector.id} output {out_name!r} "
+                                       f"(judged at the vector's {dtype} tolerance)")
+
+
+def agree_hf_encoder_layer(device, norm):
+    """Every expressible encoder_layer vector of this norm through ``hf.to_hf``: BertLayer
+    (post) or GPT2Block (pre), the vector's own mask given as HF's additive mask."""
+    from . import hf
+
+    name = "transformers." + ("BertLayer" if norm == "post" else "GPT2Block")
+
+    def one(v, x, p):
+        a = v.attributes
+        t = x["x"].shape[1]
+        if a.get("norm", "post") != norm or not _no_empty_rows(v.inputs.get("mask"), t, t):
+            return False  # HF gives a row with nothing to attend to uniform weights, not 0
+        _close(name, hf.forward(hf.to_hf(p, a), x["x"], x.get("mask")), v, "y")
+        return True
+    return lambda spec: _run(name, spec, "encoder_layer", one, device)
+
+
+def _llama_attributes(v, t):
+    """The vector's attributes for to_hf, or None if LlamaConfig cannot hold them: a
+    ``window`` shorter than T (one of T or more keeps every causal key)."""
+    a = dict(v.attributes)
+    if a.get("window") is not None and a["window"] < t:
+        return None
+    a.pop("window", None)
+    return a
+
+
+def agree_hf_llama(device, function):
+    """Every expressible llama_layer (LlamaDecoderLayer) or llama_decoder_only
+    (LlamaForCausalLM) vector through ``hf.to_hf``, judged at the vector's float32
+    tolerance: at float64 transformers still computes RMSNorm, the RoPE angles and the
+    eager softmax in float32 (spec/components/huggingface.md)."""
+    from . import hf
+
+    name = "transformers." + ("LlamaDecoderLayer" if function == "llama_layer"
+                              else "LlamaForCausalLM")
+
+    def one(v, x, p):
+        if function == "llama_decoder_only":
+            a = _llama_attributes(v, x["ids"].shape[1])
+            if a is None:
+                return False
+            pad_id = a.pop("pad_id")
+            logits = hf.forward(hf.to_hf(p, a), x["ids"], pad_id=pad_id)
+            _close_at(name, logits, v, "logits", "float32")
+            return True
+        t = x["x"].shape[1]
+        a = _llama_attributes(v, t)
+        keep = np.tril(np.ones((t, t), dtype=bool))
+        if "mask" in v.inputs:
+            keep = keep & np.asarray(v.inputs["mask"])
+        if a is None or not _no_empty_rows(keep, t, t):
+            return False  # a row with nothing to attend to gets uniform weights in HF
+        offset = a.pop("offset", 0)
+        y = hf.forward(hf.to_hf(p, a), x["x"], x.get("mask"), offset=offset)
+        _close_at(name, y, v, "y", "float32")
+        return True
+
+    def check(spec):
+        vectors = [v for v in spec.vectors if v.function == function]
+        if not vectors:
+            pytest.skip(f"the spec (attnspec {spec.version}) has no {function} vectors")
+        compared = sum(bool(_finite(v) and one(v, _tensors(v.inputs, device),
+                                                _tensors(v.params, device)))
+                       for v in vectors if v.expect == "value" and not v.deprecated)
+        assert compared, f"{name}: no {function} vector could be expressed"
+    return check
+
+
+def hf_checks(device):
+    if importlib.util.find_spec("transformers") is None:
+        reason = "transformers is not installed: pip install 'attnspec[hf]' (tox -e hf)"
+        return [("agree/transformers", lambda spec: pytest.skip(reason))]
+    return [("agree/transformers.BertLayer", agree_hf_encoder_layer(device, "post")),
+            ("agree/transformers.GPT2Block", agree_hf_encoder_layer(device, "pre")),
+            ("agree/transformers.LlamaDecoderLayer", agree_hf_llama(device, "llama_layer")),
+            ("agree/transformers.LlamaForCausalLM", agree_hf_llama(device, "llama_decoder_only"))]
+
+
 # -- error contract --------------------------------------------------------------------------
 
 
@@ -353,4 +448,4 @@ def extra_checks(backend, device):
             ("sdpa", grad_sdpa), ("mha", grad_mha), ("layer_norm", grad_layer_norm),
             ("feedforward", grad_feedforward), ("encoder_layer", grad_encoder_layer))]
     checks += [wrong_device(backend, device), ("error-contract/wrong-dtype", wrong_dtype(device))]
-    return checks
+    return checks + hf_checks(device)

@@ -1,0 +1,419 @@
+"""Converters between spec parameters ``{canonical path: tensor}`` and Hugging Face
+``transformers`` layers (the optional ``hf`` extra: ``pip install 'attnspec[hf]'``).
+
+- ``BertLayer`` -> ``encoder_layer``: ``norm="post"``, ``eps=layer_norm_eps`` (1e-12);
+- ``GPT2Block`` -> ``encoder_layer``: ``norm="pre"``, ``mask=causal(T)`` (GPT2Model's);
+- ``LlamaDecoderLayer`` -> ``llama_layer``: causal always, RoPE ``"half"`` (rotate_half);
+- ``LlamaForCausalLM`` -> ``llama_decoder_only``: ids, ``attention_mask = ids != pad_id``.
+
+``from_hf(module) -> (attributes, params)`` and ``to_hf(params, attributes) -> module``;
+``forward(module, x, mask=None, offset=0)`` calls a module as the spec function is called
+(spec boolean mask -> HF's 4-D additive float mask, RoPE cos/sin for positions
+``offset..offset+T-1``). The layout conversion happens here and nowhere else:
+
+- ``nn.Linear`` (Bert, Llama) stores W as (out, in): every weight is transposed. GPT-2's
+  ``Conv1D`` already stores W as (in, out) (``x @ W + b``) and packs ``W_q, W_k, W_v``
+  into ``c_attn`` (D, 3D): the three column blocks, not transposed.
+- Head h owns rows ``h*K:(h+1)*K`` of an HF projection (``view(..., -1, head_dim)``),
+  the spec's columns; Llama's query head h reads kv head ``h // (H / H_kv)``
+  (``repeat_kv``), as the spec's GQA.
+- Masks: HF layers take an additive float mask (0 = attend, the dtype's minimum =
+  masked) broadcastable to (B, H, T, S); the spec's is boolean, True = may attend.
+  A row with nothing to attend to gets uniform weights in HF and zeros in the spec.
+
+A config the spec function cannot express (another activation, cross-attention,
+Llama biases or RoPE scaling...) raises ``ConfigError`` naming the config field. See
+spec/components/huggingface.md.
+"""
+
+from __future__ import annotations
+
+import torch
+from attnspec.spec.errors import ConfigError
+from transformers import BertConfig, GPT2Config, LlamaConfig
+from transformers.models.bert.modeling_bert import BertLayer
+from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+from transformers.models.llama.modeling_llama import (
+    LlamaDecoderLayer,
+    LlamaForCausalLM,
+    LlamaRotaryEmbedding,
+)
+
+from .._checks import params_of
+
+SPEC_FUNCTION = {"BertLayer": "encoder_layer", "GPT2Block": "encoder_layer",
+                 "LlamaDecoderLayer": "llama_layer", "LlamaForCausalLM": "llama_decoder_only"}
+
+# transformers' activation names (ACT2FN) -> the spec's; to_hf writes the first of each.
+ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh",
+               "gelu_pytorch_tanh": "gelu_tanh"}
+_TO_HF_ACTIVATION = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new"}
+
+# (HF state_dict name, spec path, transposed); a spec path ending in b_* is an optional bias.
+BERT = [
+    ("attention.self.query.weight", "self_attn.w_q", True),
+    ("attention.self.query.bias", "self_attn.b_q", False),
+    ("attention.self.key.weight", "self_attn.w_k", True),
+    ("attention.self.key.bias", "self_attn.b_k", False),
+    ("attention.self.value.weight", "self_attn.w_v", True),
+    ("attention.self.value.bias", "self_attn.b_v", False),
+    ("attention.output.dense.weight", "self_attn.w_o", True),
+    ("attention.output.dense.bias", "self_attn.b_o", False),
+    ("attention.output.LayerNorm.weight", "norm1.gamma", False),
+    ("attention.output.LayerNorm.bias", "norm1.beta", False),
+    ("intermediate.dense.weight", "ffn.w1", True),
+    ("intermediate.dense.bias", "ffn.b1", False),
+    ("output.dense.weight", "ffn.w2", True),
+    ("output.dense.bias", "ffn.b2", False),
+    ("output.LayerNorm.weight", "norm2.gamma", False),
+    ("output.LayerNorm.bias", "norm2.beta", False),
+]
+# attn.c_attn.{weight,bias} packs self_attn.{w,b}_{q,k,v}: see _gpt2_qkv.
+GPT2 = [
+    ("ln_1.weight", "norm1.gamma", False),
+    ("ln_1.bias", "norm1.beta", False),
+    ("attn.c_proj.weight", "self_attn.w_o", False),
+    ("attn.c_proj.bias", "self_attn.b_o", False),
+    ("ln_2.weight", "norm2.gamma", False),
+    ("ln_2.bias", "norm2.beta", False),
+    ("mlp.c_fc.weight", "ffn.w1", False),
+    ("mlp.c_fc.bias", "ffn.b1", False),
+    ("mlp.c_proj.weight", "ffn.w2", False),
+    ("mlp.c_proj.bias", "ffn.b2", False),
+]
+LLAMA = [
+    ("input_layernorm.weight", "attn_norm.gamma", False),
+    ("self_attn.q_proj.weight", "attn.w_q", True),
+    ("self_attn.k_proj.weight", "attn.w_k", True),
+    ("self_attn.v_proj.weight", "attn.w_v", True),
+    ("self_attn.o_proj.weight", "attn.w_o", True),
+    ("post_attention_layernorm.weight", "ffn_norm.gamma", False),
+    ("mlp.gate_proj.weight", "ffn.w_gate", True),
+    ("mlp.up_proj.weight", "ffn.w_up", True),
+    ("mlp.down_proj.weight", "ffn.w_down", True),
+]
+
+
+def _t(x):
+    return x.detach().clone()
+
+
+def _from_state(module, table) -> dict:
+    state = module.state_dict()
+    return {spec: _t(state[hf].T if transposed else state[hf]) for hf, spec, transposed in table}
+
+
+def _to_state(p, table, like) -> dict:
+    """HF state_dict entries from spec parameters; an absent spec bias is zero."""
+    state = {}
+    for hf, spec, transposed in table:
+        if spec.rsplit(".", 1)[-1].startswith("b_") and spec not in p:
+            state[hf] = torch.zeros_like(like[hf])
+            continue
+        w = p.require(spec, tuple(like[hf].T.shape if transposed else like[hf].shape))
+        state[hf] = w.T if transposed else w
+    return state
+
+
+def _load(module, state, dtype, device):
+    module = module.to(device=device, dtype=dtype)
+    module.load_state_dict({k: v.to(device=device, dtype=dtype) for k, v in state.items()},
+                           strict=True)
+    return module.eval()
+
+
+def _unsupported(module: str, field: str, value, why: str):
+    raise ConfigError(f"{module} with config.{field}={value!r} has no spec equivalent: {why}")
+
+
+def _activation(module: str, field: str, name) -> str:
+    if not isinstance(name, str) or name not in ACTIVATIONS:
+        _unsupported(module, field, name, f"the spec's activations are {sorted(ACTIVATIONS)}")
+    return ACTIVATIONS[name]
+
+
+def _check_attributes(attributes: dict, fixed: dict, allowed: set, who: str):
+    unknown = set(attributes) - allowed
+    if unknown:
+        raise ConfigError(f"{who}: attribute(s) {sorted(unknown)} not understood "
+                          f"(expected {sorted(allowed)})")
+    for name, want in fixed.items():
+        if attributes.get(name, want) != want:
+            raise ConfigError(f"{who} needs {name}={want!r}, got {attributes[name]!r}")
+
+
+def _heads(attributes: dict, d: int, who: str) -> int:
+    h = attributes.get("num_heads")
+    if not isinstance(h, int) or h < 1 or d % h:
+        raise ConfigError(f"{who}: num_heads={h!r} must be a positive divisor of D = {d}")
+    return h
+
+
+def _activation_to_hf(attributes: dict, who: str) -> str:
+    act = attributes.get("activation", "relu")
+    if act not in _TO_HF_ACTIVATION:
+        raise ConfigError(f"{who}: activation must be relu, gelu or gelu_tanh, got {act!r}")
+    return _TO_HF_ACTIVATION[act]
+
+
+def _eps(attributes: dict, default: float, who: str) -> float:
+    eps = attributes.get("eps", default)
+    if not isinstance(eps, (int, float)) or eps <= 0:
+        raise ConfigError(f"{who}: eps must be > 0, got {eps!r}")
+    return float(eps)
+
+
+# -- BertLayer <-> encoder_layer (post-norm) --------------------------------------------------
+
+
+def bert_layer_from_hf(layer: BertLayer) -> tuple[dict, dict]:
+    c = layer.attention.self.config
+    if c.is_decoder or c.add_cross_attention:
+        _unsupported("BertLayer", "is_decoder" if c.is_decoder else "add_cross_attention",
+                     True, "only the encoder's self-attention layer maps to encoder_layer")
+    attributes = {"num_heads": c.num_attention_heads, "norm": "post",
+                  "eps": float(c.layer_norm_eps),
+                  "activation": _activation("BertLayer", "hidden_act", c.hidden_act)}
+    return attributes, _from_state(layer, BERT)
+
+
+def bert_layer_to_hf(params, attributes: dict) -> BertLayer:
+    """Spec ``encoder_layer`` (norm="post") -> ``BertLayer`` (eager attention, dropout 0)."""
+    who = "BertLayer"
+    _check_attributes(attributes, {"norm": "post"}, {"num_heads", "norm", "eps", "activation"}, who)
+    p = params_of(params)
+    w1 = p.require("ffn.w1", (None, None))
+    d, f = w1.shape
+    config = BertConfig(hidden_size=d, num_attention_heads=_heads(attributes, d, who),
+                        intermediate_size=f, hidden_act=_activation_to_hf(attributes, who),
+                        layer_norm_eps=_eps(attributes, 1e-5, who), hidden_dropout_prob=0.0,
+                        attention_probs_dropout_prob=0.0, attn_implementation="eager")
+    layer = BertLayer(config)
+    return _load(layer, _to_state(p, BERT, layer.state_dict()), w1.dtype, w1.device)
+
+
+# -- GPT2Block <-> encoder_layer (pre-norm, causal mask) ---------------------------------------
+
+
+def _gpt2_config(block: GPT2Block) -> GPT2Config:
+    c = block.attn.config
+    for field, ok in (("add_cross_attention", False), ("scale_attn_weights", True),
+                      ("scale_attn_by_inverse_layer_idx", False)):
+        if bool(getattr(c, field)) != ok:
+            _unsupported("GPT2Block", field, getattr(c, field),
+                         "the spec scales scores by 1/sqrt(K) and has no cross-attention here")
+    return c
+
+
+def gpt2_block_from_hf(block: GPT2Block) -> tuple[dict, dict]:
+    c = _gpt2_config(block)
+    attributes = {"num_heads": c.n_head, "norm": "pre", "eps": float(c.layer_norm_epsilon),
+                  "activation": _activation("GPT2Block", "activation_function",
+                                            c.activation_function)}
+    params = _from_state(block, GPT2)
+    d = c.n_embd
+    for name, packed in (("w", block.attn.c_attn.weight), ("b", block.attn.c_attn.bias)):
+        for proj, part in zip("qkv", packed.detach().split(d, dim=-1)):
+            params[f"self_attn.{name}_{proj}"] = _t(part)
+    return attributes, params
+
+
+def gpt2_block_to_hf(params, attributes: dict) -> GPT2Block:
+    """Spec ``encoder_layer`` (norm="pre") -> ``GPT2Block`` (eager attention, dropout 0).
+    GPT2Model makes it causal through the mask: pass ``mask=causal(T)`` to :func:`forward`."""
+    who = "GPT2Block"
+    _check_attributes(attributes, {"norm": "pre"}, {"num_heads", "norm", "eps", "activation"}, who)
+    p = params_of(params)
+    w1 = p.require("ffn.w1", (None, None))
+    d, f = w1.shape
+    config = GPT2Config(n_embd=d, n_head=_heads(attributes, d, who), n_inner=f,
+                        activation_function=_activation_to_hf(attributes, who),
+                        layer_norm_epsilon=_eps(attributes, 1e-5, who), resid_pdrop=0.0,
+                        embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation="eager")
+    block = GPT2Block(config, layer_idx=0)
+    like = block.state_dict()
+    state = _to_state(p, GPT2, like)
+    state["attn.c_attn.weight"] = torch.cat([p.require(f"self_attn.w_{n}", (d, d)) for n in "qkv"],
+                                            dim=1)
+    state["attn.c_attn.bias"] = torch.cat([_bias(p, f"self_attn.b_{n}", d, w1) for n in "qkv"])
+    return _load(block, state, w1.dtype, w1.device)
+
+
+def _bias(p, name, d, like):
+    b = p.get(name, (d,))
+    return torch.zeros(d, dtype=like.dtype, device=like.device) if b is None else b
+
+
+# -- LlamaDecoderLayer <-> llama_layer -----------------------------------------------------------
+
+
+def _llama_config(layer: LlamaDecoderLayer) -> LlamaConfig:
+    c = layer.self_attn.config
+    for field, ok in (("attention_bias", False), ("mlp_bias", False)):
+        if bool(getattr(c, field)) != ok:
+            _unsupported("LlamaDecoderLayer", field, getattr(c, field),
+                         "llama_layer has no biases")
+    if c.hidden_act != "silu":
+        _unsupported("LlamaDecoderLayer", "hidden_act", c.hidden_act,
+                     "llama_layer's feed-forward is SwiGLU (silu)")
+    rope = dict(c.rope_parameters or {})
+    if rope.get("rope_type", "default") != "default":
+        _unsupported("LlamaDecoderLayer", "rope_parameters (rope_scaling)", rope,
+                     "llama_layer's RoPE is unscaled (rope_type 'default')")
+    return c
+
+
+def llama_layer_from_hf(layer: LlamaDecoderLayer) -> tuple[dict, dict]:
+    c = _llama_config(layer)
+    attributes = {"num_heads": c.num_attention_heads, "num_kv_heads": c.num_key_value_heads,
+                  "eps": float(c.rms_norm_eps),
+                  "rope_base": float(c.rope_parameters["rope_theta"])}
+    return attributes, _from_state(layer, LLAMA)
+
+
+def llama_layer_to_hf(params, attributes: dict) -> LlamaDecoderLayer:
+    """Spec ``llama_layer`` -> ``LlamaDecoderLayer`` (eager attention, no biases, unscaled
+    RoPE). ``offset`` is a call-time argument of :func:`forward`; a ``window`` has no
+    LlamaConfig field (Mistral's ``sliding_window``) and raises ConfigError."""
+    who = "LlamaDecoderLayer"
+    _check_attributes(attributes, {"window": None, "offset": 0},
+                      {"num_heads", "num_kv_heads", "eps", "rope_base", "window", "offset"}, who)
+    p = params_of(params)
+    w_q, w_k = p.require("attn.w_q", (None, None)), p.require("attn.w_k", (None, None))
+    w_up = p.require("ffn.w_up", (None, None))
+    d, f = w_up.shape
+    h = _heads(attributes, d, who)
+    h_kv = attributes.get("num_kv_heads") or h
+    if not isinstance(h_kv, int) or h % h_kv:
+        raise ConfigError(f"{who}: num_kv_heads={h_kv!r} must divide num_heads={h}")
+    if w_q.shape[1] % h:
+        raise ConfigError(f"{who}: num_heads={h} does not divide attn.w_q's width {w_q.shape[1]}")
+    rope_base = attributes.get("rope_base", 10000.0)
+    config = LlamaConfig(hidden_size=d, intermediate_size=f, num_attention_heads=h,
+                         num_key_value_heads=h_kv, head_dim=w_q.shape[1] // h,
+                         rms_norm_eps=_eps(attributes, 1e-6, who), hidden_act="silu",
+                         rope_parameters={"rope_type": "default", "rope_theta": float(rope_base)},
+                         attention_bias=False, mlp_bias=False, attention_dropout=0.0,
+                         attn_implementation="eager")
+    layer = LlamaDecoderLayer(config, layer_idx=0)
+    if w_k.shape[1] != h_kv * config.head_dim:
+        raise ConfigError(f"{who}: attn.w_k has width {w_k.shape[1]}, expected "
+                          f"num_kv_heads * K = {h_kv} * {config.head_dim}")
+    return _load(layer, _to_state(p, LLAMA, layer.state_dict()), w_up.dtype, w_up.device)
+
+
+# -- LlamaForCausalLM <-> llama_decoder_only ---------------------------------------------------
+
+
+def llama_for_causal_lm_from_hf(model: LlamaForCausalLM) -> tuple[dict, dict]:
+    """``pad_id`` is config.pad_token_id when set: transformers masks the keys its
+    ``attention_mask`` marks 0, which :func:`forward` builds from ``ids != pad_id``."""
+    layers = list(model.model.layers)
+    attributes, _ = llama_layer_from_hf(layers[0])
+    attributes["num_layers"] = len(layers)
+    if model.config.pad_token_id is not None:
+        attributes["pad_id"] = model.config.pad_token_id
+    params = {"embed.table": _t(model.model.embed_tokens.weight)}
+    for i, layer in enumerate(layers):
+        params.update({f"layers.{i}.{k}": v for k, v in llama_layer_from_hf(layer)[1].items()})
+    params["norm.gamma"] = _t(model.model.norm.weight)
+    params["lm_head.w"] = _t(model.lm_head.weight.T)
+    return attributes, params
+
+
+def llama_for_causal_lm_to_hf(params, attributes: dict) -> LlamaForCausalLM:
+    """Spec ``llama_decoder_only`` -> ``LlamaForCausalLM`` (untied lm_head, eager attention);
+    ``pad_id`` is a call-time argument of :func:`forward`."""
+    who = "LlamaForCausalLM"
+    layer_attrs = {k: v for k, v in attributes.items() if k not in ("num_layers", "pad_id")}
+    n = attributes.get("num_layers")
+    if not isinstance(n, int) or n < 1:
+        raise ConfigError(f"{who}: num_layers must be a positive integer, got {n!r}")
+    p = params_of(params)
+    table = p.require("embed.table", (None, None))
+    vocab, d = table.shape
+    first = llama_layer_to_hf(p.scope("layers.0"), layer_attrs)
+    config = first.self_attn.config
+    config.vocab_size, config.num_hidden_layers, config.tie_word_embeddings = vocab, n, False
+    model = LlamaForCausalLM(config)
+    state = {"model.embed_tokens.weight": table,
+             "model.norm.weight": p.require("norm.gamma", (d,)),
+             "lm_head.weight": p.require("lm_head.w", (d, vocab)).T}
+    like = first.state_dict()
+    for i in range(n):
+        layer = _to_state(p.scope(f"layers.{i}"), LLAMA, like)
+        state.update({f"model.layers.{i}.{k}": v for k, v in layer.items()})
+    return _load(model, state, table.dtype, table.device)
+
+
+# -- dispatch -------------------------------------------------------------------------------------
+
+_FROM = {BertLayer: bert_layer_from_hf, GPT2Block: gpt2_block_from_hf,
+         LlamaDecoderLayer: llama_layer_from_hf, LlamaForCausalLM: llama_for_causal_lm_from_hf}
+
+
+def from_hf(module) -> tuple[dict, dict]:
+    """A ``BertLayer``, ``GPT2Block``, ``LlamaDecoderLayer`` or ``LlamaForCausalLM`` ->
+    ``(attributes, params)`` of its spec function (:data:`SPEC_FUNCTION`), params in the
+    canonical layout."""
+    for cls, convert in _FROM.items():
+        if isinstance(module, cls):
+            return convert(module)
+    raise ConfigError(f"module: {type(module).__name__} has no converter; supported: "
+                      f"{', '.join(SPEC_FUNCTION)}")
+
+
+def to_hf(params, attributes: dict):
+    """Spec parameters and attributes -> the transformers module: ``llama_decoder_only``
+    parameters (``embed.table``) give a ``LlamaForCausalLM``, ``llama_layer`` ones
+    (``attn_norm.gamma``) a ``LlamaDecoderLayer``; ``encoder_layer`` ones a ``BertLayer``
+    (norm="post", the default) or a ``GPT2Block`` (norm="pre")."""
+    if "embed.table" in params_of(params):
+        return llama_for_causal_lm_to_hf(params, attributes)
+    if "attn_norm.gamma" in params_of(params):
+        return llama_layer_to_hf(params, attributes)
+    if attributes.get("norm", "post") == "pre":
+        return gpt2_block_to_hf(params, attributes)
+    return bert_layer_to_hf(params, attributes)
+
+
+# -- calling a layer as the spec function is called -----------------------------------------------
+
+
+def additive_mask(mask, dtype) -> torch.Tensor:
+    """Spec boolean mask (True = may attend), broadcastable to (B, H, T, S) -> HF's 4-D
+    additive float mask: 0 where True, ``torch.finfo(dtype).min`` where False."""
+    mask = torch.as_tensor(mask, dtype=torch.bool)
+    mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
+    zero = torch.zeros((), dtype=dtype, device=mask.device)
+    return torch.where(mask, zero, torch.finfo(dtype).min)
+
+
+def forward(module, x, mask=None, *, offset: int = 0, pad_id: int | None = None) -> torch.Tensor:
+    """``y`` of the spec function for ``module`` on ``x`` (B, T, D) with the spec's boolean
+    ``mask``. A ``LlamaDecoderLayer`` is causal (ANDed with ``mask``) and gets RoPE cos/sin
+    from ``LlamaRotaryEmbedding`` for positions ``offset..offset+T-1``; a ``BertLayer`` or
+    ``GPT2Block`` gets the mask as given (GPT-2 as in GPT2Model: pass ``causal(T)``).
+    A ``LlamaForCausalLM`` takes ids (B, T) as ``x`` and returns the logits; its
+    ``attention_mask`` is ``ids != pad_id`` (the model adds the causal mask itself)."""
+    if isinstance(module, LlamaForCausalLM):
+        if mask is not None or offset:
+            raise ConfigError("LlamaForCausalLM: pass pad_id, not mask or offset")
+        keep = torch.ones_like(x) if pad_id is None else (x != pad_id).long()
+        with torch.no_grad():
+            return module(input_ids=x, attention_mask=keep).logits
+    kwargs = {}
+    if isinstance(module, LlamaDecoderLayer):
+        t = x.shape[1]
+        keep = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        mask = keep if mask is None else torch.as_tensor(mask, device=x.device) & keep
+        positions = torch.arange(offset, offset + t, device=x.device)[None]
+        rotary = LlamaRotaryEmbedding(module.self_attn.config).to(x.device)
+        kwargs["position_embeddings"] = rotary(x, positions)
+        kwargs["position_ids"] = positions
+    elif offset:
+        raise ConfigError(f"offset={offset} applies to LlamaDecoderLayer only")
+    attention_mask = None if mask is None else additive_mask(mask, x.dtype).to(x.device)
+    with torch.no_grad():
+        out = module(x, attention_mask=attention_mask, **kwargs)
+    return out[0] if isinstance(out, tuple) else out  # transformers < 5 returned tuples
