@@ -35,6 +35,14 @@ def missing(fn: Callable) -> Callable:
     return stub
 
 
+def returns_of(name: str) -> tuple[str, ...]:
+    """The output names of spec function ``name``, in return order (for an autodiff
+    ``vjp``, which pairs each cotangent with its output)."""
+    from attnspec.spec.vectors import default_spec
+
+    return default_spec().functions[name].returns
+
+
 class Backend:
     """Shared machinery: function lookup by module, device and dtype checks.
 
