@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from attnspec.spec.errors import ConfigError, DTypeError  # noqa: E402
 
-from ..base import Backend  # noqa: E402
+from ..base import Backend, returns_of  # noqa: E402
 from ._modes import MODES, ModeFunction  # noqa: E402
 
 DTYPES = {"float64": tf.float64, "float32": tf.float32, "float16": tf.float16,
@@ -96,6 +96,29 @@ class TensorFlowBackend(Backend):
             fn = super().function(name, module)
             self._functions[key] = ModeFunction(fn, self.mode, lambda: self._device)
         return self._functions[key]
+
+    def vjp(self, name: str, module: str, call: dict, cotangents: dict) -> tuple[dict, dict]:
+        """Gradients by ``tf.GradientTape`` around the spec function in this backend's mode
+        (eager, or the traced graph / XLA function, which the tape differentiates too):
+        every float input and parameter is watched; one it does not reach gets zeros."""
+        fn = self.function(name, module)
+        sources = {("inputs", k): a for k, a in call.items()
+                   if isinstance(a, (tf.Tensor, tf.Variable)) and a.dtype.is_floating}
+        sources.update({("params", k): a for k, a in (call.get("params") or {}).items()})
+        with tf.GradientTape(persistent=False) as tape:
+            for a in sources.values():
+                tape.watch(a)
+            out = fn(**call)
+        names = returns_of(name)
+        out = dict(zip(names, out if len(names) > 1 else (out,)))
+        with tf.device(self._tf_device(self._device)):
+            grads = tape.gradient([out[k] for k in cotangents], list(sources.values()),
+                                  output_gradients=list(cotangents.values()),
+                                  unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        result: tuple[dict, dict] = ({}, {})
+        for (group, k), g in zip(sources, grads):
+            result[group == "params"][k] = g
+        return result
 
     def versions(self) -> dict[str, str]:
         import keras
