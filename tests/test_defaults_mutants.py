@@ -59,6 +59,9 @@ WRONG = [
     ("decoder_only", {"activation": "relu"}),
     ("transformer", {"tie_embeddings": True}),
     ("greedy_decode", {"tie_embeddings": True}),
+    ("cross_entropy", {"ignore_index": 0}),
+    ("cross_entropy", {"label_smoothing": 0.1}),
+    ("cross_entropy", {"reduction": "sum"}),
 ]
 
 # Wrong defaults whose effect is below some dtypes' resolution by construction: sinusoidal

@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.losses import cross_entropy as oracle
-from ._build import Component, Fn, error, value
+from ._build import Component, Fn, Rng, error, value
 
 COMPONENT = Component("cross_entropy", {
     "cross_entropy": Fn(module="losses", inputs=["logits", "targets"],
@@ -88,3 +88,20 @@ def cases(rng):
                 "Rank-0 logits have no class axis.",
                 inputs={"logits": np.array(0.5), "targets": np.array(0)},
                 error="ShapeError", mentions=["logits"])
+    yield from defaults_cases()
+
+
+def defaults_cases():
+    rd = Rng(f"{COMPONENT.id}/defaults")
+    t = np.array([[0, 3, -100, 1], [0, -100, 4, 2]])
+    logits = rd.uniform((2, 4, 5), -3, 0)
+    for idx in np.ndindex(t.shape):  # the target class well ahead: a small loss
+        if t[idx] >= 0:
+            logits[idx + (t[idx],)] = 3.0
+    yield value("cross_entropy/defaults-001", "cross_entropy",
+                "ignore_index, label_smoothing and reduction left out (-100, 0.0, 'mean'): a "
+                "(2, 4) batch with targets 0 and -100 among them, each target's logit 3 and "
+                "the others in [-3, 0] (a small loss): ignoring class 0 instead, smoothing by "
+                "0.1 (which adds ~0.1 x 4 to a loss of ~0.05), or summing, changes the loss.",
+                inputs={"logits": logits, "targets": t},
+                flags=["defaults", "ignore-index"], omit_defaults=True)
