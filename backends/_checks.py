@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from numbers import Real
 
 import numpy as np
-from attnspec.spec.errors import ConfigError, ParameterError, ShapeError
+from attnspec.spec.errors import ConfigError, DTypeError, ParameterError, ShapeError
 
 
 def shape(x) -> tuple:
@@ -296,3 +296,26 @@ def alibi_slopes(num_heads) -> list:
 def window_mask_args(t, s, window) -> tuple:
     """(T, S, W) of a sliding-window mask: sizes >= 0, window >= 1."""
     return size("t", t), size("s", s), integer("window", window, lo=1)
+
+
+REDUCTIONS = ("mean", "sum", "none")
+
+
+def cross_entropy_args(logits_shape: tuple, targets_shape: tuple, targets_kind: str,
+                       ignore_index, label_smoothing, reduction) -> tuple:
+    """cross_entropy's checks that read no values: logits (..., L), integer targets of shape
+    logits.shape[:-1], an integer ignore_index, label_smoothing in [0, 1], a known
+    reduction. Returns (ignore_index, label_smoothing as a float, reduction)."""
+    if len(logits_shape) < 1:
+        raise ShapeError(f"logits must have a class axis (rank >= 1), got shape {logits_shape}")
+    if targets_kind not in "iu":
+        raise DTypeError(f"targets must hold integer class indices, got a {targets_kind!r}-kind "
+                         f"array of shape {targets_shape}")
+    if tuple(targets_shape) != tuple(logits_shape[:-1]):
+        raise ShapeError(f"targets of shape {tuple(targets_shape)} for logits of shape "
+                         f"{tuple(logits_shape)}: targets must be logits.shape[:-1] = "
+                         f"{tuple(logits_shape[:-1])}")
+    ignore_index = integer("ignore_index", ignore_index)
+    if not _real(label_smoothing) or not 0 <= label_smoothing <= 1:
+        raise ConfigError(f"label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
+    return ignore_index, float(label_smoothing), choice("reduction", reduction, REDUCTIONS)

@@ -7,6 +7,10 @@ Functions take inputs as keyword arguments named as in the spec pages,
 attributes as keyword arguments, parameters as ``params={canonical path:
 array}`` in the canonical layout (``y = x @ W + b``, W of shape (in, out)), and
 composites also ``trace=`` (see :mod:`attnspec.spec.trace`).
+
+Gradients: ``vjp(name, module, call, cotangents)`` returns ``(grad_inputs, grad_params)``,
+the vector-Jacobian products of the spec function for one cotangent per output (see
+:meth:`Backend.vjp`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,14 @@ def missing(fn: Callable) -> Callable:
 
     stub.attnspec_stub = True
     return stub
+
+
+def returns_of(name: str) -> tuple[str, ...]:
+    """The output names of spec function ``name``, in return order (for an autodiff
+    ``vjp``, which pairs each cotangent with its output)."""
+    from attnspec.spec.vectors import default_spec
+
+    return default_spec().functions[name].returns
 
 
 class Backend:
@@ -57,6 +69,18 @@ class Backend:
             raise NotImplementedComponent(f"backend {self.name!r} does not implement {name!r} "
                                           f"(expected in {self.package}.{module})")
         return fn
+
+    def vjp(self, name: str, module: str, call: dict, cotangents: dict) -> tuple[dict, dict]:
+        """The backward pass of spec function ``name``: ``call`` holds the forward keyword
+        arguments (inputs and ``params=`` already backend arrays, attributes), ``cotangents``
+        one backend array per output named there (an output left out has cotangent 0).
+        Returns ``({input name: gradient}, {parameter path: gradient})`` for every float
+        input given and every parameter, each of its input's shape and dtype.
+
+        By default the hand-written ``<module>.<name>_vjp(cotangents, **call)``; a function
+        without one raises NotImplementedComponent (reported ``missing``, never a pass).
+        Autodiff backends override this generically."""
+        return self.function(f"{name}_vjp", module)(cotangents, **call)
 
     def select_device(self, device: str) -> None:
         """The device for functions that take no array to infer it from (``causal_mask``,

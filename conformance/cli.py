@@ -67,19 +67,21 @@ def cmd_list(args) -> int:
         return 0
     for r in rows:
         tail = r.get("error", "")
-        print(f"{r['id']:44s} {r['expect']:5s} {tail}")
+        print(f"{r['id']:44s} {r['expect']:8s} {tail}")
     return 0
 
 
 def components_table(spec) -> str:
-    """A Markdown table: component, functions, value and error vector counts, page."""
-    lines = ["| component | functions | value vectors | error vectors |", "|---|---|---|---|"]
+    """A Markdown table: component, functions, value, error and gradient vector counts, page."""
+    lines = ["| component | functions | value vectors | error vectors | gradient vectors |",
+             "|---|---|---|---|---|"]
     for comp, vs in spec.by_component().items():
         live = [v for v in vs if not v.deprecated]
         fns = ", ".join(f"`{f}`" for f in spec.components[comp])
         lines.append(f"| [{comp}](spec/components/{comp}.md) | {fns} | "
                      f"{sum(v.expect == 'value' for v in live)} | "
-                     f"{sum(v.expect == 'error' for v in live)} |")
+                     f"{sum(v.expect == 'error' for v in live)} | "
+                     f"{sum(v.expect == 'gradient' for v in live)} |")
     return "\n".join(lines)
 
 

@@ -1,7 +1,8 @@
 """``attnspec export ID``: one vector for use outside Python.
 
 ``.npz`` holds plain numeric arrays only (``inputs/x``, ``params/w_q``,
-``outputs/y``, ``intermediates/...``), saved without pickled objects (load with
+``outputs/y``, ``intermediates/...``; a gradient vector also ``cotangents/y``,
+``gradients/inputs/x``, ``gradients/params/gamma``), saved without pickled objects (load with
 ``allow_pickle=False``); attributes and the citation go in a JSON string array
 ``meta``. ``.json`` is the vector exactly as in its file, plus the citation.
 An existing file is replaced only with ``force``.
@@ -32,7 +33,8 @@ def export(spec, vid: str, fmt: str = "npz", out: str | None = None,
         return path
     arrays = {"meta": np.array(json.dumps(meta))}
     for group, tensors in (("inputs", v.inputs), ("params", v.params), ("outputs", v.outputs),
-                           ("intermediates", v.intermediates)):
+                           ("intermediates", v.intermediates), ("cotangents", v.cotangents),
+                           *((f"gradients/{k}", g) for k, g in v.gradients.items())):
         for name, a in tensors.items():
             arrays[f"{group}/{name}"] = a
     with open(path, "wb") as f:

@@ -129,6 +129,8 @@ def contract_problems(backend, fn: Function, raw: tuple, expected: dict, dtype: 
 
 def run_vector(backend, spec: Spec, v: Vector, dtype: str, device: str) -> Result:
     fn = spec.functions[v.function]
+    if v.expect == "gradient":
+        return run_gradient_vector(backend, spec, v, dtype, device)
     res = Result(v.id, dtype, "pass", component=v.component)
     try:
         if v.expect == "error":
@@ -174,6 +176,73 @@ def judge(v: Vector, dtype: str, outputs: dict, inter: dict, res: Result,
         if first_bad:
             head += f"; first diverging intermediate: {first_bad!r}"
         res.messages = [head, *failures]
+    return res
+
+
+def vjp(backend, fn: Function, inputs: dict, attributes: dict, params: dict | None,
+        cotangents: dict, dtype: str, device: str) -> tuple[dict, dict, list[str]]:
+    """The backend's VJP of one spec function with NumPy data: ({input: ndarray},
+    {param path: ndarray}, contract problems: a gradient not of the requested dtype or not
+    on the requested device)."""
+    call_kwargs = {**convert_inputs(backend, inputs, dtype, device), **attributes}
+    if fn.params:
+        call_kwargs["params"] = convert_inputs(backend, params or {}, dtype, device)
+    cot = convert_inputs(backend, cotangents, dtype, device)
+    grad_inputs, grad_params = backend.vjp(fn.name, fn.module, call_kwargs, cot)
+    problems = []
+    device_of = getattr(backend, "device_of", None)
+    for group, grads in (("input", grad_inputs), ("param", grad_params)):
+        for name, g in grads.items():
+            got = dtype_name(g)
+            if got != dtype:
+                problems.append(f"gradient of {group} {name!r} is {got}, the spec's dtype "
+                                f"here is {dtype}")
+            where = device_of(g) if device_of is not None else None
+            if where is not None and where != device:
+                problems.append(f"gradient of {group} {name!r} is on device {where!r}, "
+                                f"requested {device!r}")
+    return ({k: backend.to_numpy(g) for k, g in grad_inputs.items()},
+            {k: backend.to_numpy(g) for k, g in grad_params.items()}, problems)
+
+
+def run_gradient_vector(backend, spec: Spec, v: Vector, dtype: str, device: str) -> Result:
+    """A gradient vector: the backend's VJP for the vector's cotangents against the
+    oracle's gradients, every float input and every parameter, at the vector's tolerances."""
+    fn = spec.functions[v.function]
+    res = Result(v.id, dtype, "pass", component=v.component)
+    try:
+        gi, gp, contract = vjp(backend, fn, v.inputs, v.attributes, v.params, v.cotangents,
+                               dtype, device)
+    except NotImplementedComponent as exc:
+        res.status, res.messages = "missing", [f"missing: gradients of {fn.name}: {exc}"]
+        return res
+    except Exception as exc:  # noqa: BLE001 - any crash is a reported error
+        res.status = "error"
+        res.messages = [f"raised {type(exc).__name__}: {exc}"]
+        return res
+    return judge_gradients(v, dtype, gi, gp, res, contract)
+
+
+def judge_gradients(v: Vector, dtype: str, grad_inputs: dict, grad_params: dict, res: Result,
+                    contract: list[str] = ()) -> Result:
+    tol = v.tolerances[dtype]
+    worst_abs, worst_ulp = 0.0, 0.0
+    failures = list(contract)
+    for group, got in (("inputs", grad_inputs), ("params", grad_params)):
+        for name, expected in v.gradients.get(group, {}).items():
+            label = f"gradient d{name}" if group == "inputs" else f"gradient of param {name!r}"
+            if name not in got:
+                failures.append(f"{label}: not returned by the backend's vjp")
+                continue
+            c = compare(got[name], expected, dtype, tol)
+            worst_abs, worst_ulp = max(worst_abs, c.max_abs_err), max(worst_ulp, c.max_ulp)
+            if not c.ok:
+                failures.append(c.describe(label))
+    res.max_abs_err, res.max_ulp = worst_abs, worst_ulp
+    if failures:
+        res.status = "fail"
+        res.messages = [f"{v.id} [{dtype}] gradients differ from the spec (rtol={tol['rtol']}, "
+                        f"atol={tol['atol']})", *failures]
     return res
 
 

@@ -79,6 +79,12 @@ class Backend(_Base):
 
     def versions(self) -> dict[str, str]:
         return {{"numpy": np.__version__}}
+
+    # Gradients (the suite's test_gradients.py): by default ``vjp`` calls a hand-written
+    # ``<name>_vjp(cotangents, **call)`` in the function's module, returning
+    # ({{input: gradient}}, {{param path: gradient}}); a framework with autodiff overrides
+    # ``vjp(self, name, module, call, cotangents)`` once instead (see attnspec's torch and
+    # tensorflow backends). Without either, every gradient vector is reported missing.
 '''
 
 MODULE = '''"""{module}: {functions}.

@@ -80,7 +80,10 @@ def build_component(module_name: str, frozen: dict | None = None, derived: dict 
     comp = mod.COMPONENT
     frozen, derived = frozen or {}, derived or {}
     default = _tolerances(derived.get("_default", {}).get(comp.id), comp.tolerances)
-    built = [(case, _build_case(comp, case)) for case in mod.cases(Rng(comp.id))]
+    from .cases._gradients import gradient_cases
+
+    every = [*mod.cases(Rng(comp.id)), *gradient_cases(comp.id)]
+    built = [(case, _build_case(comp, case)) for case in every]
     vectors = _resolve(comp.id, built, frozen, derived, default)
     _check_ids(comp.id, vectors)
     _check_flags(vectors)
@@ -114,7 +117,7 @@ def _tolerances(given: dict | None, base: dict) -> dict:
 # Key order of a vector in its file (the content hash does not depend on it).
 ORDER = ("id", "sha256", "function", "description", "flags", "dtypes", "dtype_note", "deprecated",
          "superseded_by", "supersedes", "expect", "attributes", "tolerances", "inputs", "params",
-         "outputs", "intermediates", "error", "error_mentions")
+         "outputs", "intermediates", "cotangents", "gradients", "error", "error_mentions")
 
 
 def _resolve(component: str, built: list, frozen: dict, derived: dict, default: dict) -> list[dict]:
@@ -214,13 +217,13 @@ def _build_case(comp, case) -> dict:
     if fn is None:
         raise GenerationError(f"{where}: unknown function {case.function!r}")
     unknown = set(case.inputs) - set(fn.inputs)
-    if unknown and case.expect == "value":
+    if unknown and case.expect != "error":
         raise GenerationError(f"{where}: inputs {sorted(unknown)} not in the signature")
     restricted = [d for d in FLOAT_DTYPES if d not in case.dtypes]
     if restricted and not case.dtype_note:
         raise GenerationError(f"{where}: leaves out {restricted} without a dtype_note")
-    if case.expect == "value":
-        for group in (case.inputs, case.params):
+    if case.expect != "error":
+        for group in (case.inputs, case.params, case.cotangents or {}):
             for name, arr in group.items():
                 a = np.asarray(arr)
                 if a.dtype.kind == "f":
@@ -258,9 +261,38 @@ def _build_case(comp, case) -> dict:
     inter = {k: a for k, a in result.items() if k not in fn.returns}
     if case.keep is not None:
         inter = {k: inter[k] for k in case.keep}
-    if inter:
+    if case.expect == "gradient":
+        _gradients(fn, case.function, case, kwargs, v, where)
+    elif inter:
         v["intermediates"] = {k: _encode_result(a) for k, a in inter.items()}
     return v
+
+
+def _gradients(fn, name: str, case, kwargs: dict, v: dict, where: str) -> None:
+    """Cotangents and the oracle's VJP: a gradient for every float input and parameter."""
+    from .oracle.grad import VJPS
+
+    if name not in VJPS:
+        raise GenerationError(f"{where}: the oracle has no VJP for {name!r} (oracle/grad.py)")
+    cot = case.cotangents or {}
+    unknown = [k for k in cot if k not in fn.returns]
+    if not cot or unknown:
+        raise GenerationError(f"{where}: cotangents {sorted(cot)} must name outputs of "
+                              f"{name} {list(fn.returns)}")
+    for k, c in cot.items():
+        if np.shape(c) != tuple(v["outputs"][k]["shape"]):
+            raise GenerationError(f"{where}: cotangent {k!r} of shape {np.shape(c)} for an "
+                                  f"output of shape {tuple(v['outputs'][k]['shape'])}")
+    grad_inputs, grad_params = VJPS[name]({k: np.asarray(c, dtype=np.float64)
+                                              for k, c in cot.items()}, **kwargs)
+    want = {k for k, a in case.inputs.items() if np.asarray(a).dtype.kind == "f"}
+    if set(grad_inputs) != want or set(grad_params) != set(case.params):
+        raise GenerationError(f"{where}: the VJP gave gradients for {sorted(grad_inputs)} "
+                              f"and params {sorted(grad_params)}; want {sorted(want)} and "
+                              f"{sorted(case.params)}")
+    v["cotangents"] = {k: encode(np.asarray(c, dtype=np.float64)) for k, c in cot.items()}
+    v["gradients"] = {"inputs": {k: _encode_result(a) for k, a in grad_inputs.items()},
+                      "params": {k: _encode_result(a) for k, a in grad_params.items()}}
 
 
 def _encode_result(a):

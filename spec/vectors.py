@@ -29,7 +29,8 @@ MANIFEST = "MANIFEST.json"
 # What a vector claims: the fields its content hash covers. description, flags,
 # dtype_note and the deprecated/supersedes links are editorial and left out.
 CANONICAL_FIELDS = ("id", "function", "dtypes", "expect", "attributes", "inputs", "params",
-                    "outputs", "intermediates", "error", "error_mentions", "tolerances")
+                    "outputs", "intermediates", "cotangents", "gradients", "error",
+                    "error_mentions", "tolerances")
 
 
 def canonical_json(v: dict, tolerances: dict | None = None) -> bytes:
@@ -79,7 +80,7 @@ class Vector:
     description: str
     flags: tuple[str, ...]
     dtypes: tuple[str, ...]
-    expect: str  # "value" or "error"
+    expect: str  # "value", "error" or "gradient"
     attributes: dict
     inputs: dict = field(repr=False)
     params: dict = field(repr=False)
@@ -95,6 +96,9 @@ class Vector:
     supersedes: str | None = None  # the id this vector corrects
     superseded_by: str | None = None  # the id that corrects this one (then deprecated)
     raw: dict = field(default=None, repr=False, compare=False)
+    # gradient vectors: {output: cotangent} and {"inputs": {name: grad}, "params": {path: grad}}
+    cotangents: dict = field(default_factory=dict, repr=False)
+    gradients: dict = field(default_factory=dict, repr=False)
 
     def __repr__(self) -> str:  # short: hypothesis and pytest print it in failure reports
         return f"<Vector {self.id}>"
@@ -172,8 +176,10 @@ _VECTOR_FIELDS = {"id": str, "sha256": str, "function": str, "description": str,
 _VECTOR_OPTIONAL = {"flags": list, "attributes": dict, "inputs": dict, "params": dict,
                     "outputs": dict, "intermediates": dict, "error": str,
                     "error_mentions": list, "dtype_note": str, "deprecated": bool,
-                    "supersedes": str, "superseded_by": str}
-TENSOR_GROUPS = ("inputs", "params", "outputs", "intermediates")
+                    "supersedes": str, "superseded_by": str, "cotangents": dict,
+                    "gradients": dict}
+TENSOR_GROUPS = ("inputs", "params", "outputs", "intermediates", "cotangents")
+EXPECTS = ("value", "error", "gradient")
 _JSON_TYPE = {str: "a string", list: "an array", dict: "an object", bool: "true or false"}
 
 
@@ -207,9 +213,15 @@ def _check_vector(v: dict, functions: dict, file: str) -> None:
     if v["function"] not in functions:
         raise VectorFileError(f"{where}: field 'function': {v['function']!r} is not one of "
                               f"the file's functions {sorted(functions)}")
-    if v["expect"] not in ("value", "error"):
-        raise VectorFileError(f"{where}: field 'expect' must be 'value' or 'error', "
+    if v["expect"] not in EXPECTS:
+        raise VectorFileError(f"{where}: field 'expect' must be one of {list(EXPECTS)}, "
                               f"got {v['expect']!r}")
+    if v["expect"] == "gradient":
+        g = v.get("gradients")
+        if not v.get("cotangents") or not isinstance(g, dict) or set(g) != {"inputs", "params"} \
+                or not all(isinstance(x, dict) for x in g.values()):
+            raise VectorFileError(f"{where}: a gradient vector needs 'cotangents' and "
+                                  f"'gradients' {{inputs: {{...}}, params: {{...}}}}")
     if v["expect"] == "error" and "error" not in v:
         raise VectorFileError(f"{where}: field 'error' is missing (expect is 'error')")
     for d in v["dtypes"]:
@@ -257,7 +269,9 @@ def vectors_of(doc: dict, file: str = "") -> list[Vector]:
             error=v.get("error"), error_mentions=tuple(v.get("error_mentions", ())),
             tolerances=v["tolerances"], file=file, sha256=sha,
             dtype_note=v.get("dtype_note"), deprecated=bool(v.get("deprecated", False)),
-            supersedes=v.get("supersedes"), superseded_by=v.get("superseded_by"), raw=v))
+            supersedes=v.get("supersedes"), superseded_by=v.get("superseded_by"), raw=v,
+            gradients={k: _tensors({"id": v["id"], f"gradients.{k}": g}, f"gradients.{k}", file)
+                       for k, g in v.get("gradients", {}).items()}))
     return out
 
 

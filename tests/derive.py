@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from attnspec.conformance.runner import call
+from attnspec.conformance.runner import call, vjp
 from attnspec.spec.generate import REVISION_RE, TOLERANCES_JSON
 
 from .orders import ORDERS, EmulatedBackend, EmulationBypassed
@@ -83,9 +83,12 @@ class Deviation:
 
 
 def deviation(v, outputs: dict | None, inter: dict) -> Deviation:
-    """How far a run is from the vector's expected outputs and intermediates."""
+    """How far a run is from the vector's expected outputs and intermediates (for a gradient
+    vector: ``outputs`` and ``inter`` are the input and the parameter gradients)."""
     errs, mags = [], []
-    for group, got in ((v.outputs, outputs), (v.intermediates, inter)):
+    expected = ((v.gradients.get("inputs", {}), v.gradients.get("params", {}))
+                if v.expect == "gradient" else (v.outputs, v.intermediates))
+    for group, got in zip(expected, (outputs, inter)):
         for name, exp in group.items():
             g = None if got is None else got.get(name)
             errs.append(_err(g, exp).ravel())
@@ -113,9 +116,13 @@ def _err(got, exp: np.ndarray) -> np.ndarray:
 # -- running ---------------------------------------------------------------------------
 
 def _run(backend, spec, v, dtype: str, device: str = "cpu"):
+    """(outputs, intermediates); for a gradient vector (input gradients, param gradients)."""
     fn = spec.functions[v.function]
     try:
         with np.errstate(all="ignore"):
+            if v.expect == "gradient":
+                return vjp(backend, fn, v.inputs, v.attributes, v.params, v.cotangents,
+                           dtype, device)[:2]
             return call(backend, fn, v.inputs, v.attributes, v.params, dtype, device)
     except EmulationBypassed:
         raise
@@ -131,14 +138,21 @@ def order_deviations(spec, v, dtype: str, extra: dict | None = None) -> dict[str
         if other is None:
             continue
         try:
-            with np.errstate(all="ignore"):
-                got = call(other.backend, spec.functions[v.function], v.inputs, v.attributes,
-                           v.params, dtype, other.device)
+            got = _run_raising(other.backend, spec, v, dtype, other.device)
         except Exception as exc:  # noqa: BLE001 - a framework that cannot run it is no order
             SKIPPED.append(f"{name} {v.id}[{dtype}]: {type(exc).__name__}: {exc}"[:200])
             continue
         out[name] = deviation(v, *got)
     return out
+
+
+def _run_raising(backend, spec, v, dtype: str, device: str):
+    fn = spec.functions[v.function]
+    with np.errstate(all="ignore"):
+        if v.expect == "gradient":
+            return vjp(backend, fn, v.inputs, v.attributes, v.params, v.cotangents, dtype,
+                       device)[:2]
+        return call(backend, fn, v.inputs, v.attributes, v.params, dtype, device)
 
 
 # What an extra order (a framework) could not run, for the summary.
@@ -186,7 +200,7 @@ class Row:
 
 def live_vectors(spec, components=None):
     for v in spec.vectors:
-        if v.expect == "value" and not v.deprecated and \
+        if v.expect in ("value", "gradient") and not v.deprecated and \
                 (components is None or v.component in components):
             yield v
 

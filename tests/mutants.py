@@ -176,3 +176,37 @@ def _parametrizations(fn):
             new.append(("-".join(x for x in (label, lab) if x), {**kw, **dict(zip(names, vals))}))
         cases = new
     return cases
+
+
+# -- gradients: planted bugs in backward passes ------------------------------------------
+
+def gradient_rejections(backend, component: str) -> dict[str, int]:
+    """Per dtype, how many gradient vectors of ``component`` the backend's ``vjp`` fails:
+    run in float64 and float32, and its float64 gradients also judged with the float16 and
+    bfloat16 tolerances. Only values are judged (a planted bug is about values)."""
+    from attnspec.conformance.runner import judge_gradients, vjp
+
+    spec = default_spec()
+    fails = dict.fromkeys(FLOAT_DTYPES, 0)
+    for v in spec.vectors:
+        if v.component != component or v.expect != "gradient" or v.deprecated:
+            continue
+        fn = spec.functions[v.function]
+        for dtype in ("float64", "float32"):
+            if dtype not in v.dtypes:
+                continue
+            try:
+                gi, gp, _ = vjp(backend, fn, v.inputs, v.attributes, v.params, v.cotangents,
+                                dtype, "cpu")
+            except Exception:  # noqa: BLE001 - a crash is a rejection
+                fails[dtype] += 1
+                if dtype == "float64":
+                    fails["float16"] += "float16" in v.dtypes
+                    fails["bfloat16"] += "bfloat16" in v.dtypes
+                continue
+            dtypes = [dtype] + (["float16", "bfloat16"] if dtype == "float64" else [])
+            for d in dtypes:
+                if d in v.dtypes and judge_gradients(v, d, gi, gp,
+                                                     Result(v.id, d, "pass")).status != "pass":
+                    fails[d] += 1
+    return fails

@@ -21,7 +21,7 @@ def test_list_json_has_every_vector():
     rows = json.loads(attnspec("list", "--json", check=True).stdout)
     assert {r["id"] for r in rows} == {v.id for v in default_spec().vectors}
     assert all({"id", "component", "expect"} <= set(r) for r in rows)
-    assert {r["expect"] for r in rows} == {"value", "error"}
+    assert {r["expect"] for r in rows} == {"value", "error", "gradient"}
 
 
 def test_cite_prints_the_design_citation_line():

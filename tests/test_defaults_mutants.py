@@ -68,6 +68,9 @@ WRONG = [
     ("greedy_decode", {"rope_base": 500000.0}),
     ("greedy_decode", {"window": 2}),
     ("greedy_decode", {"num_kv_heads": 1}),
+    ("cross_entropy", {"ignore_index": 0}),
+    ("cross_entropy", {"label_smoothing": 0.1}),
+    ("cross_entropy", {"reduction": "sum"}),
 ]
 
 # Wrong defaults whose effect is below some dtypes' resolution by construction: sinusoidal

@@ -191,3 +191,45 @@ def attention_entropy(weights, *, axis=-1):
     positive = w > 0
     terms = np.where(positive, w * np.log(np.where(positive, w, 1)), 0)
     return -np.sum(terms, axis=axis)
+
+
+# -- backward (vector-Jacobian products): dy in, gradients out ------------------------------
+
+def _unbroadcast(g, shape):
+    """The gradient of an input of ``shape`` that broadcast to g.shape: summed over the
+    axes it was broadcast along."""
+    g = np.sum(g, axis=tuple(range(g.ndim - len(shape)))) if g.ndim > len(shape) else g
+    ones = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
+    return np.sum(g, axis=ones, keepdims=True) if ones else g
+
+
+def softmax_backward(y, dy, axis=-1):
+    """dx_i = y_i (dy_i - sum_j dy_j y_j): the Jacobian diag(y) - y y^T applied to dy."""
+    return y * (dy - np.sum(dy * y, axis=axis, keepdims=True))
+
+
+# dx = y * (dy - sum(dy * y))   along the softmax axis; masked entries (y = 0) get 0
+def softmax_vjp(cotangents, x, mask=None, *, axis=-1):
+    y = softmax(x, mask, axis=axis)
+    return {"x": softmax_backward(y, np.asarray(cotangents["y"], dtype=y.dtype), axis)}, {}
+
+
+# S = c q k^T + bias, W = softmax(S), O = W v; with cotangents dO (and dW):
+#   dW' = dO v^T + dW,  dS = W * (dW' - rowsum(dW' * W)),
+#   dq = c dS k,  dk = c dS^T q,  dv = W^T dO,  dbias = dS   (each summed to its input's shape)
+def sdpa_vjp(cotangents, q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None):
+    if num_kv_heads is not None:
+        raise NotImplementedError("sdpa_vjp with num_kv_heads: not written yet")
+    output, w = sdpa(q, k, v, mask, bias, scale=scale)                # (..., T, V), (..., T, S)
+    dO = np.broadcast_to(np.asarray(cotangents["output"], dtype=w.dtype), output.shape)
+    dW = dO @ np.swapaxes(v, -1, -2)                                   # (..., T, S)
+    if "weights" in cotangents:
+        dW = dW + np.asarray(cotangents["weights"], dtype=w.dtype)
+    dS = softmax_backward(w, dW)                                       # (..., T, S)
+    c = w.dtype.type(check.scale(scale, q.shape[-1]))
+    grads = {"q": _unbroadcast(c * (dS @ k), q.shape),                 # (..., T, K)
+             "k": _unbroadcast(c * (np.swapaxes(dS, -1, -2) @ q), k.shape),  # (..., S, K)
+             "v": _unbroadcast(np.swapaxes(w, -1, -2) @ dO, v.shape)}  # (..., S, V)
+    if bias is not None:
+        grads["bias"] = _unbroadcast(dS, np.shape(bias))
+    return grads, {}

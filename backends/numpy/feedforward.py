@@ -83,3 +83,43 @@ def dropout(x, keep_mask=None, *, p, seed=None):
 
 
 (residual,) = Layers.bind(__package__, "residual")  # backends/composite/layers.py
+
+
+# -- backward (vector-Jacobian products) ----------------------------------------------------
+
+def relu_grad(h):
+    """relu'(h) = 1 for h > 0, else 0 (0 at h = 0, as torch and TensorFlow)."""
+    return (h > 0).astype(h.dtype)
+
+
+def gelu_grad(h):
+    """gelu'(h) = Phi(h) + h phi(h) = (1 + erf(h / sqrt 2)) / 2 + h exp(-h^2 / 2) / sqrt(2 pi)."""
+    return (0.5 * (1 + _erf(h / math.sqrt(2)).astype(h.dtype))
+            + h * np.exp(-0.5 * h * h) / math.sqrt(2 * math.pi))
+
+
+def gelu_tanh_grad(h):
+    """t = tanh(k (h + 0.044715 h^3)), k = sqrt(2/pi):
+    gelu_tanh'(h) = (1 + t) / 2 + h/2 (1 - t^2) k (1 + 3 * 0.044715 h^2)."""
+    k = math.sqrt(2 / math.pi)
+    t = np.tanh(k * (h + 0.044715 * h ** 3))
+    return 0.5 * (1 + t) + 0.5 * h * (1 - t * t) * k * (1 + 3 * 0.044715 * h * h)
+
+
+ACTIVATION_GRADS = {"relu": relu_grad, "gelu": gelu_grad, "gelu_tanh": gelu_tanh_grad}
+
+
+# h = x W1 + b1, a = act(h), y = a W2 + b2:
+#   dW2 = a^T dy,  db2 = sum dy,  dh = (dy W2^T) act'(h),
+#   dW1 = x^T dh,  db1 = sum dh,  dx = dh W1^T        (sums over every token)
+def feedforward_vjp(cotangents, x, *, activation="relu", params):
+    y = feedforward(x, activation=activation, params=params)   # the checks, once
+    x = np.asarray(x)
+    w1, b1, w2 = (np.asarray(params[n]) for n in ("w1", "b1", "w2"))
+    x2 = x.reshape(-1, x.shape[-1])                               # (N, D)
+    dy = np.asarray(cotangents["y"], dtype=y.dtype).reshape(-1, w2.shape[1])  # (N, D)
+    h = x2 @ w1 + b1                                              # (N, F)
+    dh = (dy @ w2.T) * ACTIVATION_GRADS[activation](h)            # (N, F)
+    return ({"x": (dh @ w1.T).reshape(x.shape)},
+            {"w1": x2.T @ dh, "b1": dh.sum(axis=0),
+             "w2": ACTIVATIONS[activation](h).T @ dy, "b2": dy.sum(axis=0)})

@@ -49,3 +49,49 @@ def rms_norm(x, *, eps=1e-6, params):
         return np.zeros_like(x)
     ms = np.mean(x * x, axis=-1, keepdims=True)          # (..., 1)
     return x / np.sqrt(ms + eps) * gamma
+
+
+# -- backward (vector-Jacobian products) ----------------------------------------------------
+
+def _rows_sum(a):
+    """Sum over every leading axis: (..., D) -> (D,), for dgamma and dbeta."""
+    return a.reshape(-1, a.shape[-1]).sum(axis=0)
+
+
+# c = x - mu, z = c / r, y = z gamma + beta, dz = dy gamma:
+#   dgamma = sum_rows dy z,  dbeta = sum_rows dy
+#   canonical (r = sqrt(var + eps)):  dx = (dz - mean(dz) - z mean(dz z)) / r
+#   annotated (r = std + eps):        dc = dz / r - c sum(dz c) / (r^2 std (D - 1)),
+#                                     dx = dc - mean(dc)
+def layer_norm_vjp(cotangents, x, *, eps=1e-5, variant="canonical", params):
+    y = layer_norm(x, eps=eps, variant=variant, params=params)  # the checks, once
+    x = np.asarray(x)
+    dy = np.asarray(cotangents["y"], dtype=y.dtype)
+    gamma = np.asarray(params["gamma"])
+    D = x.shape[-1]
+    c = x - x.mean(axis=-1, keepdims=True)                       # (..., D)
+    dz = dy * gamma
+    if variant == "canonical":
+        r = np.sqrt(np.mean(c * c, axis=-1, keepdims=True) + eps)
+        z = c / r
+        dx = (dz - dz.mean(axis=-1, keepdims=True)
+              - z * np.mean(dz * z, axis=-1, keepdims=True)) / r
+    else:
+        std = np.sqrt(np.sum(c * c, axis=-1, keepdims=True) / (D - 1))
+        r = std + eps
+        z = c / r
+        dc = dz / r - c * np.sum(dz * c, axis=-1, keepdims=True) / (r * r * std * (D - 1))
+        dx = dc - dc.mean(axis=-1, keepdims=True)
+    return {"x": dx.astype(y.dtype)}, {"gamma": _rows_sum(dy * z), "beta": _rows_sum(dy)}
+
+
+# r = sqrt(mean(x^2) + eps), y = x / r gamma, dz = dy gamma:
+#   dgamma = sum_rows dy x / r,  dx = dz / r - x sum(dz x) / (D r^3)
+def rms_norm_vjp(cotangents, x, *, eps=1e-6, params):
+    y = rms_norm(x, eps=eps, params=params)
+    x = np.asarray(x)
+    dy = np.asarray(cotangents["y"], dtype=y.dtype)
+    r = np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)    # (..., 1)
+    dz = dy * np.asarray(params["gamma"])
+    dx = dz / r - x * np.sum(dz * x, axis=-1, keepdims=True) / (x.shape[-1] * r ** 3)
+    return {"x": dx.astype(y.dtype)}, {"gamma": _rows_sum(dy * x / r)}

@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from attnspec.spec.errors import ConfigError, DTypeError  # noqa: E402
 
-from ..base import Backend  # noqa: E402
+from ..base import Backend, returns_of  # noqa: E402
 from ._modes import MODES, ModeFunction  # noqa: E402
 
 DTYPES = {"float64": tf.float64, "float32": tf.float32, "float16": tf.float16,
@@ -96,6 +96,57 @@ class TensorFlowBackend(Backend):
             fn = super().function(name, module)
             self._functions[key] = ModeFunction(fn, self.mode, lambda: self._device)
         return self._functions[key]
+
+    def vjp(self, name: str, module: str, call: dict, cotangents: dict) -> tuple[dict, dict]:
+        """Gradients by ``tf.GradientTape`` around the spec function in this backend's mode
+        (eager, or the traced graph / XLA function, which the tape differentiates too):
+        every float input and parameter is watched; one it does not reach gets zeros.
+        Under XLA the forward and backward passes compile together into one function:
+        differentiating across a jit-compiled call's boundary needs ops XLA lacks
+        (OptionalFromValue, for the tf.cond of attention's finite fast path)."""
+        if self.mode == "xla":
+            return self._vjp_compiled(name, module, call, cotangents)
+        fn = self.function(name, module)
+        sources = {("inputs", k): a for k, a in call.items()
+                   if isinstance(a, (tf.Tensor, tf.Variable)) and a.dtype.is_floating}
+        sources.update({("params", k): a for k, a in (call.get("params") or {}).items()})
+        with tf.GradientTape(persistent=False) as tape:
+            for a in sources.values():
+                tape.watch(a)
+            out = fn(**call)
+        names = returns_of(name)
+        out = dict(zip(names, out if len(names) > 1 else (out,)))
+        with tf.device(self._tf_device(self._device)):
+            grads = tape.gradient([out[k] for k in cotangents], list(sources.values()),
+                                  output_gradients=list(cotangents.values()),
+                                  unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        result: tuple[dict, dict] = ({}, {})
+        for (group, k), g in zip(sources, grads):
+            result[group == "params"][k] = g
+        return result
+
+    def _vjp_compiled(self, name: str, module: str, call: dict, cotangents: dict):
+        raw = Backend.function(self, name, module)  # the plain function, traced below
+        names = returns_of(name)
+        floats = {k: a for k, a in call.items()
+                  if isinstance(a, (tf.Tensor, tf.Variable)) and a.dtype.is_floating}
+        rest = {k: a for k, a in call.items() if k not in floats and k != "params"}
+        has_params = "params" in call
+
+        def forward_backward(inputs, params, cot):
+            with tf.GradientTape() as tape:
+                tape.watch((inputs, params))
+                out = raw(**inputs, **rest, **({"params": params} if has_params else {}))
+            out = dict(zip(names, out if len(names) > 1 else (out,)))
+            return tape.gradient([out[k] for k in cot], (inputs, params),
+                                 output_gradients=list(cot.values()),
+                                 unconnected_gradients=tf.UnconnectedGradients.ZERO)
+
+        compiled = tf.function(forward_backward, jit_compile=True, autograph=False)
+        with tf.device(self._tf_device(self._device)):
+            grad_inputs, grad_params = compiled(floats, dict(call.get("params") or {}),
+                                                dict(cotangents))
+        return dict(grad_inputs), dict(grad_params)
 
     def versions(self) -> dict[str, str]:
         import keras

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from attnspec.spec.errors import ConfigError, DTypeError
 
-from ..base import Backend
+from ..base import Backend, returns_of
 from ._core import Paths, using
 
 TORCH_DTYPES = {"float64": torch.float64, "float32": torch.float32,
@@ -119,6 +119,33 @@ class TorchBackend(Backend):
             with using(self.paths):
                 return fn(*args, **kwargs)
         return in_backend
+
+    def vjp(self, name: str, module: str, call: dict, cotangents: dict) -> tuple[dict, dict]:
+        """Gradients by autograd through the spec function (this backend's attention path):
+        every float input and parameter becomes a leaf, then ``torch.autograd.grad`` with
+        the cotangents as ``grad_outputs``; a leaf the outputs do not reach gets zeros."""
+        fn = self.function(name, module)
+        call = dict(call)
+        leaves: dict = {}
+        for k, a in call.items():
+            if isinstance(a, torch.Tensor) and a.is_floating_point():
+                call[k] = leaves[("inputs", k)] = a.detach().clone().requires_grad_(True)
+        if isinstance(call.get("params"), dict):
+            call["params"] = dict(call["params"])
+            for k, a in call["params"].items():
+                call["params"][k] = leaves[("params", k)] = a.detach().clone().requires_grad_(True)
+        with torch.enable_grad():
+            out = fn(**call)
+            names = returns_of(name)
+            out = dict(zip(names, out if len(names) > 1 else (out,)))
+            pairs = [(out[k], c) for k, c in cotangents.items()]
+            grads = torch.autograd.grad([o for o, _ in pairs], list(leaves.values()),
+                                        grad_outputs=[c for _, c in pairs], allow_unused=True,
+                                        materialize_grads=True)
+        result: tuple[dict, dict] = ({}, {})
+        for (group, k), g in zip(leaves, grads):
+            result[group == "params"][k] = g
+        return result
 
     def select_device(self, device: str) -> None:
         """The device for functions with no tensor input (causal_mask, sinusoidal_pe)."""

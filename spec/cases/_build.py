@@ -82,6 +82,8 @@ class Case:
     # The vector states only the attributes the case gives (the required ones); the others
     # are left out, so the backend's own defaults are what the vector tests.
     omit_defaults: bool = False
+    # A gradient vector: {output name: cotangent array}, exact in float16 and bfloat16.
+    cotangents: dict | None = None
 
 
 def value(id, function, description, *, inputs, attributes=None, params=None, flags=(),
@@ -99,6 +101,15 @@ def error(id, function, description, *, error, mentions=(), inputs, attributes=N
     return Case(id, function, description, list(flags), dict(attributes or {}), dict(inputs),
                 dict(params or {}), "error", list(dtypes), dtype_note, error=error,
                 error_mentions=list(mentions), deprecated=deprecated, supersedes=supersedes)
+
+
+def gradient(id, function, description, *, inputs, cotangents, attributes=None, params=None,
+             flags=("gradient",), dtypes=ALL_DTYPES, dtype_note=None, tolerances=None) -> Case:
+    """A gradient vector: the forward call of a value vector plus a cotangent per output;
+    the expected gradients (every float input, every parameter) come from the oracle's VJP."""
+    return Case(id, function, description, list(flags), dict(attributes or {}), dict(inputs),
+                dict(params or {}), "gradient", list(dtypes), dtype_note, tolerances=tolerances,
+                cotangents=dict(cotangents))
 
 
 class Rng:

@@ -1,0 +1,107 @@
+"""cross_entropy: softmax cross-entropy with an ignore index and label smoothing."""
+
+import numpy as np
+
+from ..oracle.losses import cross_entropy as oracle
+from ._build import Component, Fn, Rng, error, value
+
+COMPONENT = Component("cross_entropy", {
+    "cross_entropy": Fn(module="losses", inputs=["logits", "targets"],
+                        attributes={"ignore_index": -100, "label_smoothing": 0.0,
+                                    "reduction": "mean"},
+                        returns=["loss"], oracle=oracle),
+})
+
+
+def cases(rng):
+    t = np.array([[1, 4, -100, 0], [2, -100, 3, 3]])
+    yield value("cross_entropy/basic-001", "cross_entropy",
+                "A (3, 5) batch of logits in [-3, 3], every target counted: the mean of "
+                "-log softmax(logits)[target].",
+                inputs={"logits": rng.uniform((3, 5), -3, 3), "targets": np.array([0, 4, 2])},
+                flags=["basic"])
+    yield value("cross_entropy/ignore-001", "cross_entropy",
+                "A (2, 4) batch of tokens, two of them padding (target -100, the default "
+                "ignore_index): the mean divides by the 6 counted tokens, not 8.",
+                inputs={"logits": rng.uniform((2, 4, 5), -3, 3), "targets": t},
+                flags=["ignore-index"])
+    yield value("cross_entropy/smoothing-001", "cross_entropy",
+                "label_smoothing = 0.1 (Vaswani et al. 2017): q = 0.9 onehot + 0.1 / L, the "
+                "smoothing mass spread over all L classes, the target included (torch's "
+                "definition); spreading it over the L - 1 others fails.",
+                inputs={"logits": rng.uniform((2, 4, 5), -3, 3), "targets": t},
+                attributes={"label_smoothing": 0.1}, flags=["label-smoothing", "ignore-index"])
+    yield value("cross_entropy/sum-001", "cross_entropy",
+                "reduction='sum' over a (5, 6) batch.",
+                inputs={"logits": rng.uniform((5, 6), -3, 3),
+                        "targets": np.array([5, 0, 1, 1, 4])},
+                attributes={"reduction": "sum"}, flags=["reduction"])
+    yield value("cross_entropy/none-001", "cross_entropy",
+                "reduction='none' with ignore_index = 0: a loss per token, 0 where the "
+                "target is ignored.",
+                inputs={"logits": rng.uniform((2, 3, 4), -3, 3),
+                        "targets": np.array([[0, 1, 3], [2, 0, 1]])},
+                attributes={"reduction": "none", "ignore_index": 0}, flags=["reduction"])
+    yield value("cross_entropy/large-logits-001", "cross_entropy",
+                "Logits up to +-60 (exp overflows float16 at 11.1, float32 at 88.7 if taken "
+                "without subtracting the max): log-sum-exp must subtract the row max.",
+                inputs={"logits": np.array([[60.0, -60.0, 0.0, 59.5], [-40.0, -41.0, -60.0, -40.5]]),
+                        "targets": np.array([3, 1])},
+                flags=["stability", "large-logits"])
+    yield value("cross_entropy/all-ignored-001", "cross_entropy",
+                "Every target ignored: the mean over 0 tokens is 0/0 = NaN, as torch returns "
+                "(a loss of 0 would hide an all-padding batch).",
+                inputs={"logits": rng.uniform((2, 3), -3, 3), "targets": np.array([-100, -100])},
+                flags=["edge", "ignore-index"])
+    yield value("cross_entropy/smoothing-none-001", "cross_entropy",
+                "label_smoothing = 0.2 with reduction='none', a rank-1 batch of 4 tokens.",
+                inputs={"logits": rng.uniform((4, 3), -3, 3), "targets": np.array([2, 2, 0, 1])},
+                attributes={"label_smoothing": 0.2, "reduction": "none"},
+                flags=["label-smoothing", "reduction"])
+
+    logits = rng.uniform((2, 4), -3, 3)
+    yield error("cross_entropy/target-range-001", "cross_entropy",
+                "A target of 4 with L = 4 classes (valid targets are 0..3 and the ignore "
+                "index).",
+                inputs={"logits": logits, "targets": np.array([1, 4])},
+                error="DomainError", mentions=["targets", "4"])
+    yield error("cross_entropy/target-shape-001", "cross_entropy",
+                "targets of shape (3,) for logits of shape (2, 4): targets must be "
+                "logits.shape[:-1].",
+                inputs={"logits": logits, "targets": np.array([0, 1, 2])},
+                error="ShapeError", mentions=["targets", "(3,)", "(2, 4)"])
+    yield error("cross_entropy/float-targets-001", "cross_entropy",
+                "Float targets (class probabilities) are refused: targets are class indices.",
+                inputs={"logits": logits, "targets": np.array([1.0, 2.0])},
+                error="DTypeError", mentions=["targets"])
+    yield error("cross_entropy/smoothing-range-001", "cross_entropy",
+                "label_smoothing = 1.5, outside [0, 1].",
+                inputs={"logits": logits, "targets": np.array([0, 1])},
+                attributes={"label_smoothing": 1.5}, error="ConfigError",
+                mentions=["label_smoothing"])
+    yield error("cross_entropy/bad-reduction-001", "cross_entropy",
+                "reduction='avg': the reductions are 'mean', 'sum' and 'none'.",
+                inputs={"logits": logits, "targets": np.array([0, 1])},
+                attributes={"reduction": "avg"}, error="ConfigError",
+                mentions=["reduction", "avg"])
+    yield error("cross_entropy/scalar-001", "cross_entropy",
+                "Rank-0 logits have no class axis.",
+                inputs={"logits": np.array(0.5), "targets": np.array(0)},
+                error="ShapeError", mentions=["logits"])
+    yield from defaults_cases()
+
+
+def defaults_cases():
+    rd = Rng(f"{COMPONENT.id}/defaults")
+    t = np.array([[0, 3, -100, 1], [0, -100, 4, 2]])
+    logits = rd.uniform((2, 4, 5), -3, 0)
+    for idx in np.ndindex(t.shape):  # the target class well ahead: a small loss
+        if t[idx] >= 0:
+            logits[idx + (t[idx],)] = 3.0
+    yield value("cross_entropy/defaults-001", "cross_entropy",
+                "ignore_index, label_smoothing and reduction left out (-100, 0.0, 'mean'): a "
+                "(2, 4) batch with targets 0 and -100 among them, each target's logit 3 and "
+                "the others in [-3, 0] (a small loss): ignoring class 0 instead, smoothing by "
+                "0.1 (which adds ~0.1 x 4 to a loss of ~0.05), or summing, changes the loss.",
+                inputs={"logits": logits, "targets": t},
+                flags=["defaults", "ignore-index"], omit_defaults=True)

@@ -1,0 +1,245 @@
+"""Vector-Jacobian products (backward passes) at 50 digits, one analytic formula per function.
+
+For a function y = f(x, params) and a cotangent dy (one array per output), the VJP is
+dx = (dy/dx)^T dy for every float input and dtheta = (dy/dtheta)^T dy for every parameter:
+what reverse-mode autodiff returns for ``sum(y * dy)``.
+
+Why analytic formulas and not a reverse-mode tape over mpf: the forward oracle calls
+``mpmath.exp``, ``mpmath.sqrt``, ``mpmath.erf`` and ``mp.fsum`` directly on mpf values; a
+tape would have to shadow those module functions (or rewrite every component on a new
+number type), which changes the forward oracle that released vectors were generated with.
+The formulas below are short, are the equations each component page shows, and are checked
+against 50-digit central differences of the *forward* oracle in tests/test_grad_oracle.py,
+so a wrong formula here cannot pass unnoticed. Every sum is ``mp.fsum``; results are
+rounded once to float64 when the vector is written.
+
+Conventions shared by the backends: relu'(0) = 0 (torch and TensorFlow); a masked or -inf
+entry of a softmax has weight 0 and gets gradient 0; a gradient of an input that
+broadcast is summed over the broadcast axes (back to the input's shape).
+"""
+
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+
+from .core import matmul, mp, mpa, softmax, transpose_last, zeros
+from .feedforward import ACTIVATIONS
+
+
+def fsum_axes(a, axes) -> np.ndarray:
+    """Exact sums of an object array over ``axes`` (a tuple), keeping the others."""
+    a = np.asarray(a, dtype=object)
+    axes = tuple(sorted(ax % a.ndim for ax in axes))
+    if not axes:
+        return a
+    moved = np.moveaxis(a, axes, tuple(range(-len(axes), 0)))
+    keep = moved.shape[:moved.ndim - len(axes)]
+    out = np.empty(keep, dtype=object)
+    for idx in np.ndindex(keep):
+        out[idx] = mp.fsum(moved[idx].ravel())
+    return out
+
+
+def unbroadcast(g, shape) -> np.ndarray:
+    """The gradient of an input of ``shape`` that broadcast to ``g.shape``: sum over the
+    leading axes it lacked and the axes where it had size 1."""
+    g = np.asarray(g, dtype=object)
+    lead = g.ndim - len(shape)
+    g = fsum_axes(g, tuple(range(lead)))
+    ones = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
+    if ones:
+        g = fsum_axes(g, ones)
+        g = g.reshape(shape)
+    return g.reshape(shape)
+
+
+def _rows(a):
+    """(..., D) -> iterator of (index, list of the row)."""
+    for idx in np.ndindex(a.shape[:-1]):
+        yield idx, list(a[idx])
+
+
+# -- softmax -------------------------------------------------------------------------------
+
+def softmax_backward_row(y, dy) -> list:
+    """dx_i = y_i (dy_i - sum_j dy_j y_j)."""
+    s = mp.fsum(a * b for a, b in zip(y, dy))
+    return [yi * (di - s) for yi, di in zip(y, dy)]
+
+
+def softmax_vjp(cot, x, mask=None, axis=-1):
+    y = softmax(mpa(x), axis=axis, keep=mask)
+    ym, dym = np.moveaxis(y, axis, -1), np.moveaxis(mpa(cot["y"]), axis, -1)
+    dx = np.empty(ym.shape, dtype=object)
+    for idx, row in _rows(ym):
+        dx[idx] = softmax_backward_row(row, list(dym[idx]))
+    return {"x": np.moveaxis(dx, -1, axis)}, {}
+
+
+# -- scaled dot-product attention -------------------------------------------------------------
+
+def sdpa_vjp(cot, q, k, v, mask=None, bias=None, scale=None, num_kv_heads=None):
+    """W = softmax(S), S = c q k^T + bias, O = W v; with cotangents dO and dW:
+        dW' = dO v^T + dW                       (..., T, S)
+        dS  = W * (dW' - rowsum(dW' * W))       (softmax backward)
+        dq = c dS k,  dk = c dS^T q,  dv = W^T dO,  dbias = dS (summed to bias's shape)
+    """
+    from .sdpa import batch_shape, sdpa
+
+    if num_kv_heads is not None:
+        raise NotImplementedError("sdpa_vjp: num_kv_heads has no gradient vectors yet")
+    q, k, v = mpa(q), mpa(k), mpa(v)
+    w = sdpa(q, k, v, mask=mask, bias=bias, scale=scale)["weights"]  # (..., T, S)
+    full = batch_shape(q, k, v)
+    dO = np.broadcast_to(mpa(cot["output"]), full + (q.shape[-2], v.shape[-1]))
+    dWt = matmul(dO, transpose_last(np.broadcast_to(v, full + v.shape[-2:])))
+    if "weights" in cot:
+        dWt = dWt + mpa(cot["weights"])
+    dS = np.empty(w.shape, dtype=object)
+    for idx, row in _rows(w):
+        dS[idx] = softmax_backward_row(row, list(dWt[idx]))
+    c = 1 / mpmath.sqrt(q.shape[-1]) if scale is None else mpmath.mpf(scale)
+    kb = np.broadcast_to(k, full + k.shape[-2:])
+    qb = np.broadcast_to(q, full + q.shape[-2:])
+    grads = {"q": unbroadcast(matmul(dS, kb) * c, q.shape),                 # (..., T, K)
+             "k": unbroadcast(matmul(transpose_last(dS), qb) * c, k.shape),  # (..., S, K)
+             "v": unbroadcast(matmul(transpose_last(w), dO), v.shape)}       # (..., S, V)
+    if bias is not None:
+        grads["bias"] = unbroadcast(dS, np.shape(bias))
+    return grads, {}
+
+
+# -- normalisation ---------------------------------------------------------------------------
+
+def layer_norm_vjp(cot, x, eps=1e-5, variant="canonical", params=None):
+    """c = x - mu, z = c / r, y = z gamma + beta (r = sqrt(var + eps), or std + eps):
+        dgamma = sum over rows of dy z,  dbeta = sum over rows of dy,  dz = dy gamma
+        canonical:  dx = (dz - mean(dz) - z mean(dz z)) / r
+        annotated:  dc = dz / r - c sum(dz c) / (r^2 std (D - 1)),  dx = dc - mean(dc)
+    """
+    x, dy = mpa(x), mpa(cot["y"])
+    gamma = mpa(params["gamma"])
+    eps = mpmath.mpf(eps)
+    d = x.shape[-1]
+    dx = zeros(x.shape)
+    z_all = zeros(x.shape)
+    for idx, row in _rows(x):
+        if d == 0:
+            continue
+        g = list(dy[idx])
+        mu = mp.fsum(row) / d
+        c = [xi - mu for xi in row]
+        ss = mp.fsum(ci * ci for ci in c)
+        dz = [gi * gamma[j] for j, gi in enumerate(g)]
+        if variant == "canonical":
+            r = mpmath.sqrt(ss / d + eps)
+            z = [ci / r for ci in c]
+            m1 = mp.fsum(dz) / d
+            m2 = mp.fsum(a * b for a, b in zip(dz, z)) / d
+            dx[idx] = [(dz[j] - m1 - z[j] * m2) / r for j in range(d)]
+        else:
+            std = mpmath.sqrt(ss / (d - 1))
+            r = std + eps
+            z = [ci / r for ci in c]
+            s = mp.fsum(a * b for a, b in zip(dz, c))
+            dc = [dz[j] / r - c[j] * s / (r * r * std * (d - 1)) for j in range(d)]
+            m = mp.fsum(dc) / d
+            dx[idx] = [dcj - m for dcj in dc]
+        z_all[idx] = z
+    lead = tuple(range(x.ndim - 1))
+    return {"x": dx}, {"gamma": fsum_axes(dy * z_all, lead), "beta": fsum_axes(dy, lead)}
+
+
+def rms_norm_vjp(cot, x, eps=1e-6, params=None):
+    """r = sqrt(mean(x^2) + eps), y = x / r gamma:
+        dgamma = sum over rows of dy x / r,  dz = dy gamma,
+        dx = dz / r - x sum(dz x) / (D r^3)
+    """
+    x, dy = mpa(x), mpa(cot["y"])
+    gamma = mpa(params["gamma"])
+    eps = mpmath.mpf(eps)
+    d = x.shape[-1]
+    dx, z_all = zeros(x.shape), zeros(x.shape)
+    for idx, row in _rows(x):
+        if d == 0:
+            continue
+        r = mpmath.sqrt(mp.fsum(v * v for v in row) / d + eps)
+        dz = [dy[idx][j] * gamma[j] for j in range(d)]
+        s = mp.fsum(a * b for a, b in zip(dz, row))
+        dx[idx] = [dz[j] / r - row[j] * s / (d * r ** 3) for j in range(d)]
+        z_all[idx] = [v / r for v in row]
+    return {"x": dx}, {"gamma": fsum_axes(dy * z_all, tuple(range(x.ndim - 1)))}
+
+
+# -- feed-forward ----------------------------------------------------------------------------
+
+_C = mpmath.mpf("0.044715")
+
+
+def relu_grad(h):
+    return mpmath.mpf(1) if h > 0 else mpmath.mpf(0)  # relu'(0) = 0, as torch and TF
+
+
+def gelu_grad(h):
+    """d/dh h Phi(h) = Phi(h) + h phi(h)."""
+    return (1 + mpmath.erf(h / mpmath.sqrt(2))) / 2 + h * mpmath.exp(-h * h / 2) / mpmath.sqrt(2 * mpmath.pi)
+
+
+def gelu_tanh_grad(h):
+    """u = sqrt(2/pi)(h + c h^3), t = tanh u: (1 + t)/2 + h/2 (1 - t^2) sqrt(2/pi)(1 + 3c h^2)."""
+    k = mpmath.sqrt(2 / mpmath.pi)
+    t = mpmath.tanh(k * (h + _C * h ** 3))
+    return (1 + t) / 2 + h / 2 * (1 - t * t) * k * (1 + 3 * _C * h * h)
+
+
+ACTIVATION_GRADS = {"relu": relu_grad, "gelu": gelu_grad, "gelu_tanh": gelu_tanh_grad}
+
+
+def feedforward_vjp(cot, x, activation="relu", params=None):
+    """h = x W1 + b1, a = act(h), y = a W2 + b2:
+        dW2 = a^T dy,  db2 = sum dy,  da = dy W2^T,  dh = da act'(h),
+        dW1 = x^T dh,  db1 = sum dh,  dx = dh W1^T      (sums over every leading axis)
+    """
+    x, dy = mpa(x), mpa(cot["y"])
+    w1, b1, w2 = mpa(params["w1"]), mpa(params["b1"]), mpa(params["w2"])
+    x2 = x.reshape(-1, x.shape[-1])                      # (N, D)
+    dy2 = dy.reshape(-1, dy.shape[-1])                   # (N, D)
+    h = matmul(x2, w1) + b1                              # (N, F)
+    a = np.vectorize(ACTIVATIONS[activation], otypes=[object])(h)
+    da = matmul(dy2, transpose_last(w2))                 # (N, F)
+    dh = da * np.vectorize(ACTIVATION_GRADS[activation], otypes=[object])(h)
+    return ({"x": matmul(dh, transpose_last(w1)).reshape(x.shape)},
+            {"w1": matmul(transpose_last(x2), dh), "b1": fsum_axes(dh, (0,)),
+             "w2": matmul(transpose_last(a), dy2), "b2": fsum_axes(dy2, (0,))})
+
+
+# -- cross-entropy ---------------------------------------------------------------------------
+
+def cross_entropy_vjp(cot, logits, targets, ignore_index=-100, label_smoothing=0.0,
+                      reduction="mean"):
+    """p = softmax(logits), q = (1 - eps) onehot(t) + eps / L:
+        dlogits_i = g_i (p_i - q_i) for a counted token, 0 for an ignored one, where
+        g_i = dloss / N (mean over the N counted tokens), dloss (sum), dloss_i (none)
+    """
+    from .losses import smoothed_target
+
+    z = mpa(logits)
+    t = np.asarray(targets)
+    dl = mpa(cot["loss"])
+    counted = t != ignore_index
+    n = int(counted.sum())
+    p = softmax(z, axis=-1)
+    out = zeros(z.shape)
+    for idx in np.ndindex(t.shape):
+        if not counted[idx]:
+            continue
+        g = dl[idx] if reduction == "none" else (dl[()] / n if reduction == "mean" else dl[()])
+        q = smoothed_target(int(t[idx]), z.shape[-1], label_smoothing)
+        out[idx] = [g * (p[idx][j] - q[j]) for j in range(z.shape[-1])]
+    return {"logits": out}, {}
+
+
+VJPS = {"softmax": softmax_vjp, "sdpa": sdpa_vjp, "layer_norm": layer_norm_vjp,
+        "rms_norm": rms_norm_vjp, "feedforward": feedforward_vjp,
+        "cross_entropy": cross_entropy_vjp}

@@ -1,0 +1,193 @@
+"""Planted bugs in backward passes (the NumPy backend's hand-written VJPs) that the
+gradient vectors must catch at every dtype's tolerance."""
+
+import numpy as np
+import pytest
+from attnspec.backends.numpy import attention, feedforward, losses, norm
+
+from .mutants import gradient_rejections, mutant
+
+
+def assert_gradient_bug_fails(backend, component):
+    fails = gradient_rejections(backend, component)
+    passed = [d for d, n in fails.items() if n == 0]
+    assert not passed, (f"a planted backward bug in {component} passes every gradient vector "
+                        f"at {passed} ({fails})")
+
+
+# -- softmax ------------------------------------------------------------------------------
+
+def softmax_no_subtraction(cot, x, mask=None, *, axis=-1):
+    """dx = y * dy: the Jacobian's diagonal only, the - y y^T dy term left out."""
+    y = attention.softmax(x, mask, axis=axis)
+    return {"x": y * cot["y"]}, {}
+
+
+def softmax_sum_last_axis(cot, x, mask=None, *, axis=-1):
+    """The row sum taken over the last axis whatever the softmax axis."""
+    y = attention.softmax(x, mask, axis=axis)
+    return {"x": attention.softmax_backward(y, cot["y"], axis=-1)}, {}
+
+
+# -- sdpa ---------------------------------------------------------------------------------
+
+def _sdpa_parts(cot, q, k, v, mask, bias, scale):
+    out, w = attention.sdpa(q, k, v, mask, bias, scale=scale)
+    dW = cot["output"] @ np.swapaxes(v, -1, -2)
+    if "weights" in cot:
+        dW = dW + cot["weights"]
+    c = 1 / np.sqrt(q.shape[-1]) if scale is None else scale
+    return w, attention.softmax_backward(w, dW), c
+
+
+def sdpa_mutant(change):
+    def broken(cot, q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None):
+        w, dS, c = _sdpa_parts(cot, q, k, v, mask, bias, scale)
+        g = {"q": c * (dS @ k), "k": c * (np.swapaxes(dS, -1, -2) @ q),
+             "v": np.swapaxes(w, -1, -2) @ np.broadcast_to(cot["output"], dS.shape[:-1]
+                                                            + (v.shape[-1],))}
+        if bias is not None:
+            g["bias"] = attention._unbroadcast(dS, np.shape(bias))
+        g.update(change(w, dS, c, q, k, bias))
+        g = {n: attention._unbroadcast(a, np.shape({"q": q, "k": k, "v": v, "bias": bias}[n]))
+             for n, a in g.items()}
+        return g, {}
+    return broken
+
+
+SDPA_BUGS = {
+    # dq = c dS^T k: the transpose of dk's formula (a shape error unless T = S)
+    "dq_transposed_dS": lambda w, dS, c, q, k, b: {"q": c * (np.swapaxes(dS, -1, -2) @ k)},
+    # dk = c dS q: dS not transposed (a shape error unless T = S)
+    "dk_untransposed_dS": lambda w, dS, c, q, k, b: {"k": c * (dS @ q)},
+    "dq_dk_swapped": lambda w, dS, c, q, k, b: {"q": c * (dS @ q), "k": c * (
+        np.swapaxes(dS, -1, -2) @ k)},
+    "dq_without_scale": lambda w, dS, c, q, k, b: {"q": dS @ k},
+    "dbias_dropped": lambda w, dS, c, q, k, b: {} if b is None else {"bias": np.zeros(np.shape(b))},
+    "weights_cotangent_ignored": None,  # built below
+}
+
+
+def sdpa_weights_ignored(cot, *args, **kw):
+    return attention.sdpa_vjp({"output": cot["output"]}, *args, **kw)
+
+
+# -- layer_norm, rms_norm -------------------------------------------------------------------
+
+def layer_norm_no_mean_terms(cot, x, *, eps=1e-5, variant="canonical", params):
+    """dx = dz / r: the mean(dz) and z mean(dz z) terms left out (x treated as if the mean
+    and the variance did not depend on it)."""
+    gi, gp = norm.layer_norm_vjp(cot, x, eps=eps, variant=variant, params=params)
+    c = x - x.mean(axis=-1, keepdims=True)
+    if variant == "canonical":
+        r = np.sqrt(np.mean(c * c, axis=-1, keepdims=True) + eps)
+    else:
+        r = np.sqrt(np.sum(c * c, axis=-1, keepdims=True) / (x.shape[-1] - 1)) + eps
+    return {"x": cot["y"] * params["gamma"] / r}, gp
+
+
+def layer_norm_no_variance_term(cot, x, *, eps=1e-5, variant="canonical", params):
+    """dx = (dz - mean(dz)) / r: the variance's dependence on x (the z mean(dz z) term)
+    left out."""
+    gi, gp = norm.layer_norm_vjp(cot, x, eps=eps, variant=variant, params=params)
+    dz = cot["y"] * params["gamma"]
+    c = x - x.mean(axis=-1, keepdims=True)
+    r = np.sqrt(np.mean(c * c, axis=-1, keepdims=True) + eps) if variant == "canonical" else \
+        np.sqrt(np.sum(c * c, axis=-1, keepdims=True) / (x.shape[-1] - 1)) + eps
+    return {"x": (dz - dz.mean(axis=-1, keepdims=True)) / r}, gp
+
+
+def layer_norm_dgamma_of_x(cot, x, *, eps=1e-5, variant="canonical", params):
+    """dgamma = sum dy x: the raw input where the normalised one belongs."""
+    gi, gp = norm.layer_norm_vjp(cot, x, eps=eps, variant=variant, params=params)
+    return gi, {**gp, "gamma": (cot["y"] * x).reshape(-1, x.shape[-1]).sum(axis=0)}
+
+
+def rms_norm_no_second_term(cot, x, *, eps=1e-6, params):
+    gi, gp = norm.rms_norm_vjp(cot, x, eps=eps, params=params)
+    r = np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    return {"x": cot["y"] * params["gamma"] / r}, gp
+
+
+# -- feedforward, cross_entropy ------------------------------------------------------------
+
+def ffn_no_activation_grad(cot, x, *, activation="relu", params):
+    """dh = dy W2^T: the activation's derivative left out."""
+    saved = dict(feedforward.ACTIVATION_GRADS)
+    feedforward.ACTIVATION_GRADS.update(dict.fromkeys(saved, np.ones_like))
+    try:
+        return feedforward.feedforward_vjp(cot, x, activation=activation, params=params)
+    finally:
+        feedforward.ACTIVATION_GRADS.update(saved)
+
+
+def ffn_dw1_transposed(cot, x, *, activation="relu", params):
+    """dW1 = (x^T dh)^T reshaped back: the right numbers in the wrong layout."""
+    gi, gp = feedforward.feedforward_vjp(cot, x, activation=activation, params=params)
+    return gi, {**gp, "w1": gp["w1"].T.reshape(gp["w1"].shape)}
+
+
+def ce_mean_over_all_tokens(cot, logits, targets, *, ignore_index=-100, label_smoothing=0.0,
+                            reduction="mean"):
+    """The mean divides by every token, ignored ones included."""
+    gi, _ = losses.cross_entropy_vjp(cot, logits, targets, ignore_index=ignore_index,
+                                     label_smoothing=label_smoothing, reduction=reduction)
+    t = np.asarray(targets)
+    n = np.sum(t != ignore_index)
+    scale = n / t.size if reduction == "mean" and n else 1.0
+    return {"logits": gi["logits"] * scale}, {}
+
+
+def ce_smoothing_ignored(cot, logits, targets, *, ignore_index=-100, label_smoothing=0.0,
+                         reduction="mean"):
+    return losses.cross_entropy_vjp(cot, logits, targets, ignore_index=ignore_index,
+                                    label_smoothing=0.0, reduction=reduction)
+
+
+BUGS = {
+    "softmax": {"no_subtraction": softmax_no_subtraction, "sum_last_axis": softmax_sum_last_axis},
+    "sdpa": {**{n: sdpa_mutant(f) for n, f in SDPA_BUGS.items() if f is not None},
+             "weights_cotangent_ignored": sdpa_weights_ignored},
+    "layer_norm": {"no_mean_terms": layer_norm_no_mean_terms,
+                   "no_variance_term": layer_norm_no_variance_term,
+                   "dgamma_of_x": layer_norm_dgamma_of_x},
+    "rms_norm": {"no_second_term": rms_norm_no_second_term},
+    "feedforward": {"no_activation_grad": ffn_no_activation_grad,
+                    "dw1_transposed": ffn_dw1_transposed},
+    "cross_entropy": {"mean_over_all_tokens": ce_mean_over_all_tokens,
+                      "smoothing_ignored": ce_smoothing_ignored},
+}
+CASES = [(c, n) for c, bugs in BUGS.items() for n in bugs]
+
+
+@pytest.mark.parametrize("component, bug", CASES, ids=[f"{c}-{n}" for c, n in CASES])
+def test_backward_bug_fails_at_every_dtype(component, bug):
+    with np.errstate(all="ignore"):
+        assert_gradient_bug_fails(mutant(**{f"{component}_vjp": BUGS[component][bug]}),
+                                  component)
+
+
+@pytest.mark.parametrize("component", list(BUGS))
+def test_correct_backward_passes(component):
+    assert gradient_rejections(mutant(), component) == dict.fromkeys(
+        ("float64", "float32", "float16", "bfloat16"), 0)
+
+
+def test_a_backend_without_vjp_is_missing_not_passing():
+    """A backend with no hand-written backward (and no autodiff) reports 'missing'."""
+    from attnspec.backends.numpy import NumpyBackend
+    from attnspec.conformance.runner import run_gradient_vector
+    from attnspec.spec.errors import NotImplementedComponent
+    from attnspec.spec.vectors import default_spec
+
+    class NoGradients(NumpyBackend):
+        def function(self, name, module):
+            if name.endswith("_vjp"):
+                raise NotImplementedComponent(f"no {name}")
+            return super().function(name, module)
+
+    spec = default_spec()
+    grads = [v for v in spec.vectors if v.expect == "gradient"]
+    assert grads
+    for v in grads:
+        assert run_gradient_vector(NoGradients(), spec, v, "float64", "cpu").status == "missing"
