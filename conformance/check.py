@@ -54,7 +54,7 @@ from attnspec.spec.errors import ERROR_CLASSES, ConfigError
 from attnspec.spec.trace import Trace
 from attnspec.spec.vectors import Function, Spec, Vector
 
-from .runner import Result, convert_inputs, judge
+from .runner import Result, convert_inputs, judge, judge_gradients
 
 # Frameworks a user's file may be written in, by top-level module -> --framework name.
 FRAMEWORK_OF_MODULE = {"numpy": "numpy", "torch": "torch", "tensorflow": "tensorflow",
@@ -478,17 +478,20 @@ def judge_result(fn: Function, v: Vector, result, trace, backend, dtype: str) ->
         return Outcome("pass", [f"max abs err {res.max_abs_err:.3g}{done}", *notes])
     head = res.messages[0].removeprefix(f"{v.id} [{dtype}] ")
     lines = [head, *_nan_lines(outputs, sub.outputs), *res.messages[1:], *notes]
-    wrong = sorted({d for d in map(_dtype_name, got.values()) if d and d.startswith(("float", "bf"))
-                    and d != dtype})
-    if wrong:
-        lines.append(f"returned {', '.join(wrong)} for {dtype} inputs")
+    lines += _dtype_note(got, dtype)
     if trace is not None and not inter and v.intermediates:
         lines.append(f"recorded none of the intermediates the spec names "
                      f"({', '.join(v.intermediates)}) in trace")
     return Outcome("fail", lines)
 
 
-def _nan_lines(got: dict, expected: dict) -> list[str]:
+def _dtype_note(got: dict, dtype: str) -> list[str]:
+    wrong = sorted({d for d in map(_dtype_name, got.values()) if d and d.startswith(("float", "bf"))
+                    and d != dtype})
+    return [f"returned {', '.join(wrong)} for {dtype} inputs"] if wrong else []
+
+
+def _nan_lines(got: dict, expected: dict, label=lambda name: f"output {name!r}") -> list[str]:
     out = []
     for name, exp in expected.items():
         g = got[name]
@@ -497,7 +500,7 @@ def _nan_lines(got: dict, expected: dict) -> list[str]:
         bad = np.isnan(g) & ~np.isnan(exp)
         if bad.any():
             first = tuple(int(i) for i in np.argwhere(bad)[0])
-            out.append(f"output {name!r} is NaN at {int(bad.sum())} of {bad.size} element(s), "
+            out.append(f"{label(name)} is NaN at {int(bad.sum())} of {bad.size} element(s), "
                        f"first at index {first} (the spec expects {exp[first]:.9g} there)")
     return out
 
@@ -534,6 +537,193 @@ def _judge_error(exc: BaseException, want: type, v: Vector, plan: Plan, where: s
     absent = [m for m in v.error_mentions if m not in str(exc)]
     note = f" (the spec's message also mentions {', '.join(absent)})" if absent else ""
     return Outcome("pass", [f"{where}raised {name}{note}"], plan=plan)
+
+
+# ---- gradients (--grad): a hand-written backward function -----------------------------------
+
+def cotangent_name(output: str) -> str:
+    """How the help and the messages call the cotangent of an output: dy, d_output."""
+    return f"d{output}" if len(output) == 1 else f"d_{output}"
+
+
+@dataclass
+class GradConvention:
+    """How ``check --grad`` calls one backward function, read from its signature once."""
+    mode: str  # "positional": d_out1, d_out2..., inputs; "dict": cotangents={output: array}
+    outputs: tuple  # the outputs whose cotangents are passed (positional mode)
+
+
+def _forward_keywords(fn: Function, vectors: list) -> set:
+    """Every name check may pass by keyword: attributes, optional inputs, params."""
+    names = {*fn.attributes, *fn.required_attributes, *fn.optional, "params", "trace"}
+    return names | {_keyword(p) for v in vectors for p in v.params}
+
+
+def grad_signature_help(fn: Function, name: str, vectors: list) -> str:
+    """``name(dy, x, *, gamma, beta, eps, variant)``: what check passes, as a signature."""
+    inputs = [n for n in fn.inputs if n not in fn.optional]
+    cots = [cotangent_name(o) for o in fn.returns]
+    params = list(dict.fromkeys(_keyword(p) for v in vectors for p in v.params))
+    kw = [*fn.optional, *params, *fn.required_attributes, *fn.attributes]
+    return f"{name}({', '.join([*cots, *inputs, *(['*', *kw] if kw else [])])})"
+
+
+def grad_convention(t: Target, fn: Function, vectors: list) -> GradConvention:
+    """The cotangents first, one positional argument per output of the spec function (in
+    return order; a function may take only the first ones), then the forward's arguments
+    as a plain check passes them; or, for a function with a ``cotangents`` argument, the
+    dict {output name: cotangent} (as a backend's ``<name>_vjp``)."""
+    if t.is_class:
+        raise CheckError(f"--grad checks a backward function; {t.name} is a class. Write "
+                         f"{grad_signature_help(fn, t.name.lower() + '_backward', vectors)} "
+                         f"returning the gradients")
+    sig = inspect.signature(t.obj)
+    inputs = [n for n in fn.inputs if n not in fn.optional]
+    if "cotangents" in sig.parameters:
+        return GradConvention("dict", fn.returns)
+    params = list(sig.parameters.values())
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return GradConvention("positional", fn.returns)
+    keywords = _forward_keywords(fn, vectors)
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                  and p.default is p.empty and p.name not in keywords]
+    n = len(positional) - len(inputs)
+    want = grad_signature_help(fn, t.name, vectors)
+    if n == 0:
+        raise CheckError(f"{t.name}{sig} looks like a forward function: it takes no cotangent. "
+                         f"With --grad, check calls the backward pass as {want} and compares "
+                         f"the gradients it returns (see attnspec check --help)")
+    if n < 0 or n > len(fn.returns):
+        raise CheckError(f"{t.name}{sig} takes {len(positional)} positional argument(s) "
+                         f"without a default; with --grad, check calls {want}: "
+                         f"{len(fn.returns)} cotangent(s) ({', '.join(fn.returns)}), then the "
+                         f"{len(inputs)} required input(s) ({', '.join(inputs)})")
+    return GradConvention("positional", fn.returns[:n])
+
+
+def gradient_names(fn: Function, v: Vector) -> list[str]:
+    """The gradients a vector expects, in the order a tuple returns them: the float inputs
+    in the spec's input order, then the parameters in the vector's order."""
+    grads = v.gradients.get("inputs", {})
+    return [n for n in fn.inputs if n in grads] + list(v.gradients.get("params", {}))
+
+
+def _label(v: Vector, name: str) -> str:
+    return f"gradient d{name}" if name in v.gradients.get("inputs", {}) else \
+        f"gradient of param {name!r}"
+
+
+def returned_gradients(fn: Function, v: Vector, result) -> tuple[dict, list[str]]:
+    """{input name or param path: gradient} from what the backward function returned, and
+    problems with the shape of the return (each one line)."""
+    names = gradient_names(fn, v)
+    listing = ", ".join(names)
+    if (isinstance(result, (tuple, list)) and len(result) == 2
+            and all(isinstance(r, dict) for r in result)):
+        result = {**result[0], **result[1]}  # (grad_inputs, grad_params), as Backend.vjp
+    if isinstance(result, dict):
+        if set(result) <= {"inputs", "params"} and all(isinstance(d, dict)
+                                                       for d in result.values()):
+            result = {k: g for d in result.values() for k, g in d.items()}
+        got = {k: result[k] for k in names if k in result}
+        if not got:
+            return {}, [f"returned a dict with keys {sorted(map(str, result))}; name the "
+                        f"gradients by input name and parameter path: {listing}"]
+        return got, []
+    if result is None:
+        return {}, ["returned None"]
+    if not isinstance(result, (tuple, list)):
+        if len(names) == 1:
+            return {names[0]: result}, []
+        return {}, [f"returned one array; the gradients here are {len(names)}: {listing} "
+                    f"(a tuple in that order, or a dict by name)"]
+    items = list(result)
+    given = [n for n in fn.inputs if n in v.inputs] + list(v.params)
+    if len(items) == len(given) and len(given) != len(names):
+        # one per input passed (None for a mask or integer targets), then the parameters
+        return {n: g for n, g in zip(given, items) if n in names}, []
+    while len(items) > len(names) and items[-1] is None:
+        items.pop()
+    if len(items) != len(names):
+        return {}, [f"returned {len(items)} value(s); the gradients here are {len(names)}: "
+                    f"{listing} (the float inputs in the spec's order, then the parameters)"]
+    return dict(zip(names, items)), []
+
+
+def _cotangent_args(conv: GradConvention, v: Vector, backend, dtype: str):
+    """The cotangents to pass, and the outputs the vector differentiates that the
+    function takes no cotangent for (a SKIP)."""
+    cot = v.cotangents
+    if conv.mode == "dict":
+        return [_fresh(backend, cot, dtype)], []
+    zeros = {o: np.zeros(v.outputs[o].shape) for o in conv.outputs if o not in cot}
+    arrays = _fresh(backend, {o: cot.get(o, zeros.get(o)) for o in conv.outputs}, dtype)
+    untaken = [o for o in cot if o not in conv.outputs and np.any(cot[o] != 0)]
+    return [arrays[o] for o in conv.outputs], untaken
+
+
+def run_grad_vector(t: Target, fn: Function, v: Vector, backend, dtype: str,
+                    conv: GradConvention) -> Outcome:
+    plan = plan_vector(t, fn, v)
+    plan.trace = False
+    cots, untaken = _cotangent_args(conv, v, backend, dtype)
+    unsupported = plan.unsupported + [(f"cotangent {cotangent_name(o)}", None) for o in untaken]
+    if unsupported:
+        return Outcome("skip", [_needs(unsupported)], unsupported, plan=plan)
+    inputs, params = _fresh(backend, v.inputs, dtype), _fresh(backend, v.params, dtype)
+    arrays = {**inputs, **_prefixed(params), **{f"cotangent {i}": c for i, c in enumerate(
+        cots[0].values() if conv.mode == "dict" else cots)}}
+    before = _snapshot(backend, arrays)
+    try:
+        if conv.mode == "dict":
+            result = invoke(t, lambda *a, **kw: t.obj(*a, cotangents=cots[0], **kw), fn, plan,
+                            inputs, params, None)
+        else:
+            result = invoke(t, lambda *a, **kw: t.obj(*cots, *a, **kw), fn, plan, inputs,
+                            params, None)
+    except CheckError:
+        raise
+    except SystemExit as exc:
+        return Outcome("fail", [_exit_line(exc)], plan=plan)
+    except Exception as exc:  # noqa: BLE001 - the user's code may raise anything
+        return Outcome("fail", [f"raised {_exc(exc)}"], plan=plan)
+    try:
+        outcome = judge_gradient_result(fn, v, result, backend, dtype)
+    except Exception as exc:  # noqa: BLE001 - a return value no array can be made of
+        outcome = Outcome("fail", [f"returned {type(result).__name__}, which cannot be compared "
+                                   f"with the spec's gradients ({_exc(exc)})"])
+    mutated = _mutated(backend, before, arrays)
+    if mutated:
+        outcome.status = "fail"
+        outcome.lines.insert(0, f"modified its argument(s) {', '.join(mutated)} in place; a "
+                                f"backward pass leaves them unchanged (work on a copy)")
+    outcome.plan = plan
+    return outcome
+
+
+def judge_gradient_result(fn: Function, v: Vector, result, backend, dtype: str) -> Outcome:
+    got, problems = returned_gradients(fn, v, result)
+    if problems:
+        return Outcome("fail", problems)
+    nones = [k for k, g in got.items() if g is None]
+    raw = {k: g for k, g in got.items() if g is not None}
+    got = {k: _to_numpy(backend, g) for k, g in raw.items()}
+    expected = {k: e for group in v.gradients.values() for k, e in group.items()}
+    sub = {g: {k: e for k, e in d.items() if k in got} for g, d in v.gradients.items()}
+    res = judge_gradients(dataclasses.replace(v, gradients=sub), dtype,
+                          {k: g for k, g in got.items() if k in sub.get("inputs", {})},
+                          {k: g for k, g in got.items() if k in sub.get("params", {})},
+                          Result(v.id, dtype, "pass"))
+    missing = [f"{_label(v, n)}: {'None' if n in nones else 'not returned'}"
+               for n in gradient_names(fn, v) if n not in got]
+    if res.status == "pass" and not missing:
+        plural = "" if len(got) == 1 else "s"
+        return Outcome("pass", [f"max abs err {res.max_abs_err:.3g}, {len(got)} gradient{plural}"])
+    head = (res.messages[0].removeprefix(f"{v.id} [{dtype}] ") if res.messages else
+            "gradients missing")
+    nan = _nan_lines(got, {k: e for k, e in expected.items() if k in got},
+                     lambda k: _label(v, k))
+    return Outcome("fail", [head, *nan, *res.messages[1:], *missing, *_dtype_note(raw, dtype)])
 
 
 # ---- selecting vectors ------------------------------------------------------------------------
@@ -641,14 +831,19 @@ def _backend(framework: str, dtype: str):
 
 def run_check(target: str, component: str, spec: Spec, framework: str = "numpy",
               dtype: str = "float64", function: str | None = None, errors: bool = False,
-              out=None, keyword: str | None = None, variants: tuple = ()) -> int:
+              out=None, keyword: str | None = None, variants: tuple = (),
+              grad: bool = False) -> int:
     out = out or sys.stdout  # looked up now: a default bound at import misses redirection
     fn = resolve_function(spec, component, function)
+    if grad:
+        _grad_selection(spec, fn, errors)
     backend = _backend(framework, dtype)
     t = load_target(target)
     call_signature(t)  # a class that cannot be called fails here, once
+    wanted = ("gradient",) if grad else ("value", "error") if errors else ("value",)
     chosen = [v for v in spec.vectors if v.function == fn.name and not v.deprecated
-              and dtype in v.dtypes and (v.expect == "value" or errors)]
+              and dtype in v.dtypes and v.expect in wanted]
+    conv = grad_convention(t, fn, chosen) if grad else None
     total = len(chosen)
     if keyword:
         chosen = list(filter(keyword_matcher(keyword), chosen))
@@ -656,19 +851,36 @@ def run_check(target: str, component: str, spec: Spec, framework: str = "numpy",
         chosen = list(filter(variant_matcher(list(variants), fn), chosen))
     selected = f" (of {total}, selected by {_selection(keyword, variants)})" if len(
         chosen) != total else ""
-    print(f"attnspec check {target} against {component}.{fn.name} ({framework}, {dtype}): "
+    what = " gradients" if grad else ""
+    print(f"attnspec check {target} against {component}.{fn.name}{what} ({framework}, {dtype}): "
           f"{len(chosen)} vector{'' if len(chosen) == 1 else 's'}{selected}", file=out)
     t0 = time.perf_counter()
     tally = _Tally()
     for v in chosen:
-        run = run_error_vector if v.expect == "error" else run_vector
-        tally.report(run(t, fn, v, backend, dtype), v, t, fn, out)
+        tally.report(_run_any(t, fn, v, backend, dtype, conv), v, t, fn, out)
     print(tally.summary(time.perf_counter() - t0), file=out)
-    notes = tally.closing(t, fn, backend, framework, dtype, spec, len(chosen))
+    notes = tally.closing(t, fn, backend, framework, dtype, spec, len(chosen), conv)
     for line in notes:
         print(line, file=out)
     ran = tally.passed + tally.failed
     return 0 if tally.failed == 0 and ran > 0 and tally.skipped <= ran else 1
+
+
+def _run_any(t, fn, v, backend, dtype, conv) -> Outcome:
+    if v.expect == "gradient":
+        return run_grad_vector(t, fn, v, backend, dtype, conv)
+    return (run_error_vector if v.expect == "error" else run_vector)(t, fn, v, backend, dtype)
+
+
+def _grad_selection(spec: Spec, fn: Function, errors: bool) -> None:
+    """--grad needs gradient vectors of the function, and is not --errors."""
+    if errors:
+        raise CheckError("--grad and --errors cannot be combined: the error vectors call the "
+                         "forward function; check it without --grad")
+    if not any(v.function == fn.name and v.expect == "gradient" for v in spec.vectors):
+        have = sorted({v.component for v in spec.vectors if v.expect == "gradient"})
+        raise CheckError(f"{fn.name} has no gradient vectors; components with them: "
+                         f"{', '.join(have)}")
 
 
 def _selection(keyword, variants) -> str:
@@ -695,7 +907,7 @@ class _Tally:
         ok = o.status == "pass"
         self.passed += ok
         self.failed += not ok
-        if not ok and v.expect == "value":
+        if not ok and v.expect in ("value", "gradient"):
             self.failed_values.append(v)
         lines, as_above = o.lines, False
         if o.constructor_error is not None:  # explained once, however many vectors it hits
@@ -716,7 +928,7 @@ class _Tally:
         tail = f", {self.skipped} skipped" if self.skipped else ""
         return f"{self.passed} passed, {self.failed} failed{tail} ({seconds:.2f} s)"
 
-    def closing(self, t, fn, backend, framework, dtype, spec, selected) -> list[str]:
+    def closing(self, t, fn, backend, framework, dtype, spec, selected, conv=None) -> list[str]:
         lines = []
         ran = self.passed + self.failed
         if self.skipped:
@@ -730,7 +942,7 @@ class _Tally:
         if self.failed:
             lines += _framework_hint(t, framework)
             if dtype == "float64" and self.failed_values:
-                lines += _float32_note(t, fn, self.failed_values, backend)
+                lines += _float32_note(t, fn, self.failed_values, backend, conv)
         return lines
 
 
@@ -746,11 +958,11 @@ def _framework_hint(t: Target, framework: str) -> list[str]:
             f"with --framework {suggest}"]
 
 
-def _float32_note(t: Target, fn: Function, failed: list, backend) -> list[str]:
+def _float32_note(t: Target, fn: Function, failed: list, backend, conv=None) -> list[str]:
     if "float32" not in backend.dtypes("cpu"):
         return []
     again = [v for v in failed if "float32" in v.dtypes]
-    if not again or any(run_vector(t, fn, v, backend, "float32").status != "pass"
+    if not again or any(_run_any(t, fn, v, backend, "float32", conv).status != "pass"
                         for v in again):
         return []
     return [f"note: the {len(again)} failing vector(s) that float32 has all pass at float32: your "

@@ -298,7 +298,8 @@ def cmd_check(args) -> int:
     spec = _spec(args) if custom else default_spec()  # loaded once a process (tests call often)
     # a CheckError (the check cannot run) is an AttnSpecError: main prints it, exit 2
     return run_check(args.target, args.component, spec, args.framework, args.dtype,
-                     args.function, args.errors, keyword=args.k, variants=args.variant)
+                     args.function, args.errors, keyword=args.k, variants=args.variant,
+                     grad=args.grad)
 
 
 CHECK_HELP = """\
@@ -314,6 +315,17 @@ has that classmethod, else NAME(**attributes it names) then
 instance.load_spec_params(params); the instance is called with the signature of its
 forward (torch.nn.Module: .eval(), torch.inference_mode()) or call (Keras layer:
 training=False). Vectors needing an argument your code does not take are SKIP.
+
+With --grad, NAME is a hand-written backward function, run against the component's
+gradient vectors. It gets the cotangents first, one positional argument per output of
+the spec function in return order (layer_norm: dy; sdpa: d_output, d_weights; an
+output the vector does not differentiate gets zeros; a function may take only the
+first ones, and vectors needing the others are SKIP), then the forward arguments as
+above: layer_norm_backward(dy, x, gamma, beta, eps=1e-5). A function with a
+`cotangents` argument gets the dict {output name: cotangent} instead. It returns the
+gradient of every float input the vector passes and of every parameter: a tuple, the
+inputs in the spec's order then the parameters (dx, dgamma, dbeta), or a dict by input
+name and parameter path ({"x": dx, "gamma": dgamma, "beta": dbeta}).
 
 Exit status: 0 when every vector that ran passed and at most half were skipped;
 1 otherwise; 2 when the check cannot run (file, target, component, dtype).
@@ -432,6 +444,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--errors", action="store_true",
                    help="also run the error vectors: each passes only if your code raises the "
                         "spec's class (attnspec.spec.errors.ShapeError...) or a subclass")
+    s.add_argument("--grad", action="store_true",
+                   help="NAME is a backward function: check the gradients it returns against "
+                        "the component's gradient vectors (calling convention above)")
     s.add_argument("-k", metavar="EXPR",
                    help="only vectors whose id or a flag contains these words, as pytest's -k: "
                         "'mask and not fully', 'basic or causal'")
