@@ -675,10 +675,11 @@ def run_grad_vector(t: Target, fn: Function, v: Vector, backend, dtype: str,
         cots[0].values() if conv.mode == "dict" else cots)}}
     before = _snapshot(backend, arrays)
     try:
-        if conv.mode == "dict":
+        if conv.mode == "dict" and next(iter(inspect.signature(t.obj).parameters)) != \
+                "cotangents":
             result = invoke(t, lambda *a, **kw: t.obj(*a, cotangents=cots[0], **kw), fn, plan,
                             inputs, params, None)
-        else:
+        else:  # the cotangents first, positionally
             result = invoke(t, lambda *a, **kw: t.obj(*cots, *a, **kw), fn, plan, inputs,
                             params, None)
     except CheckError:
