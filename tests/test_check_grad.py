@@ -235,3 +235,32 @@ def test_help_says_how_a_backward_function_is_called(capsys):
     assert "--grad" in text
     assert "layer_norm_backward(dy, x, gamma, beta, eps=1e-5)" in text
     assert "sdpa: d_output, d_weights" in text
+
+
+GRAD_FUNCTIONS = sorted({(v.component, v.function) for v in default_spec().vectors
+                         if v.expect == "gradient" and not v.deprecated})
+
+
+@pytest.mark.parametrize("component, function", GRAD_FUNCTIONS)
+def test_every_component_with_gradient_vectors_can_be_checked(capsys, tmp_path, component,
+                                                              function):
+    """Looked up from the vectors, not a list: the NumPy backend's own backward pass, wrapped
+    as a student's `cotangents=` function, passes every gradient vector of the component."""
+    path = student(tmp_path, f"""
+        from attnspec.backends import get_backend
+        from attnspec.spec.vectors import default_spec
+
+        FN = default_spec().functions[{function!r}]
+        REQUIRED = [n for n in FN.inputs if n not in FN.optional]
+
+        def backward(cotangents, *inputs, params=None, **kwargs):
+            call = {{**dict(zip(REQUIRED, inputs)), **kwargs}}
+            if FN.params:
+                call["params"] = params
+            return get_backend("numpy").vjp(FN.name, FN.module, call, cotangents)
+    """)
+    code, out, err = check(capsys, f"{path}:backward", component, "--function", function)
+    assert code == 0, out + err
+    ids = [v.id for v in default_spec().vectors if v.function == function
+           and v.expect == "gradient" and not v.deprecated]
+    assert len(re.findall(r"\nPASS  ", out)) == len(ids), out
