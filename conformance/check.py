@@ -30,6 +30,20 @@ the selected vectors are skipped the run fails, saying what to add.
 
 With ``--errors`` an error vector passes only when the spec's own class (or a
 subclass) is raised (``from attnspec.spec.errors import ShapeError``).
+
+With ``--grad`` the target is a hand-written **backward function**, run against
+the component's gradient vectors (``expect: "gradient"``). It gets the cotangents
+first, one positional argument per output of the spec function in return order
+(an output the vector does not differentiate: zeros; it may take only the first
+ones, and a vector with a nonzero cotangent it does not take is ``SKIP``), then
+what a forward function gets: ``layer_norm_backward(dy, x, gamma, beta, eps)``,
+``sdpa_backward(d_output, d_weights, q, k, v, mask=None, bias=None, scale=None)``.
+A function with a ``cotangents`` argument gets ``{output: cotangent}`` instead
+(the signature of a backend's ``<name>_vjp``). It returns the gradient of every
+float input given and every parameter: a tuple (the inputs in the spec's order,
+then the parameters), a dict by input name / parameter path, or
+``(grad_inputs, grad_params)``. How many cotangents it takes is read from its
+signature once; a forward function is a CheckError.
 """
 
 from __future__ import annotations

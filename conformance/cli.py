@@ -6,6 +6,7 @@
   attnspec show ID                       a vector, readably
   attnspec cite ID [--format text|bibtex]   (or: attnspec cite --verify "CITATION LINE")
   attnspec check FILE.py:NAME --component C [--framework numpy] [--dtype float64] [-k EXPR]
+                                         [--grad: NAME is a backward function]
   attnspec export ID [--format npz|json]
   attnspec new-backend NAME [--path DIR]
   attnspec report --backends numpy,torch,tensorflow --out DIR [--force]

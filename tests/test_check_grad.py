@@ -264,3 +264,16 @@ def test_every_component_with_gradient_vectors_can_be_checked(capsys, tmp_path, 
     ids = [v.id for v in default_spec().vectors if v.function == function
            and v.expect == "gradient" and not v.deprecated]
     assert len(re.findall(r"\nPASS  ", out)) == len(ids), out
+
+
+def test_a_backward_pass_in_float32_is_told_so(capsys, tmp_path):
+    path = student(tmp_path, """
+        from softmax_backward import softmax_backward
+
+        def backward(dy, x, mask=None, axis=-1):
+            x, dy = x.astype(np.float32), dy.astype(np.float32)
+            return softmax_backward(dy, x, mask, axis)["x"].astype(x.dtype)
+    """)
+    code, out, _ = check(capsys, f"{path}:backward", "softmax")
+    assert code == 1
+    assert re.search(r"note: the 4 failing vector\(s\) that float32 has all pass at float32", out)
