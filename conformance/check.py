@@ -39,7 +39,8 @@ ones, and a vector with a nonzero cotangent it does not take is ``SKIP``), then
 what a forward function gets: ``layer_norm_backward(dy, x, gamma, beta, eps)``,
 ``sdpa_backward(d_output, d_weights, q, k, v, mask=None, bias=None, scale=None)``.
 A function with a ``cotangents`` argument gets ``{output: cotangent}`` instead
-(the signature of a backend's ``<name>_vjp``). It returns the gradient of every
+(the signature of a backend's ``<name>_vjp``); one that names a forward output
+(``y``, ``weights``) gets the spec's value of it by keyword (a saved tensor). It returns the gradient of every
 float input given and every parameter: a tuple (the inputs in the spec's order,
 then the parameters), a dict by input name / parameter path, or
 ``(grad_inputs, grad_params)``. How many cotangents it takes is read from its
@@ -565,6 +566,7 @@ class GradConvention:
     """How ``check --grad`` calls one backward function, read from its signature once."""
     mode: str  # "positional": d_out1, d_out2..., inputs; "dict": cotangents={output: array}
     outputs: tuple  # the outputs whose cotangents are passed (positional mode)
+    saved: tuple = ()  # forward outputs it names, passed by keyword (the spec's values)
 
 
 def _forward_keywords(fn: Function, vectors: list) -> set:
@@ -582,37 +584,48 @@ def grad_signature_help(fn: Function, name: str, vectors: list) -> str:
     return f"{name}({', '.join([*cots, *inputs, *(['*', *kw] if kw else [])])})"
 
 
+def _saved_outputs(fn: Function, sig: inspect.Signature) -> tuple:
+    """The forward outputs the function names (``y``, ``weights``): check passes the spec's
+    values by keyword, as a framework hands a backward pass its saved tensors."""
+    taken = {*fn.inputs, *fn.attributes, *fn.required_attributes}
+    return tuple(o for o in fn.returns if o in sig.parameters and o not in taken)
+
+
 def grad_convention(t: Target, fn: Function, vectors: list) -> GradConvention:
     """The cotangents first, one positional argument per output of the spec function (in
     return order; a function may take only the first ones), then the forward's arguments
-    as a plain check passes them; or, for a function with a ``cotangents`` argument, the
-    dict {output name: cotangent} (as a backend's ``<name>_vjp``)."""
+    as a plain check passes them, and the forward outputs it names by keyword; or, for a
+    function with a ``cotangents`` argument, the dict {output name: cotangent} (as a
+    backend's ``<name>_vjp``)."""
     if t.is_class:
         raise CheckError(f"--grad checks a backward function; {t.name} is a class. Write "
                          f"{grad_signature_help(fn, t.name.lower() + '_backward', vectors)} "
                          f"returning the gradients")
     sig = inspect.signature(t.obj)
     inputs = [n for n in fn.inputs if n not in fn.optional]
+    saved = _saved_outputs(fn, sig)
     if "cotangents" in sig.parameters:
-        return GradConvention("dict", fn.returns)
+        return GradConvention("dict", fn.returns, saved)
     params = list(sig.parameters.values())
     if any(p.kind == p.VAR_POSITIONAL for p in params):
-        return GradConvention("positional", fn.returns)
-    keywords = _forward_keywords(fn, vectors)
+        return GradConvention("positional", fn.returns, saved)
+    keywords = _forward_keywords(fn, vectors) | set(saved)
     positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
                   and p.default is p.empty and p.name not in keywords]
     n = len(positional) - len(inputs)
     want = grad_signature_help(fn, t.name, vectors)
-    if n == 0:
+    if n == 0 and not saved:
         raise CheckError(f"{t.name}{sig} looks like a forward function: it takes no cotangent. "
                          f"With --grad, check calls the backward pass as {want} and compares "
                          f"the gradients it returns (see attnspec check --help)")
-    if n < 0 or n > len(fn.returns):
+    if n <= 0 or n > len(fn.returns):
+        also = f"; the outputs it names ({', '.join(saved)}) by keyword" if saved else ""
         raise CheckError(f"{t.name}{sig} takes {len(positional)} positional argument(s) "
-                         f"without a default; with --grad, check calls {want}: "
-                         f"{len(fn.returns)} cotangent(s) ({', '.join(fn.returns)}), then the "
-                         f"{len(inputs)} required input(s) ({', '.join(inputs)})")
-    return GradConvention("positional", fn.returns[:n])
+                         f"without a default{' besides ' + ', '.join(saved) if saved else ''}; "
+                         f"with --grad, check calls {want}: {len(fn.returns)} cotangent(s) "
+                         f"({', '.join(fn.returns)}), then the {len(inputs)} required input(s) "
+                         f"({', '.join(inputs)}){also}")
+    return GradConvention("positional", fn.returns[:n], saved)
 
 
 def gradient_names(fn: Function, v: Vector) -> list[str]:
@@ -685,17 +698,19 @@ def run_grad_vector(t: Target, fn: Function, v: Vector, backend, dtype: str,
     if unsupported:
         return Outcome("skip", [_needs(unsupported)], unsupported, plan=plan)
     inputs, params = _fresh(backend, v.inputs, dtype), _fresh(backend, v.params, dtype)
-    arrays = {**inputs, **_prefixed(params), **{f"cotangent {i}": c for i, c in enumerate(
-        cots[0].values() if conv.mode == "dict" else cots)}}
+    saved = _fresh(backend, {o: v.outputs[o] for o in conv.saved}, dtype)
+    arrays = {**inputs, **_prefixed(params), **saved, **{f"cotangent {i}": c for i, c in
+                                                         enumerate(cots[0].values() if conv.mode
+                                                                   == "dict" else cots)}}
     before = _snapshot(backend, arrays)
     try:
         if conv.mode == "dict" and next(iter(inspect.signature(t.obj).parameters)) != \
                 "cotangents":
-            result = invoke(t, lambda *a, **kw: t.obj(*a, cotangents=cots[0], **kw), fn, plan,
-                            inputs, params, None)
+            result = invoke(t, lambda *a, **kw: t.obj(*a, cotangents=cots[0], **saved, **kw),
+                            fn, plan, inputs, params, None)
         else:  # the cotangents first, positionally
-            result = invoke(t, lambda *a, **kw: t.obj(*cots, *a, **kw), fn, plan, inputs,
-                            params, None)
+            result = invoke(t, lambda *a, **kw: t.obj(*cots, *a, **saved, **kw), fn, plan,
+                            inputs, params, None)
     except CheckError:
         raise
     except SystemExit as exc:

@@ -323,7 +323,8 @@ the spec function in return order (layer_norm: dy; sdpa: d_output, d_weights; an
 output the vector does not differentiate gets zeros; a function may take only the
 first ones, and vectors needing the others are SKIP), then the forward arguments as
 above: layer_norm_backward(dy, x, gamma, beta, eps=1e-5). A function with a
-`cotangents` argument gets the dict {output name: cotangent} instead. It returns the
+`cotangents` argument gets the dict {output name: cotangent} instead; one that names
+a forward output (y, weights) gets the spec's value of it by keyword. It returns the
 gradient of every float input the vector passes and of every parameter: a tuple, the
 inputs in the spec's order then the parameters (dx, dgamma, dbeta), or a dict by input
 name and parameter path ({"x": dx, "gamma": dgamma, "beta": dbeta}).

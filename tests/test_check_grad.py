@@ -277,3 +277,24 @@ def test_a_backward_pass_in_float32_is_told_so(capsys, tmp_path):
     code, out, _ = check(capsys, f"{path}:backward", "softmax")
     assert code == 1
     assert re.search(r"note: the 4 failing vector\(s\) that float32 has all pass at float32", out)
+
+
+def test_forward_outputs_it_names_are_passed_by_keyword(capsys, tmp_path):
+    path = student(tmp_path, """
+        def backward(dy, x, y, mask=None, axis=-1):
+            return y * (dy - np.sum(y * dy, axis=axis, keepdims=True))
+    """)
+    code, out, err = check(capsys, f"{path}:backward", "softmax", "--dtype", "float32")
+    assert code == 0, out + err
+    assert len(re.findall(r"\nPASS  softmax/grad-", out)) == len(grad_ids("softmax"))
+    # without the input x, the positional count is wrong: one line saying what is passed
+    path = student(tmp_path, """
+        def backward(dy, y, axis=-1):
+            return y * (dy - np.sum(y * dy, axis=axis, keepdims=True))
+    """, name="from_y.py")
+    code, _, err = check(capsys, f"{path}:backward", "softmax")
+    assert code == 2
+    assert re.search(r"takes 1 positional argument\(s\) without a default besides y; with "
+                     r"--grad, check calls backward\(dy, x, \*, mask, axis\): 1 cotangent\(s\) "
+                     r"\(y\), then the 1 required input\(s\) \(x\); the outputs it names \(y\) "
+                     r"by keyword", err)
