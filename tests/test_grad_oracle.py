@@ -192,3 +192,18 @@ def test_luong_attention_vjp_matches_central_differences(score):
     _check(luong_attention, grad.luong_attention_vjp, {"context": r.uniform((1, 2, d_k))},
            {"query": r.uniform((1, 2, 3)), "keys": r.uniform((1, 3, d_k))}, {"score": score},
            params)
+
+
+@pytest.mark.parametrize("max_distance", [0, 1, 3])
+def test_relative_attention_vjp_matches_central_differences(max_distance):
+    from attnspec.spec.oracle.relative_attention import relative_attention
+
+    r = Rng(f"test/grad/relative/{max_distance}")
+    m = max_distance
+    mask = r.bools((2, 3, 4))
+    mask[..., 0] = True
+    _check(relative_attention, grad.relative_attention_vjp,
+           {"output": r.uniform((2, 3, 2)), "weights": r.uniform((2, 3, 4))},
+           {"q": r.uniform((2, 3, 2)), "k": r.uniform((2, 4, 2)), "v": r.uniform((2, 4, 2)),
+            "mask": mask}, {"max_distance": m, "scale": None},
+           {"rel_k": r.uniform((2 * m + 1, 2)), "rel_v": r.uniform((2 * m + 1, 2))})

@@ -3,7 +3,7 @@ gradient vectors must catch at every dtype's tolerance."""
 
 import numpy as np
 import pytest
-from attnspec.backends.numpy import alignment, attention, feedforward, losses, multihead, norm
+from attnspec.backends.numpy import alignment, attention, feedforward, losses, multihead, norm, positional
 
 from .mutants import gradient_rejections, mutant
 
@@ -298,6 +298,28 @@ def luong_general_mutant(which):
     return broken
 
 
+def scatter_overwrite(table, rows, g):
+    """Assignment where a sum belongs: a table row shared by several (i, j) keeps one pair's
+    gradient."""
+    out = np.zeros_like(table)
+    out[rows] = g
+    return out
+
+
+def relative_without_a_k_in_dq(cot, q, k, v, mask=None, *, max_distance, scale=None, params):
+    """dq_i = c sum_j de_ij k_j: the a^K_ij term left out."""
+    g, gp = positional.relative_attention_vjp(cot, q, k, v, mask, max_distance=max_distance,
+                                              scale=scale, params=params)
+    z, alpha = positional.relative_attention(q, k, v, mask, max_distance=max_distance,
+                                             scale=scale, params=params)
+    rows = positional._relative_rows(q.shape[1], k.shape[1], max_distance)
+    dz = np.asarray(cot.get("output", np.zeros(z.shape)), dtype=z.dtype)
+    dalpha = dz @ np.swapaxes(v, -1, -2) + np.einsum("btv,tsv->bts", dz, params["rel_v"][rows])
+    dalpha = dalpha + np.asarray(cot.get("weights", 0.0), dtype=z.dtype)
+    c = 1 / np.sqrt(q.shape[-1]) if scale is None else scale
+    return {**g, "q": c * (attention.softmax_backward(alpha, dalpha) @ k)}, gp
+
+
 KERNEL_BUGS = {
     "sdpa": {
         "gqa_dk_dv_not_summed": sdpa_gqa_mutant(lambda a: a[..., 0, :, :]),
@@ -338,6 +360,12 @@ KERNEL_BUGS = {
         "general_dw_transposed": luong_general_mutant("dw_transposed"),
         "general_dk_with_w_transposed": luong_general_mutant("dk"),
         "weights_cotangent_ignored": weights_cotangent_ignored(alignment.luong_attention_vjp),
+    },
+    "relative_attention": {
+        "table_gradient_overwritten": patched(positional, "_scatter_add", scatter_overwrite,
+                                              positional.relative_attention_vjp),
+        "dq_without_a_k": relative_without_a_k_in_dq,
+        "weights_cotangent_ignored": weights_cotangent_ignored(positional.relative_attention_vjp),
     },
 }
 KERNEL_CASES = [(c, n) for c, bugs in KERNEL_BUGS.items() for n in bugs]
