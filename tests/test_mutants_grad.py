@@ -291,9 +291,12 @@ def luong_general_mutant(which):
         if score == "general" and which == "dw_transposed":
             gp["w"] = gp["w"].T.reshape(gp["w"].shape)
         elif score == "general":  # dk = de^T q W^T (a shape error unless Dq = Dk)
-            gk, _ = alignment.luong_attention_vjp(cot, query, keys, values, mask, score=score,
-                                                  params={"w": params["w"].T.copy()})
-            g["keys"] = gk["keys"]
+            w = params["w"]
+            vals = keys if values is None else values
+            de, dvalues = alignment._attend_vjp(cot, (query @ w) @ np.swapaxes(keys, -1, -2),
+                                                vals, mask)
+            dk = np.swapaxes(de, -1, -2) @ (query @ w.T)
+            g["keys"] = dk if values is not None else dk + dvalues
         return g, gp
     return broken
 
