@@ -122,7 +122,7 @@ class TensorFlowBackend(Backend):
                                   unconnected_gradients=tf.UnconnectedGradients.ZERO)
         result: tuple[dict, dict] = ({}, {})
         for (group, k), g in zip(sources, grads):
-            result[group == "params"][k] = g
+            result[group == "params"][k] = _dense(g)
         return result
 
     def _vjp_compiled(self, name: str, module: str, call: dict, cotangents: dict):
@@ -146,7 +146,8 @@ class TensorFlowBackend(Backend):
         with tf.device(self._tf_device(self._device)):
             grad_inputs, grad_params = compiled(floats, dict(call.get("params") or {}),
                                                 dict(cotangents))
-        return dict(grad_inputs), dict(grad_params)
+        return ({k: _dense(g) for k, g in grad_inputs.items()},
+                {k: _dense(g) for k, g in grad_params.items()})
 
     def versions(self) -> dict[str, str]:
         import keras
@@ -162,3 +163,9 @@ class TensorFlowBackend(Backend):
     def synchronize(self, device: str) -> None:
         if device == "gpu":
             tf.test.experimental.sync_devices()
+
+
+def _dense(g):
+    """A gradient as a dense tensor: tf.gather's (relative_attention's tables, an embedding)
+    is a tf.IndexedSlices, rows and values to be summed."""
+    return tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g

@@ -191,3 +191,273 @@ CASES = {"softmax": softmax_cases, "sdpa": sdpa_cases, "layer_norm": layer_norm_
 def gradient_cases(component: str) -> list:
     make = CASES.get(component)
     return [] if make is None else list(make(Rng(f"{component}/grad")))
+
+
+# -- attention kernels: sdpa (num_kv_heads, softcap), mha, self_attention, additive_attention,
+# luong_attention, relative_attention ---------------------------------------------------------
+
+def sdpa_gqa_softcap_cases(r):
+    yield gradient("sdpa/grad-006", "sdpa",
+                   "num_kv_heads = 2 under H = 4 query heads (groups of 2): dk and dv of a kv "
+                   "head are the sums over the two query heads of its group; keeping one head's "
+                   "share, or pairing head h with kv head h % 2, fails.",
+                   inputs={"q": r.uniform((2, 4, 3, 4)), "k": r.uniform((2, 2, 5, 4)),
+                           "v": r.uniform((2, 2, 5, 3))},
+                   attributes={"num_kv_heads": 2}, cotangents={"output": r.uniform((2, 4, 3, 3))},
+                   flags=["gradient", "gqa"])
+    yield gradient("sdpa/grad-007", "sdpa",
+                   "Multi-query attention (num_kv_heads = 1 under H = 3) with a cotangent on the "
+                   "weights too: dk and dv sum over every query head.",
+                   inputs={"q": r.uniform((3, 4, 2)), "k": r.uniform((1, 4, 2)),
+                           "v": r.uniform((1, 4, 3))},
+                   attributes={"num_kv_heads": 1},
+                   cotangents={"output": r.uniform((3, 4, 3)), "weights": r.uniform((3, 4, 4))},
+                   flags=["gradient", "mqa", "weights-cotangent"])
+    yield gradient("sdpa/grad-008", "sdpa",
+                   "softcap = 1.5 on scaled scores up to 8 in size: ds = dS (1 - tanh^2(s / 1.5)) "
+                   "before dq and dk; leaving out tanh' (ds = dS) fails.",
+                   inputs={"q": r.uniform((2, 3, 4)), "k": r.uniform((2, 5, 4)),
+                           "v": r.uniform((2, 5, 3))},
+                   attributes={"softcap": 1.5}, cotangents={"output": r.uniform((2, 3, 3))},
+                   flags=["gradient", "softcap"])
+    mask = r.bools((4, 4))
+    mask[:, 0] = True
+    yield gradient("sdpa/grad-009", "sdpa",
+                   "softcap = 2, num_kv_heads = 1 under H = 2, a (4, 4) mask and bias and a "
+                   "cotangent on the weights: the bias is added after the cap, so dbias = dS "
+                   "(not ds), while dq, dk use ds.",
+                   inputs={"q": r.uniform((2, 4, 3)), "k": r.uniform((1, 4, 3)),
+                           "v": r.uniform((1, 4, 2)), "mask": mask, "bias": r.uniform((4, 4))},
+                   attributes={"softcap": 2.0, "num_kv_heads": 1},
+                   cotangents={"output": r.uniform((2, 4, 2)), "weights": r.uniform((2, 4, 4))},
+                   flags=["gradient", "softcap", "mqa", "mask", "bias"])
+
+
+def _then(*makes):
+    def chained(r):
+        for make in makes:
+            yield from make(r)
+    return chained
+
+
+CASES["sdpa"] = _then(sdpa_cases, sdpa_gqa_softcap_cases)
+
+
+def mha_grad_cases(r):
+    from .mha import mha_params
+
+    def u(*shape):
+        return r.uniform(shape, -1, 1)
+
+    yield gradient("mha/grad-001", "mha",
+                   "Cross-attention B = 2, T = 2, S = 4, Dq = 5, Dk = Dv = 4, H = 2, K = 3, V = 2, "
+                   "Do = 3, all biases: every width differs, so a projection gradient with a "
+                   "wrong transpose (dW_o = dO^T concat) cannot even take the parameter's shape, "
+                   "and db_q sums over the batch and the tokens.",
+                   inputs={"query": u(2, 2, 5), "key": u(2, 4, 4), "value": u(2, 4, 4)},
+                   attributes={"num_heads": 2}, params=mha_params(r, 5, 4, 4, 2, 3, 2, 3),
+                   cotangents={"output": r.uniform((2, 2, 3))},
+                   flags=["gradient", "cross-attention", "bias"])
+    x = u(1, 3, 4)
+    yield gradient("mha/grad-002", "mha",
+                   "Self-attention (the same (1, 3, 4) array as query, key and value; each gets "
+                   "its own gradient), H = 2, K = V = 2, a causal mask and cotangents on the "
+                   "output and the (1, 2, 3, 3) weights.",
+                   inputs={"query": x, "key": x, "value": x,
+                           "mask": np.tril(np.ones((3, 3), dtype=bool))},
+                   attributes={"num_heads": 2}, params=mha_params(r, 4, 4, 4, 2, 2, 2, 4),
+                   cotangents={"output": r.uniform((1, 3, 4)), "weights": r.uniform((1, 2, 3, 3))},
+                   flags=["gradient", "self", "causal", "weights-cotangent"])
+    yield gradient("mha/grad-003", "mha",
+                   "num_kv_heads = 2 under H = 4 (K = V = 2, D = 4, B = 2, T = 3, S = 4): w_k and "
+                   "w_v are (4, 4), and the gradient of kv head g's columns is the sum over "
+                   "query heads 2g and 2g + 1.",
+                   inputs={"query": u(2, 3, 4), "key": u(2, 4, 4), "value": u(2, 4, 4)},
+                   attributes={"num_heads": 4, "num_kv_heads": 2},
+                   params=mha_params(r, 4, 4, 4, 4, 2, 2, 4, kv_heads=2),
+                   cotangents={"output": r.uniform((2, 3, 4))}, flags=["gradient", "gqa", "bias"])
+    keep = np.array([[True, True, True, False], [True, True, False, False]])[:, None, None, :]
+    yield gradient("mha/grad-004", "mha",
+                   "Multi-query (num_kv_heads = 1 under H = 3), no biases, a (2, 1, 1, 4) "
+                   "padding mask: padded keys and values get zero gradient, and the parameter "
+                   "gradients hold only the four weights.",
+                   inputs={"query": u(2, 2, 3), "key": u(2, 4, 3), "value": u(2, 4, 3),
+                           "mask": keep},
+                   attributes={"num_heads": 3, "num_kv_heads": 1},
+                   params=mha_params(r, 3, 3, 3, 3, 2, 2, 3, bias=False, kv_heads=1),
+                   cotangents={"output": r.uniform((2, 2, 3)), "weights": r.uniform((2, 3, 2, 4))},
+                   flags=["gradient", "mqa", "padding", "no-bias"])
+
+
+def self_attention_grad_cases(r):
+    from .self_attention import sa_params
+
+    def u(*shape):
+        return r.uniform(shape, -1, 1)
+
+    yield gradient("self_attention/grad-001", "self_attention",
+                   "B = 2, T = 3, D = 4, K = 3, V = 2, all biases: x feeds Q, K and V, so dx is "
+                   "the sum of the three projections' input gradients (keeping one fails).",
+                   inputs={"x": u(2, 3, 4)}, params=sa_params(r, 4, 3, 2),
+                   cotangents={"output": r.uniform((2, 3, 2))}, flags=["gradient", "basic"])
+    yield gradient("self_attention/grad-002", "self_attention",
+                   "A causal mask and cotangents on the output and the weights, scale = 0.5.",
+                   inputs={"x": u(1, 4, 3), "mask": np.tril(np.ones((4, 4), dtype=bool))},
+                   attributes={"scale": 0.5}, params=sa_params(r, 3, 2, 3),
+                   cotangents={"output": r.uniform((1, 4, 3)), "weights": r.uniform((1, 4, 4))},
+                   flags=["gradient", "causal", "scale", "weights-cotangent"])
+    yield gradient("self_attention/grad-003", "self_attention",
+                   "No biases (Vaswani et al.'s projections): the gradients hold w_q, w_k, w_v "
+                   "only; B = 3 so dW sums over every sequence.",
+                   inputs={"x": u(3, 2, 4)}, params=sa_params(r, 4, 2, 2, biases=()),
+                   cotangents={"output": r.uniform((3, 2, 2))}, flags=["gradient", "no-bias"])
+    keep = r.bools((2, 3, 3))
+    keep[..., 0] = True
+    yield gradient("self_attention/grad-004", "self_attention",
+                   "Only b_v among the biases, a (2, 3, 3) per-sequence mask, inputs in [-2, 2] "
+                   "(sharper weights).",
+                   inputs={"x": r.uniform((2, 3, 3)), "mask": keep},
+                   params=sa_params(r, 3, 2, 2, biases=("b_v",)),
+                   cotangents={"output": r.uniform((2, 3, 2))}, flags=["gradient", "mask"])
+
+
+CASES.update(mha=mha_grad_cases, self_attention=self_attention_grad_cases)
+
+
+def additive_attention_grad_cases(r):
+    from .additive_attention import add_params
+
+    def u(*shape):
+        return r.uniform(shape, -1, 1)
+
+    yield gradient("additive_attention/grad-001", "additive_attention",
+                   "B = 2, T = 2, S = 3, Dq = 3 != Dk = 4, A = 5, values omitted (= keys): the "
+                   "keys' gradient is the score path's plus the values path's (W^T dC); "
+                   "du = de v (1 - h^2), so leaving out tanh' fails.",
+                   inputs={"query": u(2, 2, 3), "keys": u(2, 3, 4)}, params=add_params(r, 3, 4, 5),
+                   cotangents={"context": r.uniform((2, 2, 4))},
+                   flags=["gradient", "default-values"])
+    keep = r.bools((2, 3, 4))
+    keep[..., 0] = True
+    yield gradient("additive_attention/grad-002", "additive_attention",
+                   "values given (Dv = 2), a (2, 3, 4) mask and cotangents on the context and "
+                   "the weights: masked keys get no gradient from their row.",
+                   inputs={"query": u(2, 3, 2), "keys": u(2, 4, 3), "values": u(2, 4, 2),
+                           "mask": keep},
+                   params=add_params(r, 2, 3, 4),
+                   cotangents={"context": r.uniform((2, 3, 2)), "weights": r.uniform((2, 3, 4))},
+                   flags=["gradient", "mask", "weights-cotangent"])
+    yield gradient("additive_attention/grad-003", "additive_attention",
+                   "Inputs in [-2, 2] (pre-activations up to 12: some tanh saturated, 1 - h^2 "
+                   "near 0), values given: dv = sum de h, dW_q = sum_b query^T (sum_s du).",
+                   inputs={"query": r.uniform((1, 3, 4)), "keys": r.uniform((1, 4, 4)),
+                           "values": r.uniform((1, 4, 3))},
+                   params=add_params(r, 4, 4, 3), cotangents={"context": r.uniform((1, 3, 3))},
+                   flags=["gradient", "saturation"])
+    yield gradient("additive_attention/grad-004", "additive_attention",
+                   "A single query (T = 1) over S = 5 keys, B = 3, cotangent on the weights only "
+                   "(the context's is 0).",
+                   inputs={"query": u(3, 1, 2), "keys": u(3, 5, 2)}, params=add_params(r, 2, 2, 3),
+                   cotangents={"weights": r.uniform((3, 1, 5))},
+                   flags=["gradient", "single-query", "weights-cotangent"])
+
+
+def luong_attention_grad_cases(r):
+    from .luong_attention import concat_params
+
+    def u(*shape):
+        return r.uniform(shape, -1, 1)
+
+    yield gradient("luong_attention/grad-001", "luong_attention",
+                   "score='dot', values omitted (= keys), B = 2, T = 2, S = 3, D = 3: dq = de k, "
+                   "dk = de^T q + W^T dC (the keys are also the values).",
+                   inputs={"query": u(2, 2, 3), "keys": u(2, 3, 3)}, attributes={"score": "dot"},
+                   cotangents={"context": r.uniform((2, 2, 3))},
+                   flags=["gradient", "dot", "default-values"])
+    keep = r.bools((2, 2, 4))
+    keep[..., 0] = True
+    yield gradient("luong_attention/grad-002", "luong_attention",
+                   "score='dot', values given (Dv = 2), a (2, 2, 4) mask, cotangents on the "
+                   "context and the weights.",
+                   inputs={"query": u(2, 2, 3), "keys": u(2, 4, 3), "values": u(2, 4, 2),
+                           "mask": keep},
+                   attributes={"score": "dot"},
+                   cotangents={"context": r.uniform((2, 2, 2)), "weights": r.uniform((2, 2, 4))},
+                   flags=["gradient", "dot", "mask", "weights-cotangent"])
+    yield gradient("luong_attention/grad-003", "luong_attention",
+                   "score='general', Dq = 3 != Dk = 2, values given: dW = sum_b q^T de k is "
+                   "(3, 2), dq = de k W^T, dk = de^T q W (a missing transpose cannot take the "
+                   "shape).",
+                   inputs={"query": u(2, 3, 3), "keys": u(2, 4, 2), "values": u(2, 4, 2)},
+                   attributes={"score": "general"}, params={"w": r.weights((3, 2))},
+                   cotangents={"context": r.uniform((2, 3, 2))}, flags=["gradient", "general"])
+    yield gradient("luong_attention/grad-004", "luong_attention",
+                   "score='general' with a square W (Dq = Dk = 3), values omitted and a cotangent "
+                   "on the weights: W's gradient in the wrong layout (its transpose) fails.",
+                   inputs={"query": u(1, 3, 3), "keys": u(1, 4, 3)},
+                   attributes={"score": "general"}, params={"w": r.weights((3, 3))},
+                   cotangents={"context": r.uniform((1, 3, 3)), "weights": r.uniform((1, 3, 4))},
+                   flags=["gradient", "general", "default-values", "weights-cotangent"])
+    yield gradient("luong_attention/grad-005", "luong_attention",
+                   "score='concat', Dq = 2, Dk = 3, A = 4, values given: W's top 2 rows get "
+                   "the query's share and its bottom 3 the keys'; tanh' = 1 - h^2.",
+                   inputs={"query": u(2, 2, 2), "keys": u(2, 3, 3), "values": u(2, 3, 2)},
+                   attributes={"score": "concat"}, params=concat_params(r, 2, 3, 4),
+                   cotangents={"context": r.uniform((2, 2, 2))}, flags=["gradient", "concat"])
+    yield gradient("luong_attention/grad-006", "luong_attention",
+                   "score='concat', values omitted, inputs in [-2, 2] (some tanh saturated), "
+                   "cotangents on the context and the weights.",
+                   inputs={"query": r.uniform((1, 2, 3)), "keys": r.uniform((1, 4, 2))},
+                   attributes={"score": "concat"}, params=concat_params(r, 3, 2, 3),
+                   cotangents={"context": r.uniform((1, 2, 2)), "weights": r.uniform((1, 2, 4))},
+                   flags=["gradient", "concat", "default-values", "saturation"])
+
+
+CASES.update(additive_attention=additive_attention_grad_cases,
+             luong_attention=luong_attention_grad_cases)
+
+
+def relative_attention_grad_cases(r):
+    def t(m, kw, vw):
+        return {"rel_k": r.weights((2 * m + 1, kw)), "rel_v": r.weights((2 * m + 1, vw))}
+
+    yield gradient("relative_attention/grad-001", "relative_attention",
+                   "T = 3, S = 5, K = 3, V = 2, max_distance = 1 (distances 2..4 "
+                   "clipped): the rows 0 and 2 of rel_k and rel_v collect the gradient of every "
+                   "clipped pair (overwriting instead of accumulating fails).",
+                   inputs={"q": r.uniform((2, 3, 3)), "k": r.uniform((2, 5, 3)),
+                           "v": r.uniform((2, 5, 2))},
+                   attributes={"max_distance": 1}, params=t(1, 3, 2),
+                   cotangents={"output": r.uniform((2, 3, 2))},
+                   flags=["gradient", "clipping", "accumulation"])
+    yield gradient("relative_attention/grad-002", "relative_attention",
+                   "max_distance = 3 >= every distance (T = S = 4), a causal mask and cotangents "
+                   "on the output and the weights: masked pairs add nothing to the tables' "
+                   "gradients, rel_k's upper rows (j > i) get 0.",
+                   inputs={"q": r.uniform((1, 4, 2)), "k": r.uniform((1, 4, 2)),
+                           "v": r.uniform((1, 4, 3)), "mask": np.tril(np.ones((4, 4), dtype=bool))},
+                   attributes={"max_distance": 3}, params=t(3, 2, 3),
+                   cotangents={"output": r.uniform((1, 4, 3)), "weights": r.uniform((1, 4, 4))},
+                   flags=["gradient", "causal", "weights-cotangent"])
+    yield gradient("relative_attention/grad-003", "relative_attention",
+                   "max_distance = 0 (a single table row shared by every pair), scale = 0.5: "
+                   "drel_v = sum over every pair of alpha_ij dz_i; drel_k is 0 (the one row "
+                   "shifts a query's every score alike, which the softmax ignores).",
+                   inputs={"q": r.uniform((2, 2, 2)), "k": r.uniform((2, 3, 2)),
+                           "v": r.uniform((2, 3, 2))},
+                   attributes={"max_distance": 0, "scale": 0.5}, params=t(0, 2, 2),
+                   cotangents={"output": r.uniform((2, 2, 2))},
+                   flags=["gradient", "max-distance-0", "scale"])
+    keep = r.bools((2, 4, 3))
+    keep[..., 0] = True
+    yield gradient("relative_attention/grad-004", "relative_attention",
+                   "T = 4 > S = 3 with max_distance = 2, a (2, 4, 3) mask and a cotangent on "
+                   "the weights only: dq_i includes the scaled a^K term c sum_j de_ij a^K_ij.",
+                   inputs={"q": r.uniform((2, 4, 2)), "k": r.uniform((2, 3, 2)),
+                           "v": r.uniform((2, 3, 2)), "mask": keep},
+                   attributes={"max_distance": 2}, params=t(2, 2, 2),
+                   cotangents={"weights": r.uniform((2, 4, 3))},
+                   flags=["gradient", "mask", "weights-cotangent"])
+
+
+CASES.update(relative_attention=relative_attention_grad_cases)
