@@ -55,18 +55,17 @@ def const(x, value):
     return np.asarray(value, dtype=x.dtype)[()]
 
 
-@jax.jit
 def _masked_sum(weights, v):
     terms = weights[..., :, :, None] * v[..., None, :, :]  # (..., T, S, V)
     return jnp.sum(jnp.where((weights != 0)[..., None], terms, 0), axis=-2)  # (..., T, V)
 
 
 def weighted_sum(weights, v):
-    """out[..., i, :] = sum over the j with weights[..., i, j] != 0 of weights[..., i, j] v[..., j, :].
+    """out[..., i, :] = sum over the j with weights[..., i, j] != 0 of weights[..., i, j] v[..., j, :]
+    (inside a jit).
 
     A key of weight 0 (masked) is left out, not multiplied by 0, so a NaN or inf in
-    its value cannot reach the output (0 * NaN = NaN).
+    its value cannot reach the output (0 * NaN = NaN); the (..., T, S, V) products are
+    formed only when v holds one (lax.cond runs one branch).
     """
-    if isinstance(v, jax.core.Tracer) or not bool(jnp.all(jnp.isfinite(v))):
-        return _masked_sum(weights, v)
-    return weights @ v  # (..., T, V)
+    return jax.lax.cond(jnp.all(jnp.isfinite(v)), jnp.matmul, _masked_sum, weights, v)

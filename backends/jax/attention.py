@@ -12,14 +12,15 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from attnspec.spec.errors import DomainError, DTypeError
 
 from .. import _checks as check
 from ._core import boolean, const, floating, integers, weighted_sum
 
 
-@functools.partial(jax.jit, static_argnames="axis")
-def _softmax(x, keep, axis):
+def _softmax_core(x, keep, axis: int):
+    """The masked softmax along ``axis`` (inside a jit); keep broadcasts to x."""
     kept = keep & (x != -jnp.inf)  # entries that compete
     nan = jnp.any(kept & jnp.isnan(x), axis=axis, keepdims=True)
     top = kept & (x == jnp.inf)
@@ -33,6 +34,11 @@ def _softmax(x, keep, axis):
     return jnp.where(nan & kept, jnp.nan, y).astype(x.dtype)
 
 
+@functools.partial(jax.jit, static_argnames="axis")
+def _softmax(x, keep, axis):
+    return _softmax_core(x, True if keep is None else keep, axis)
+
+
 def softmax(x, mask=None, *, axis=-1):
     """softmax(x)_i = exp(x_i - m) / sum_j exp(x_j - m), m = max over kept entries.
 
@@ -43,13 +49,10 @@ def softmax(x, mask=None, *, axis=-1):
     x = floating("x", x)
     s = check.rank("x", x, min_rank=1)
     axis = check.integer("axis", axis, lo=-len(s), hi=len(s) - 1)
-    if mask is None:
-        keep = jnp.ones(s, dtype=bool)
-    else:
-        keep = boolean("mask", mask)
-        check.broadcastable("mask", keep, s)
-        keep = jnp.broadcast_to(keep, s)
-    return _softmax(x, keep, axis % len(s))
+    if mask is not None:
+        mask = boolean("mask", mask)
+        check.broadcastable("mask", mask, s)
+    return _softmax(x, mask, axis % len(s))
 
 
 def causal_mask(*, t, s):
@@ -58,9 +61,9 @@ def causal_mask(*, t, s):
     When T > S the first T - S rows attend nothing.
     """
     t, s = check.size("t", t), check.size("s", s)
-    i = jnp.arange(t)[:, None]  # (T, 1)
-    j = jnp.arange(s)[None, :]  # (1, S)
-    return j <= i + (s - t)  # (T, S)
+    i = np.arange(t)[:, None]  # (T, 1)
+    j = np.arange(s)[None, :]  # (1, S)
+    return jnp.asarray(j <= i + (s - t))  # (T, S), built on the host: nothing to compile
 
 
 def sliding_window_mask(*, t, s, window):
@@ -68,9 +71,9 @@ def sliding_window_mask(*, t, s, window):
     most recent keys (the query's own position included), bottom-right aligned."""
     t, s = check.size("t", t), check.size("s", s)
     w = check.integer("window", window, lo=1)
-    p = jnp.arange(t)[:, None] + (s - t)  # (T, 1) absolute query positions
-    j = jnp.arange(s)[None, :]  # (1, S)
-    return (j <= p) & (j > p - w)  # (T, S)
+    p = np.arange(t)[:, None] + (s - t)  # (T, 1) absolute query positions
+    j = np.arange(s)[None, :]  # (1, S)
+    return jnp.asarray((j <= p) & (j > p - w))  # (T, S), built on the host
 
 
 @jax.jit
@@ -84,24 +87,28 @@ def softcap(x, *, cap):
     return _softcap(x, const(x, check.eps(cap, "cap")))
 
 
-def padding_mask(ids, *, pad_id):
-    """mask[b, 0, 0, j] = ids[b, j] != pad_id."""
+def _padding(ids, pad_id) -> np.ndarray:
     ids = integers("ids", ids)
     check.rank("ids", ids, min_rank=2, max_rank=2)
     pad_id = check.integer("pad_id", pad_id)
-    return (ids != pad_id)[:, None, None, :]  # (B, 1, 1, S)
+    return (np.asarray(ids) != pad_id)[:, None, None, :]  # (B, 1, 1, S), on the host
+
+
+def padding_mask(ids, *, pad_id):
+    """mask[b, 0, 0, j] = ids[b, j] != pad_id."""
+    return jnp.asarray(_padding(ids, pad_id))  # (B, 1, 1, S)
 
 
 def combined_mask(ids, *, pad_id, t, num_heads=1, causal=True):
     """mask[b, h, i, j] = padding[b, j] and causal[i, j] (causal over T x S, S = ids.shape[1])."""
-    keep = padding_mask(ids, pad_id=pad_id)  # (B, 1, 1, S)
+    keep = _padding(ids, pad_id)  # (B, 1, 1, S)
     t = check.size("t", t)
     h = check.integer("num_heads", num_heads, lo=1)
     causal = check.flag("causal", causal)
     b, s = keep.shape[0], keep.shape[-1]
     if causal:
-        keep = keep & causal_mask(t=t, s=s)  # (B, 1, T, S)
-    return jnp.broadcast_to(keep, (b, h, t, s))  # (B, H, T, S)
+        keep = keep & (np.arange(s)[None, :] <= np.arange(t)[:, None] + (s - t))  # (B, 1, T, S)
+    return jnp.asarray(np.broadcast_to(keep, (b, h, t, s)))  # (B, H, T, S)
 
 
 def _attention_inputs(q, k, v, mask, bias):
@@ -128,12 +135,17 @@ def repeat_kv(q, k, v, num_kv_heads):
     return jnp.repeat(k, group, axis=-3), jnp.repeat(v, group, axis=-3)
 
 
-@functools.partial(jax.jit, static_argnames="full")
 def _scores(q, k, c, bias, full):
     scores = (q @ jnp.swapaxes(k, -1, -2)) * c  # (..., T, S)
     if bias is not None:
         scores = scores + bias
     return jnp.broadcast_to(scores, full)
+
+
+@functools.partial(jax.jit, static_argnames="full")
+def _sdpa(q, k, v, mask, bias, c, full):
+    weights = _softmax_core(_scores(q, k, c, bias, full), True if mask is None else mask, -1)
+    return weighted_sum(weights, v), weights  # (..., T, V), (..., T, S)
 
 
 def sdpa(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None):
@@ -147,16 +159,16 @@ def sdpa(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None):
         q, k, v = floating("q", q), floating("k", k), floating("v", v)
         k, v = repeat_kv(q, k, v, num_kv_heads)
     q, k, v, mask, bias, full = _attention_inputs(q, k, v, mask, bias)
-    c = const(q, check.scale(scale, q.shape[-1]))
-    weights = softmax(_scores(q, k, c, bias, full), mask)  # (..., T, S)
-    return weighted_sum(weights, v), weights  # (..., T, V), (..., T, S)
+    return _sdpa(q, k, v, mask, bias, const(q, check.scale(scale, q.shape[-1])), full)
 
 
 TIES = ("lower_index", "keep_all")
 
 
-@functools.partial(jax.jit, static_argnames=("top_k", "keep_all"))
-def _topk_chosen(scores, allowed, top_k, keep_all):
+@functools.partial(jax.jit, static_argnames=("full", "top_k", "keep_all"))
+def _topk(q, k, v, mask, c, full, top_k, keep_all):
+    scores = _scores(q, k, c, None, full)  # (..., T, S)
+    allowed = jnp.ones(full, dtype=bool) if mask is None else jnp.broadcast_to(mask, full)
     # a stable sort of -score ranks equal scores by key index; masked keys go last
     order = jnp.argsort(jnp.where(allowed, -scores, jnp.inf), axis=-1, stable=True)
     rank = jnp.argsort(order, axis=-1)  # the inverse permutation
@@ -164,7 +176,10 @@ def _topk_chosen(scores, allowed, top_k, keep_all):
     if keep_all:
         kth = jnp.min(jnp.where(chosen, scores, jnp.inf), axis=-1, keepdims=True)  # (..., T, 1)
         chosen = allowed & (scores >= kth)
-    return chosen
+    weights = _softmax_core(scores, chosen, -1)
+    nan = jnp.any(allowed & jnp.isnan(scores), axis=-1, keepdims=True)
+    weights = jnp.where(nan & allowed, jnp.nan, weights).astype(q.dtype)
+    return weighted_sum(weights, v), weights  # (..., T, V), (..., T, S)
 
 
 def topk_attention(q, k, v, mask=None, *, top_k, scale=None, ties="lower_index"):
@@ -179,12 +194,7 @@ def topk_attention(q, k, v, mask=None, *, top_k, scale=None, ties="lower_index")
     top_k = check.integer("top_k", top_k, lo=1, hi=full[-1])
     ties = check.choice("ties", ties, TIES)
     c = const(q, check.scale(scale, q.shape[-1]))
-    scores = _scores(q, k, c, None, full)  # (..., T, S)
-    allowed = jnp.ones(full, dtype=bool) if mask is None else jnp.broadcast_to(mask, full)
-    weights = softmax(scores, _topk_chosen(scores, allowed, top_k, ties == "keep_all"))
-    nan = jnp.any(allowed & jnp.isnan(scores), axis=-1, keepdims=True)
-    weights = jnp.where(nan & allowed, const(q, jnp.nan), weights)
-    return weighted_sum(weights, v), weights  # (..., T, V), (..., T, S)
+    return _topk(q, k, v, mask, c, full, top_k, ties == "keep_all")
 
 
 def attention_entropy(weights, *, axis=-1):
@@ -192,10 +202,16 @@ def attention_entropy(weights, *, axis=-1):
     w = floating("weights", weights)
     s = check.rank("weights", w, min_rank=1)
     axis = check.integer("axis", axis, lo=-len(s), hi=len(s) - 1)
-    bad = ~(jnp.isfinite(w) & (w >= 0))
-    if bool(jnp.any(bad)):
+    host = np.asarray(w)  # the domain check reads values: on the host, nothing compiled
+    bad = ~(np.isfinite(host) & (host >= 0))
+    if bad.any():
         raise DomainError(f"weights must be finite and >= 0, got a value of "
-                          f"{w[bad].ravel()[0]} in shape {s}")
+                          f"{host[bad].flat[0]} in shape {s}")
+    return _entropy(w, axis % len(s))
+
+
+@functools.partial(jax.jit, static_argnames="axis")
+def _entropy(w, axis):
     positive = w > 0
     terms = jnp.where(positive, w * jnp.log(jnp.where(positive, w, 1)), 0)
     return -jnp.sum(terms, axis=axis)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from attnspec.spec.errors import DomainError
 
 from .. import _checks as check
@@ -16,9 +17,10 @@ def embedding(ids, *, scale=True, params):
     scale = check.flag("scale", scale)
     table = check.params_of(params).require("table", (None, None))     # (L, D)
     L, D = check.shape(table)
-    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= L):
+    host = np.asarray(ids)  # the range check reads values: on the host, nothing compiled
+    if host.size and (host.min() < 0 or host.max() >= L):
         raise DomainError(f"ids must be in [0, L) with L={L} (rows of 'table' {(L, D)}), "
-                          f"got ids of shape {ids.shape} with min {ids.min()}, max {ids.max()}")
+                          f"got ids of shape {ids.shape} with min {host.min()}, max {host.max()}")
     y = table[ids]                                                      # (..., D)
     return y * const(y, math.sqrt(D)) if scale else y
 

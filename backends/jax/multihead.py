@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+
+import jax
+
 from .. import _checks as check
-from ._core import boolean, floating
-from .attention import sdpa
+from ._core import boolean, const, floating
+from .attention import _sdpa, sdpa
 
 
 def _linear(x, p, w: str, b: str, d_in: int, d_out: int | None = None):
@@ -44,6 +48,34 @@ def _split_heads(x, heads: int):
     return x.reshape(b, t, heads, width // heads).transpose(0, 2, 1, 3)
 
 
+def _weights(p, d_q: int, d_k: int, d_v: int, hk: int, hv: int) -> dict:
+    """The mha parameters, shape-checked (ParameterError naming the path); biases may be None."""
+    w = {"w_q": p.require("w_q", (d_q, None)), "w_k": p.require("w_k", (d_k, hk)),
+         "w_v": p.require("w_v", (d_v, None))}
+    w["w_o"] = p.require("w_o", (w["w_v"].shape[1], None))
+    for name, weight in list(w.items()):
+        w[name] = floating(p.path(name), weight)
+        b = "b" + name[1:]
+        bias = p.get(b, (w[name].shape[1],))
+        w[b] = None if bias is None else floating(p.path(b), bias)
+    return w
+
+
+def _project(x, w, b):
+    return x @ w if b is None else x @ w + b
+
+
+@functools.partial(jax.jit, static_argnames="heads")
+def _mha(query, key, value, mask, w, c, heads):
+    b, t, _ = query.shape
+    q = _split_heads(_project(query, w["w_q"], w["b_q"]), heads)  # (B, H, T, K)
+    k = _split_heads(_project(key, w["w_k"], w["b_k"]), heads)  # (B, H, S, K)
+    v = _split_heads(_project(value, w["w_v"], w["b_v"]), heads)  # (B, H, S, V)
+    heads_out, weights = _sdpa(q, k, v, mask, None, c, (b, heads, t, k.shape[2]))
+    concat = heads_out.transpose(0, 2, 1, 3).reshape(b, t, -1)  # (B, T, H*V)
+    return _project(concat, w["w_o"], w["b_o"]), weights
+
+
 def mha(query, key, value, mask=None, *, num_heads, params):
     """Multi-head attention (Vaswani et al. 2017, §3.2.2), fused projections.
 
@@ -58,9 +90,5 @@ def mha(query, key, value, mask=None, *, num_heads, params):
     p = check.params_of(params)
     heads, hk, hv = check.heads(p, num_heads, d_q, d_v)
     mask = _mask(mask, (b, heads, t, s))
-    q = _split_heads(_linear(query, p, "w_q", "b_q", d_q), heads)  # (B, H, T, K)
-    k = _split_heads(_linear(key, p, "w_k", "b_k", d_k, hk), heads)  # (B, H, S, K)
-    v = _split_heads(_linear(value, p, "w_v", "b_v", d_v), heads)  # (B, H, S, V)
-    heads_out, weights = sdpa(q, k, v, mask)  # (B, H, T, V), (B, H, T, S)
-    concat = heads_out.transpose(0, 2, 1, 3).reshape(b, t, hv)  # (B, T, H*V)
-    return _linear(concat, p, "w_o", "b_o", hv), weights
+    c = const(query, check.scale(None, hk // heads))  # 1/sqrt(K)
+    return _mha(query, key, value, mask, _weights(p, d_q, d_k, d_v, hk, hv), c, heads)

@@ -12,7 +12,7 @@ from attnspec.spec.errors import ConfigError, DomainError, ShapeError
 
 from .. import _checks as check
 from ._core import boolean, const, floating, integers, weighted_sum
-from .attention import softmax
+from .attention import _softmax_core
 
 
 def sinusoidal_pe(*, length, d_model, offset=0):
@@ -52,10 +52,10 @@ def learned_pe(positions, *, params):
     table = floating("table", check.params_of(params).require("table", (None, None)))
     positions = integers("positions", positions)
     max_len = table.shape[0]
-    if positions.size and (int(positions.min()) < 0 or int(positions.max()) >= max_len):
+    host = np.asarray(positions)  # the range check reads values: on the host
+    if host.size and (host.min() < 0 or host.max() >= max_len):
         raise DomainError(f"positions must be in [0, max_len) with max_len={max_len} "
-                          f"(table {table.shape}), got values in "
-                          f"[{positions.min()}, {positions.max()}]")
+                          f"(table {table.shape}), got values in [{host.min()}, {host.max()}]")
     return table[positions]  # (..., D)
 
 
@@ -65,8 +65,12 @@ def _relative_rows(t: int, s: int, m: int) -> np.ndarray:
 
 
 @jax.jit
-def _relative_scores(q, k, a_k, c):
-    return (q @ jnp.swapaxes(k, -1, -2) + jnp.einsum("btk,tsk->bts", q, a_k)) * c  # (B, T, S)
+def _relative(q, k, v, keep, rel_k, rel_v, rows, c):
+    a_k, a_v = rel_k[rows], rel_v[rows]  # (T, S, K), (T, S, V)
+    e = (q @ jnp.swapaxes(k, -1, -2) + jnp.einsum("btk,tsk->bts", q, a_k)) * c  # (B, T, S)
+    alpha = _softmax_core(e, keep, -1)  # (B, T, S)
+    z = weighted_sum(alpha, v) + jnp.einsum("bts,tsv->btv", alpha, a_v)  # (B, T, V)
+    return z, alpha
 
 
 def relative_attention(q, k, v, mask=None, *, max_distance, scale=None, params):
@@ -81,17 +85,13 @@ def relative_attention(q, k, v, mask=None, *, max_distance, scale=None, params):
     p = check.params_of(params)
     rel_k = floating("rel_k", p.require("rel_k", (2 * m + 1, kw)))
     rel_v = floating("rel_v", p.require("rel_v", (2 * m + 1, vw)))
-    keep = jnp.ones((b, t, s), dtype=bool)
+    keep = True
     if mask is not None:
-        mask = boolean("mask", mask)
-        check.broadcastable("mask", mask, (b, t, s))
-        keep = jnp.broadcast_to(mask, (b, t, s))
+        keep = boolean("mask", mask)
+        check.broadcastable("mask", keep, (b, t, s))
     scale = check.scale(scale, kw)
     rows = _relative_rows(t, s, m)
-    a_k, a_v = rel_k[rows], rel_v[rows]  # (T, S, K), (T, S, V)
-    alpha = softmax(_relative_scores(q, k, a_k, const(q, scale)), keep)  # (B, T, S)
-    z = weighted_sum(alpha, v) + jnp.einsum("bts,tsv->btv", alpha, a_v)  # (B, T, V)
-    return z, alpha
+    return _relative(q, k, v, keep, rel_k, rel_v, rows, const(q, scale))
 
 
 @functools.partial(jax.jit, static_argnames="half")
