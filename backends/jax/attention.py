@@ -135,31 +135,36 @@ def repeat_kv(q, k, v, num_kv_heads):
     return jnp.repeat(k, group, axis=-3), jnp.repeat(v, group, axis=-3)
 
 
-def _scores(q, k, c, bias, full):
+def _scores(q, k, c, bias, full, cap=None):
     scores = (q @ jnp.swapaxes(k, -1, -2)) * c  # (..., T, S)
+    if cap is not None:
+        scores = cap * jnp.tanh(scores / cap)  # soft-capping, before the bias and the mask
     if bias is not None:
         scores = scores + bias
     return jnp.broadcast_to(scores, full)
 
 
 @functools.partial(jax.jit, static_argnames="full")
-def _sdpa(q, k, v, mask, bias, c, full):
-    weights = _softmax_core(_scores(q, k, c, bias, full), True if mask is None else mask, -1)
+def _sdpa(q, k, v, mask, bias, c, full, cap=None):
+    weights = _softmax_core(_scores(q, k, c, bias, full, cap), True if mask is None else mask, -1)
     return weighted_sum(weights, v), weights  # (..., T, V), (..., T, S)
 
 
-def sdpa(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None):
-    """weights = softmax(scale * q k^T + bias, masked), output = weights v.
+def sdpa(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, softcap=None):
+    """weights = softmax(cap(scale * q k^T) + bias, masked), output = weights v.
 
     scale defaults to 1/sqrt(K); masked keys get weight 0 and a row with no key
     left gives zero weights and a zero output. With num_kv_heads (grouped-query
     attention), axis -3 holds the heads and query head h reads kv head h // (H / H_kv).
+    With softcap = c, cap(s) = c tanh(s / c), before the bias and the mask (Gemma 2);
+    None: cap(s) = s.
     """
     if num_kv_heads is not None:
         q, k, v = floating("q", q), floating("k", k), floating("v", v)
         k, v = repeat_kv(q, k, v, num_kv_heads)
     q, k, v, mask, bias, full = _attention_inputs(q, k, v, mask, bias)
-    return _sdpa(q, k, v, mask, bias, const(q, check.scale(scale, q.shape[-1])), full)
+    cap = None if softcap is None else const(q, check.eps(softcap, "softcap"))
+    return _sdpa(q, k, v, mask, bias, const(q, check.scale(scale, q.shape[-1])), full, cap)
 
 
 TIES = ("lower_index", "keep_all")
