@@ -7,8 +7,13 @@ Importing this package imports jax and **turns on float64 for the whole process*
 float64 request in float32. Nothing else in attnspec imports jax.
 
 Devices: ``cpu``, and ``gpu`` (alias ``cuda``) when JAX sees a GPU (install
-``jax[cuda12]``). Backend options: ``device=NAME``, the device for functions with no
-array input (default: the last device asked of ``asarray``, else ATTNSPEC_DEVICE, else cpu).
+``jax[cuda12]``). Backend options (``--backend-option KEY=VALUE``):
+  device=NAME          the device for functions with no array input (default: the last
+                       device asked of ``asarray``, else ATTNSPEC_DEVICE, else cpu);
+  compile_cache=DIR    JAX's persistent compilation cache in DIR (process-wide; also from
+                       ATTNSPEC_JAX_COMPILE_CACHE): the suite's shapes are the same on every
+                       run (the ci hypothesis profile is derandomised), so a second run
+                       compiles almost nothing. Default: none.
 """
 
 from __future__ import annotations
@@ -36,10 +41,17 @@ class JaxBackend(Backend):
 
     def __init__(self, **options):
         super().__init__(**options)
-        unknown = set(options) - {"device"}
+        unknown = set(options) - {"device", "compile_cache"}
         if unknown:
-            raise ConfigError(f"unknown jax backend option(s) {sorted(unknown)}; known: device")
+            raise ConfigError(f"unknown jax backend option(s) {sorted(unknown)}; known: device, "
+                              f"compile_cache")
         self.default_device = options.get("device") or os.environ.get("ATTNSPEC_DEVICE") or "cpu"
+        cache = options.get("compile_cache") or os.environ.get("ATTNSPEC_JAX_COMPILE_CACHE")
+        if cache:
+            jax.config.update("jax_compilation_cache_dir", str(cache))
+            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+            jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+        self.compile_cache = cache
 
     _devices = None
 
@@ -112,7 +124,8 @@ class JaxBackend(Backend):
                 "devices": ", ".join(str(d) for d in jax.devices())}
 
     def describe(self) -> str:
-        return f"jax backend, x64 enabled process-wide, default device {self.default_device}"
+        return (f"jax backend, x64 enabled process-wide, default device {self.default_device}, "
+                f"compile cache {self.compile_cache or 'none'}")
 
     def synchronize(self, device: str) -> None:
         (jnp.zeros(()) + 0).block_until_ready()
