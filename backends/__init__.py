@@ -22,6 +22,7 @@ _BUILTIN = {
     "numpy": "attnspec.backends.numpy:NumpyBackend",
     "torch": "attnspec.backends.torch:TorchBackend",
     "tensorflow": "attnspec.backends.tensorflow:TensorFlowBackend",
+    "jax": "attnspec.backends.jax:JaxBackend",
 }
 
 

@@ -72,7 +72,7 @@ from attnspec.spec.vectors import Function, Spec, Vector
 from .runner import Result, convert_inputs, judge, judge_gradients
 
 # Frameworks a user's file may be written in, by top-level module -> --framework name.
-FRAMEWORK_OF_MODULE = {"numpy": "numpy", "torch": "torch", "tensorflow": "tensorflow",
+FRAMEWORK_OF_MODULE = {"numpy": "numpy", "torch": "torch", "tensorflow": "tensorflow", "jax": "jax",
                        "keras": "tensorflow", "tf_keras": "tensorflow"}
 
 

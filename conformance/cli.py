@@ -358,10 +358,14 @@ def cmd_export(args) -> int:
 
 
 def cmd_new_backend(args) -> int:
-    from .scaffold import scaffold
+    from .scaffold import BUILTIN_STEPS, scaffold
 
-    root = scaffold(_spec(args), args.name, args.path)
-    print(f"created {root}\nnext: pip install -e {root} && attnspec verify --backend {args.name}")
+    root = scaffold(_spec(args), args.name, args.path, builtin=args.builtin)
+    if args.builtin:
+        print(f"created {root}\n{BUILTIN_STEPS.format(name=args.name)}")
+    else:
+        print(f"created {root}\nnext: pip install -e {root} && attnspec verify --backend "
+              f"{args.name}")
     return 0
 
 
@@ -465,9 +469,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--force", action="store_true", help="replace the output file if it exists")
     s.set_defaults(func=cmd_export)
 
-    s = sub.add_parser("new-backend", help="scaffold an installable backend package")
-    s.add_argument("name")
-    s.add_argument("--path", default=".")
+    s = sub.add_parser(
+        "new-backend", help="scaffold an installable backend package",
+        description="Write a backend with every kernel a @missing stub, ops.py stubs, and the "
+                    "composites bound to attnspec's shared ones, so that `attnspec verify "
+                    "--backend NAME` lists what is left. By default an out-of-tree pip package "
+                    "PATH/attnspec-NAME (src/attnspec_NAME, its own pyproject.toml and entry "
+                    "point); with --builtin, backends/NAME/ inside an attnspec checkout. "
+                    "See backends/README.md.")
+    s.add_argument("name", help="the backend's name: a lowercase identifier (--backend NAME)")
+    s.add_argument("--path", default=".", help="where to write it (default: the current "
+                   "directory; with --builtin, the root of the attnspec checkout)")
+    s.add_argument("--builtin", action="store_true", help="write backends/NAME/ inside the "
+                   "attnspec checkout at --path and print the registrations left to make")
     s.set_defaults(func=cmd_new_backend)
 
     s = sub.add_parser("report", help="run several backends, each in its own process, and "

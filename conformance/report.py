@@ -38,7 +38,7 @@ from pathlib import Path
 from . import results
 
 REPORT_FILES = ("report.json", "report.md", "report.html")
-FRAMEWORK_MODULE = {"torch": "torch", "tensorflow": "tensorflow"}
+FRAMEWORK_MODULE = {"torch": "torch", "tensorflow": "tensorflow", "jax": "jax"}
 
 
 # -- choosing what runs where --------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import keyword
 import re
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 
@@ -54,7 +55,6 @@ See attnspec's backends/README.md for the contract.
 from __future__ import annotations
 
 import numpy as np
-
 from attnspec.backends.base import Backend as _Base
 
 
@@ -87,13 +87,15 @@ class Backend(_Base):
     # tensorflow backends). Without either, every gradient vector is reported missing.
 '''
 
-MODULE = '''"""{module}: {functions}.
+MODULE = '''"""{module}:
+{functions}.
 Stubs: implement them and delete @missing.{shared}"""
 '''
 
 SHARED = """
-Shared composites ({names}): attnspec's backends/composite/ over this
-package's kernels and ops.py; to override one, write it here instead of the binding."""
+Shared composites ({names}):
+attnspec's backends/composite/ over this package's kernels and ops.py; to override
+one, write it here instead of the binding."""
 
 OPS = '''"""The primitive ops attnspec's shared composites call (backends/composite/, OPS):
 replace each stub with your framework's op."""
@@ -122,8 +124,13 @@ def _signature(fn) -> str:
     return ", ".join(parts)
 
 
+def _wrap(doc: str) -> str:
+    """A docstring body that keeps the generated code within ruff's 110 columns."""
+    return textwrap.fill(doc, width=100, subsequent_indent="    ")
+
+
 def _stub(name: str, signature: str, doc: str) -> str:
-    return (f"\n\n@missing\ndef {name}({signature}):\n    \"\"\"{doc}\"\"\"\n"
+    return (f"\n\n@missing\ndef {name}({signature}):\n    \"\"\"{_wrap(doc)}\"\"\"\n"
             f"    raise NotImplementedError\n")
 
 
@@ -147,7 +154,7 @@ def _module(module: str, fns: list) -> str:
         if name in families:
             bound[families[name]].append(name)
     names = ", ".join(n for ns in bound.values() for n in ns)
-    text = MODULE.format(module=module, functions=", ".join(f[0] for f in fns),
+    text = MODULE.format(module=module, functions=_wrap(", ".join(f[0] for f in fns)),
                          shared=SHARED.format(names=names) if bound else "")
     if not own:
         text = text.replace("\nStubs: implement them and delete @missing.", "")
@@ -156,32 +163,56 @@ def _module(module: str, fns: list) -> str:
                 f"{f.__name__}" for f in bound]
     text += "\n" + "\n".join(imports) + "\n"
     text += "".join(_stub(*f) for f in own)
-    text += "".join(_bind(family, ns) for family, ns in bound.items())
-    return text
+    binds = "".join(_bind(family, ns) for family, ns in bound.items())
+    # ruff (isort): one blank line between the imports and a first statement that is no def
+    return text + (binds if own else binds[1:])
 
 
 def _ops() -> str:
     from attnspec.backends.composite import OPS as ops
 
-    return OPS + "".join(OP.format(name=n, signature=sig, doc=doc) for n, (sig, doc) in ops.items())
+    return OPS + "".join(OP.format(name=n, signature=sig, doc=_wrap(doc)) for n, (sig, doc) in ops.items())
 
 
-def scaffold(spec, name: str, path: Path | str = ".") -> Path:
+BUILTIN_STEPS = """\
+next, to register the built-in backend {name!r} (see backends/README.md, "A built-in backend"):
+  pyproject.toml: "attnspec.backends.{name}" in [tool.setuptools] packages;
+    {name} = "attnspec.backends.{name}:Backend" under [project.entry-points."attnspec.backends"];
+    an extra {name} = [<your framework, pinned>]
+  backends/__init__.py: "{name}": "attnspec.backends.{name}:Backend" in _BUILTIN
+  conformance/report.py FRAMEWORK_MODULE and conformance/check.py FRAMEWORK_OF_MODULE:
+    "{name}": <your framework's import name>
+  tox.ini: envs {name}-cpu (in env_list) and, for an accelerator, one that fails at once without it
+then: pip install -e . && attnspec verify --backend {name}"""
+
+
+def scaffold(spec, name: str, path: Path | str = ".", builtin: bool = False) -> Path:
+    """Write the package; ``builtin``: as ``backends/NAME/`` of the attnspec checkout at
+    ``path`` (no pyproject of its own: attnspec's registers it, see BUILTIN_STEPS)."""
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or keyword.iskeyword(name):
         raise ConfigError(f"backend name must be a lowercase identifier, got {name!r}")
     pkg = f"attnspec_{name}"
-    root = Path(path) / f"attnspec-{name}"
-    if root.exists():
-        raise ConfigError(f"{str(root)!r} already exists")
-    src = root / "src" / pkg
-    src.mkdir(parents=True)
-    from attnspec.spec import SPEC_VERSION
+    if builtin:
+        if not (Path(path) / "backends" / "base.py").is_file():
+            raise ConfigError(f"--builtin needs --path to be an attnspec checkout (with "
+                              f"backends/base.py); {str(path)!r} is not one")
+        root = src = Path(path) / "backends" / name
+        if root.exists():
+            raise ConfigError(f"{str(root)!r} already exists")
+        src.mkdir()
+    else:
+        root = Path(path) / f"attnspec-{name}"
+        if root.exists():
+            raise ConfigError(f"{str(root)!r} already exists")
+        src = root / "src" / pkg
+        src.mkdir(parents=True)
+        from attnspec.spec import SPEC_VERSION
 
-    (root / "pyproject.toml").write_text(
-        PYPROJECT.format(name=name, pkg=pkg, version=SPEC_VERSION))
-    (root / "README.md").write_text(
-        f"# attnspec-{name}\n\nAn attnspec backend. Install with `pip install -e .`, then run "
-        f"`attnspec verify --backend {name}`.\n")
+        (root / "pyproject.toml").write_text(
+            PYPROJECT.format(name=name, pkg=pkg, version=SPEC_VERSION))
+        (root / "README.md").write_text(
+            f"# attnspec-{name}\n\nAn attnspec backend. Install with `pip install -e .`, then "
+            f"run `attnspec verify --backend {name}`.\n")
     (src / "__init__.py").write_text(INIT.format(name=name))
     (src / "known_failures.txt").write_text(
         "# One fnmatch pattern per line over <id> or <id>[<dtype>], then # and the reason.\n")

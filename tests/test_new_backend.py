@@ -91,6 +91,32 @@ def test_scaffold_layout(tmp_path, capsys):
     assert main(["new-backend", "Not-A-Name", "--path", str(tmp_path)]) == 2
 
 
+def test_scaffold_passes_the_projects_ruff(tmp_path):
+    """What the scaffold writes is code a contributor commits: the project's lint must pass
+    on it unchanged (it once failed on long docstrings and the blank lines of a binding)."""
+    assert main(["new-backend", "stubby", "--path", str(tmp_path)]) == 0
+    r = _run(["ruff", "check", "--config", str(REPO / "pyproject.toml"), str(tmp_path)])
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_scaffold_builtin(tmp_path, capsys):
+    """--builtin writes backends/NAME/ inside an attnspec checkout (no pyproject of its own)
+    and names every registration left to make; outside a checkout it refuses."""
+    assert main(["new-backend", "stubby", "--builtin", "--path", str(tmp_path)]) == 2
+    (tmp_path / "backends").mkdir()
+    (tmp_path / "backends" / "base.py").write_text("")
+    capsys.readouterr()
+    assert main(["new-backend", "stubby", "--builtin", "--path", str(tmp_path)]) == 0
+    root = tmp_path / "backends" / "stubby"
+    assert "@missing\ndef softmax(" in (root / "attention.py").read_text()
+    assert (root / "known_failures.txt").is_file() and not (root / "pyproject.toml").exists()
+    out = capsys.readouterr().out
+    for where in ("pyproject.toml", "_BUILTIN", "FRAMEWORK_MODULE", "FRAMEWORK_OF_MODULE",
+                  "tox.ini", '"attnspec.backends.stubby"'):
+        assert where in out, where
+    assert main(["new-backend", "stubby", "--builtin", "--path", str(tmp_path)]) == 2
+
+
 def test_scaffold_installs_and_is_discovered(tmp_path):
     assert main(["new-backend", "stubby", "--path", str(tmp_path)]) == 0
     pkg = tmp_path / "attnspec-stubby"

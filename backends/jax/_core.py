@@ -1,0 +1,71 @@
+"""Small JAX helpers shared by the component modules: dtype checks and the masked
+weighted sum.
+
+Every array argument goes through one of these, so a wrong dtype raises DTypeError
+naming the argument before JAX would promote it silently (JAX mixes float32 and float64
+without complaint). NumPy arrays are accepted and become JAX arrays.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from attnspec.spec.errors import DTypeError
+
+FLOATS = (jnp.float64, jnp.float32, jnp.float16, jnp.bfloat16)
+
+
+def array(name: str, x):
+    if isinstance(x, jax.Array):
+        return x
+    if isinstance(x, (np.ndarray, np.generic, list, tuple, int, float, bool)):
+        return jnp.asarray(np.asarray(x))
+    raise DTypeError(f"{name} must be a jax.Array (or a NumPy array), got {type(x).__name__}")
+
+
+def floating(name: str, x, like=None):
+    """A floating array, or DTypeError naming the argument; with ``like``, of like's dtype."""
+    x = array(name, x)
+    if x.dtype not in FLOATS:
+        raise DTypeError(f"{name} must be a floating array (float64, float32, float16, "
+                         f"bfloat16), got {x.dtype} with shape {x.shape}")
+    if like is not None and x.dtype != like.dtype:
+        raise DTypeError(f"{name} has dtype {x.dtype} but the input has {like.dtype}")
+    return x
+
+
+def boolean(name: str, x):
+    x = array(name, x)
+    if x.dtype != jnp.bool_:
+        raise DTypeError(f"{name} must be boolean (True = may attend), got {x.dtype} "
+                         f"with shape {x.shape}")
+    return x
+
+
+def integers(name: str, x):
+    x = array(name, x)
+    if not jnp.issubdtype(x.dtype, jnp.integer):
+        raise DTypeError(f"{name} must hold integer token ids, got {x.dtype} with shape {x.shape}")
+    return x
+
+
+def const(x, value):
+    """``value`` as a scalar of x's dtype (a NumPy scalar: not weakly typed)."""
+    return np.asarray(value, dtype=x.dtype)[()]
+
+
+def _masked_sum(weights, v):
+    terms = weights[..., :, :, None] * v[..., None, :, :]  # (..., T, S, V)
+    return jnp.sum(jnp.where((weights != 0)[..., None], terms, 0), axis=-2)  # (..., T, V)
+
+
+def weighted_sum(weights, v):
+    """out[..., i, :] = sum over the j with weights[..., i, j] != 0 of weights[..., i, j] v[..., j, :]
+    (inside a jit).
+
+    A key of weight 0 (masked) is left out, not multiplied by 0, so a NaN or inf in
+    its value cannot reach the output (0 * NaN = NaN); the (..., T, S, V) products are
+    formed only when v holds one (lax.cond runs one branch).
+    """
+    return jax.lax.cond(jnp.all(jnp.isfinite(v)), jnp.matmul, _masked_sum, weights, v)

@@ -1,0 +1,222 @@
+"""Attention core: softmax, masks, scaled dot-product, top-k attention, attention
+entropy, soft-capping.
+
+Argument checks run in Python on shapes (``backends/_checks.py``); the arithmetic of each
+kernel is one ``jax.jit`` function with its attributes static, compiled once per shape,
+dtype and attribute set and reused.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from attnspec.spec.errors import DomainError, DTypeError
+
+from .. import _checks as check
+from ._core import boolean, const, floating, integers, weighted_sum
+
+
+def _softmax_core(x, keep, axis: int):
+    """The masked softmax along ``axis`` (inside a jit); keep broadcasts to x."""
+    kept = keep & (x != -jnp.inf)  # entries that compete
+    nan = jnp.any(kept & jnp.isnan(x), axis=axis, keepdims=True)
+    top = kept & (x == jnp.inf)
+    live = jnp.where(jnp.any(top, axis=axis, keepdims=True), top, kept & ~jnp.isnan(x))
+    x = jnp.where(top, 0, x)  # each +inf entry: exp(0) = 1, an equal share
+    m = jnp.max(jnp.where(live, x, -jnp.inf), axis=axis, keepdims=True, initial=-jnp.inf)
+    m = jnp.where(jnp.isfinite(m), m, 0)
+    e = jnp.where(live, jnp.exp(jnp.where(live, x - m, 0)), 0)
+    total = jnp.sum(e, axis=axis, keepdims=True)
+    y = e / jnp.where(total > 0, total, 1)
+    return jnp.where(nan & kept, jnp.nan, y).astype(x.dtype)
+
+
+@functools.partial(jax.jit, static_argnames="axis")
+def _softmax(x, keep, axis):
+    return _softmax_core(x, True if keep is None else keep, axis)
+
+
+def softmax(x, mask=None, *, axis=-1):
+    """softmax(x)_i = exp(x_i - m) / sum_j exp(x_j - m), m = max over kept entries.
+
+    Masked entries (mask False) and -inf get weight 0; a slice with nothing kept is all 0.
+    Kept +inf entries share the slice equally (the limit); a kept NaN makes every kept
+    weight of its slice NaN.
+    """
+    x = floating("x", x)
+    s = check.rank("x", x, min_rank=1)
+    axis = check.integer("axis", axis, lo=-len(s), hi=len(s) - 1)
+    if mask is not None:
+        mask = boolean("mask", mask)
+        check.broadcastable("mask", mask, s)
+    return _softmax(x, mask, axis % len(s))
+
+
+def causal_mask(*, t, s):
+    """mask[i, j] = j <= i + (S - T): bottom-right aligned, as in decoding with a KV cache.
+
+    When T > S the first T - S rows attend nothing.
+    """
+    t, s = check.size("t", t), check.size("s", s)
+    i = np.arange(t)[:, None]  # (T, 1)
+    j = np.arange(s)[None, :]  # (1, S)
+    return jnp.asarray(j <= i + (s - t))  # (T, S), built on the host: nothing to compile
+
+
+def sliding_window_mask(*, t, s, window):
+    """mask[i, j] = p - W < j <= p with p = i + (S - T): the causal mask limited to the W
+    most recent keys (the query's own position included), bottom-right aligned."""
+    t, s = check.size("t", t), check.size("s", s)
+    w = check.integer("window", window, lo=1)
+    p = np.arange(t)[:, None] + (s - t)  # (T, 1) absolute query positions
+    j = np.arange(s)[None, :]  # (1, S)
+    return jnp.asarray((j <= p) & (j > p - w))  # (T, S), built on the host
+
+
+@jax.jit
+def _softcap(x, c):
+    return c * jnp.tanh(x / c)
+
+
+def softcap(x, *, cap):
+    """y = cap tanh(x / cap): logit soft-capping (Gemma 2), elementwise; cap > 0."""
+    x = floating("x", x)
+    return _softcap(x, const(x, check.eps(cap, "cap")))
+
+
+def _padding(ids, pad_id) -> np.ndarray:
+    ids = integers("ids", ids)
+    check.rank("ids", ids, min_rank=2, max_rank=2)
+    pad_id = check.integer("pad_id", pad_id)
+    return (np.asarray(ids) != pad_id)[:, None, None, :]  # (B, 1, 1, S), on the host
+
+
+def padding_mask(ids, *, pad_id):
+    """mask[b, 0, 0, j] = ids[b, j] != pad_id."""
+    return jnp.asarray(_padding(ids, pad_id))  # (B, 1, 1, S)
+
+
+def combined_mask(ids, *, pad_id, t, num_heads=1, causal=True):
+    """mask[b, h, i, j] = padding[b, j] and causal[i, j] (causal over T x S, S = ids.shape[1])."""
+    keep = _padding(ids, pad_id)  # (B, 1, 1, S)
+    t = check.size("t", t)
+    h = check.integer("num_heads", num_heads, lo=1)
+    causal = check.flag("causal", causal)
+    b, s = keep.shape[0], keep.shape[-1]
+    if causal:
+        keep = keep & (np.arange(s)[None, :] <= np.arange(t)[:, None] + (s - t))  # (B, 1, T, S)
+    return jnp.asarray(np.broadcast_to(keep, (b, h, t, s)))  # (B, H, T, S)
+
+
+def _attention_inputs(q, k, v, mask, bias):
+    """Checked q, k, v, mask, bias and the scores shape (*batch, T, S)."""
+    q, k, v = floating("q", q), floating("k", k), floating("v", v)
+    for name, x in (("k", k), ("v", v)):
+        if x.dtype != q.dtype:
+            raise DTypeError(f"{name} has dtype {x.dtype} but q has {q.dtype}")
+    full = check.attention_shapes(q, k, v)  # (..., T, S)
+    if mask is not None:
+        mask = boolean("mask", mask)
+        check.broadcastable("mask", mask, full)
+    if bias is not None:
+        bias = floating("bias", bias)
+        if bias.dtype != q.dtype:
+            raise DTypeError(f"bias has dtype {bias.dtype} but q has {q.dtype}")
+        check.broadcastable("bias", bias, full)
+    return q, k, v, mask, bias, full
+
+
+def repeat_kv(q, k, v, num_kv_heads):
+    """k, v (..., H_kv, S, .) -> (..., H, S, .), each kv head repeated H / H_kv times."""
+    group = check.kv_heads(num_kv_heads, q.shape, k.shape, v.shape)
+    return jnp.repeat(k, group, axis=-3), jnp.repeat(v, group, axis=-3)
+
+
+def _scores(q, k, c, bias, full, cap=None):
+    scores = (q @ jnp.swapaxes(k, -1, -2)) * c  # (..., T, S)
+    if cap is not None:
+        scores = cap * jnp.tanh(scores / cap)  # soft-capping, before the bias and the mask
+    if bias is not None:
+        scores = scores + bias
+    return jnp.broadcast_to(scores, full)
+
+
+@functools.partial(jax.jit, static_argnames="full")
+def _sdpa(q, k, v, mask, bias, c, full, cap=None):
+    weights = _softmax_core(_scores(q, k, c, bias, full, cap), True if mask is None else mask, -1)
+    return weighted_sum(weights, v), weights  # (..., T, V), (..., T, S)
+
+
+def sdpa(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, softcap=None):
+    """weights = softmax(cap(scale * q k^T) + bias, masked), output = weights v.
+
+    scale defaults to 1/sqrt(K); masked keys get weight 0 and a row with no key
+    left gives zero weights and a zero output. With num_kv_heads (grouped-query
+    attention), axis -3 holds the heads and query head h reads kv head h // (H / H_kv).
+    With softcap = c, cap(s) = c tanh(s / c), before the bias and the mask (Gemma 2);
+    None: cap(s) = s.
+    """
+    if num_kv_heads is not None:
+        q, k, v = floating("q", q), floating("k", k), floating("v", v)
+        k, v = repeat_kv(q, k, v, num_kv_heads)
+    q, k, v, mask, bias, full = _attention_inputs(q, k, v, mask, bias)
+    cap = None if softcap is None else const(q, check.eps(softcap, "softcap"))
+    return _sdpa(q, k, v, mask, bias, const(q, check.scale(scale, q.shape[-1])), full, cap)
+
+
+TIES = ("lower_index", "keep_all")
+
+
+@functools.partial(jax.jit, static_argnames=("full", "top_k", "keep_all"))
+def _topk(q, k, v, mask, c, full, top_k, keep_all):
+    scores = _scores(q, k, c, None, full)  # (..., T, S)
+    allowed = jnp.ones(full, dtype=bool) if mask is None else jnp.broadcast_to(mask, full)
+    # a stable sort of -score ranks equal scores by key index; masked keys go last
+    order = jnp.argsort(jnp.where(allowed, -scores, jnp.inf), axis=-1, stable=True)
+    rank = jnp.argsort(order, axis=-1)  # the inverse permutation
+    chosen = allowed & (rank < top_k)  # (..., T, S)
+    if keep_all:
+        kth = jnp.min(jnp.where(chosen, scores, jnp.inf), axis=-1, keepdims=True)  # (..., T, 1)
+        chosen = allowed & (scores >= kth)
+    weights = _softmax_core(scores, chosen, -1)
+    nan = jnp.any(allowed & jnp.isnan(scores), axis=-1, keepdims=True)
+    weights = jnp.where(nan & allowed, jnp.nan, weights).astype(q.dtype)
+    return weighted_sum(weights, v), weights  # (..., T, V), (..., T, S)
+
+
+def topk_attention(q, k, v, mask=None, *, top_k, scale=None, ties="lower_index"):
+    """Softmax over the top_k largest scores scale * q k^T of each query, 0 elsewhere.
+
+    Only unmasked keys compete; with fewer than top_k unmasked keys all of them are
+    kept. ties="lower_index": equal scores keep the lower key index first (exactly
+    top_k kept); "keep_all": every key scoring >= the top_k-th largest is kept.
+    A NaN among a row's unmasked scores makes its unmasked weights NaN.
+    """
+    q, k, v, mask, _, full = _attention_inputs(q, k, v, mask, None)
+    top_k = check.integer("top_k", top_k, lo=1, hi=full[-1])
+    ties = check.choice("ties", ties, TIES)
+    c = const(q, check.scale(scale, q.shape[-1]))
+    return _topk(q, k, v, mask, c, full, top_k, ties == "keep_all")
+
+
+def attention_entropy(weights, *, axis=-1):
+    """H = -sum_j w_j ln w_j along axis, with 0 ln 0 = 0 (nats)."""
+    w = floating("weights", weights)
+    s = check.rank("weights", w, min_rank=1)
+    axis = check.integer("axis", axis, lo=-len(s), hi=len(s) - 1)
+    host = np.asarray(w)  # the domain check reads values: on the host, nothing compiled
+    bad = ~(np.isfinite(host) & (host >= 0))
+    if bad.any():
+        raise DomainError(f"weights must be finite and >= 0, got a value of "
+                          f"{host[bad].flat[0]} in shape {s}")
+    return _entropy(w, axis % len(s))
+
+
+@functools.partial(jax.jit, static_argnames="axis")
+def _entropy(w, axis):
+    positive = w > 0
+    terms = jnp.where(positive, w * jnp.log(jnp.where(positive, w, 1)), 0)
+    return -jnp.sum(terms, axis=axis)

@@ -1,0 +1,5 @@
+"""Whole models on token ids: the shared composites (backends/composite/models.py)."""
+
+from ..composite.models import Models
+
+transformer, encoder_only, decoder_only = Models.bind(__package__)

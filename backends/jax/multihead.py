@@ -1,0 +1,121 @@
+"""Self-attention (one head) and multi-head attention over the fused (D, H*K) layout."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from attnspec.spec.errors import ConfigError
+
+from .. import _checks as check
+from ._core import boolean, const, floating
+from .attention import _sdpa, sdpa
+
+
+def _linear(x, p, w: str, b: str, d_in: int, d_out: int | None = None):
+    """x W + b over the last axis; b is optional."""
+    weight = floating(p.path(w), p.require(w, (d_in, d_out)))
+    y = x @ weight
+    bias = p.get(b, (weight.shape[1],))
+    return y if bias is None else y + floating(p.path(b), bias)
+
+
+def _mask(mask, target: tuple):
+    if mask is None:
+        return None
+    mask = boolean("mask", mask)
+    check.broadcastable("mask", mask, target)
+    return mask
+
+
+def self_attention(x, mask=None, *, scale=None, params):
+    """Q = x W_Q + b_Q, K = x W_K + b_K, V = x W_V + b_V; sdpa(Q, K, V, mask, scale).
+
+    Biases are optional; scale None means 1/sqrt(K).
+    """
+    x = floating("x", x)
+    b, t, d = check.rank("x", x, min_rank=3, max_rank=3)
+    p = check.params_of(params)
+    q = _linear(x, p, "w_q", "b_q", d)  # (B, T, K)
+    k = _linear(x, p, "w_k", "b_k", d, q.shape[-1])  # (B, T, K)
+    v = _linear(x, p, "w_v", "b_v", d)  # (B, T, V)
+    mask = _mask(mask, (b, t, t))
+    return sdpa(q, k, v, mask, scale=scale)
+
+
+def _split_heads(x, heads: int):
+    """(B, T, H*K) -> (B, H, T, K): head h takes columns h*K:(h+1)*K."""
+    b, t, width = x.shape
+    return x.reshape(b, t, heads, width // heads).transpose(0, 2, 1, 3)
+
+
+def _weights(p, d_q: int, d_k: int, d_v: int, hk: int, hv: int) -> dict:
+    """The mha parameters, shape-checked (ParameterError naming the path); biases may be None."""
+    w = {"w_q": p.require("w_q", (d_q, None)), "w_k": p.require("w_k", (d_k, hk)),
+         "w_v": p.require("w_v", (d_v, None))}
+    w["w_o"] = p.require("w_o", (hv, None))
+    for name, weight in list(w.items()):
+        w[name] = floating(p.path(name), weight)
+        b = "b" + name[1:]
+        bias = p.get(b, (w[name].shape[1],))
+        w[b] = None if bias is None else floating(p.path(b), bias)
+    return w
+
+
+def _project(x, w, b):
+    return x @ w if b is None else x @ w + b
+
+
+def _kv_heads(p, heads: int, hk: int, num_kv_heads) -> tuple:
+    """Grouped-query attention: (H_kv, H_kv*K); H_kv = H when num_kv_heads is None.
+    (The gqa branch moves this into check.heads; it arrives at merge.)"""
+    if num_kv_heads is None:
+        return heads, hk
+    h_kv = check.integer("num_kv_heads", num_kv_heads, lo=1)
+    if heads % h_kv:
+        raise ConfigError(f"num_kv_heads={h_kv} does not divide num_heads={heads}")
+    return h_kv, h_kv * (hk // heads)
+
+
+@functools.partial(jax.jit, static_argnames=("heads", "kv_heads"))
+def _mha(query, key, value, mask, w, c, heads, kv_heads):
+    b, t, _ = query.shape
+    q = _split_heads(_project(query, w["w_q"], w["b_q"]), heads)  # (B, H, T, K)
+    k = _split_heads(_project(key, w["w_k"], w["b_k"]), kv_heads)  # (B, H_kv, S, K)
+    v = _split_heads(_project(value, w["w_v"], w["b_v"]), kv_heads)  # (B, H_kv, S, V)
+    # query head h reads kv head h // (H / H_kv)
+    k, v = jnp.repeat(k, heads // kv_heads, axis=1), jnp.repeat(v, heads // kv_heads, axis=1)
+    heads_out, weights = _sdpa(q, k, v, mask, None, c, (b, heads, t, k.shape[2]))
+    concat = heads_out.transpose(0, 2, 1, 3).reshape(b, t, -1)  # (B, T, H*V)
+    return _project(concat, w["w_o"], w["b_o"]), weights
+
+
+def mha(query, key, value, mask=None, *, num_heads, params, num_kv_heads=None):
+    """Multi-head attention (Vaswani et al. 2017, §3.2.2), fused projections.
+
+    Q = query W_q + b_q (B, T, H*K), K = key W_k + b_k (B, S, H_kv*K),
+    V = value W_v + b_v (B, S, H_kv*V), H_kv = num_kv_heads (None: H);
+    head_h = sdpa(Q_h, K_g, V_g, mask) with Q_h the columns h*K:(h+1)*K and g = h // (H / H_kv)
+    (grouped-query attention), scale 1/sqrt(K);
+    output = concat_h(head_h) W_o + b_o; weights (B, H, T, S) per head.
+    """
+    query, key, value = floating("query", query), floating("key", key), floating("value", value)
+    b, t, s, d_k, d_v = check.sequences(query, key, value, ("query", "key", "value"),
+                                        same_width=False)
+    d_q = check.shape(query)[-1]
+    p = check.params_of(params)
+    if num_kv_heads is None:
+        heads, hk, hv = check.heads(p, num_heads, d_q, d_v)
+    else:  # w_v is (Dv, H_kv*V): H need not divide it
+        heads = check.integer("num_heads", num_heads, lo=1)
+        hk = check.shape(p.require("w_q", (d_q, None)))[1]
+        check.divides(f"query/key width {p.path('w_q')}.shape[1]", heads, hk, "H*K")
+    kv_heads, kv_k = _kv_heads(p, heads, hk, num_kv_heads)
+    if num_kv_heads is not None:
+        hv = heads * check.divides(f"value width {p.path('w_v')}.shape[1]", kv_heads,
+                                   check.shape(p.require("w_v", (d_v, None)))[1], "H_kv*V")
+    mask = _mask(mask, (b, heads, t, s))
+    c = const(query, check.scale(None, hk // heads))  # 1/sqrt(K)
+    w = _weights(p, d_q, d_k, d_v, kv_k, hv)
+    return _mha(query, key, value, mask, w, c, heads, kv_heads)

@@ -1,0 +1,129 @@
+"""Positions: sinusoidal and learned absolute encodings, Shaw et al. relative
+attention, rotary position embedding (RoPE), ALiBi."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from attnspec.spec.errors import ConfigError, DomainError, ShapeError
+
+from .. import _checks as check
+from ._core import boolean, const, floating, integers, weighted_sum
+from .attention import _softmax_core
+
+
+def sinusoidal_pe(*, length, d_model, offset=0):
+    """PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(pos / 10000^(2i/D)).
+
+    pos = offset + row; column c uses i = c // 2 and the actual D (odd D: the last
+    column is a sin without a cos partner). Returned in float64.
+    """
+    length = check.integer("length", length, lo=0)
+    d_model = check.integer("d_model", d_model, lo=1)
+    offset = check.integer("offset", offset, lo=0)
+    pos = jnp.arange(offset, offset + length, dtype=jnp.float64)[:, None]  # (length, 1)
+    i = jnp.arange(d_model) // 2  # (D,)
+    angle = pos / 10000.0 ** (2.0 * i / d_model)  # (length, D)
+    return jnp.where(jnp.arange(d_model) % 2 == 0, jnp.sin(angle), jnp.cos(angle))
+
+
+def alibi_bias(*, num_heads, t, s):
+    """ALiBi (Press et al. 2022): bias[h, i, j] = -m_h (p_i - j), p_i = i + (S - T).
+
+    m_h = 2^(-8 (h + 1) / P) for the first P heads (P the largest power of two <= H), then
+    the odd-numbered slopes 2^(-8 (2k + 1) / 2P) of 2P heads for the other H - P.
+    Returned in float64, shaped (H, T, S): sdpa's bias input.
+    """
+    H = check.integer("num_heads", num_heads, lo=1)
+    t, s = check.integer("t", t, lo=0), check.integer("s", s, lo=0)
+    P = 1 << (H.bit_length() - 1)
+    frac = [(h + 1) / P for h in range(P)] + [(2 * k + 1) / (2 * P) for k in range(H - P)]
+    m = jnp.asarray(2.0 ** (-8.0 * np.array(frac)))       # (H,)
+    p = jnp.arange(t, dtype=jnp.float64)[:, None] + (s - t)  # (T, 1) absolute query positions
+    j = jnp.arange(s, dtype=jnp.float64)[None, :]        # (1, S)
+    return -m[:, None, None] * (p - j)                   # (H, T, S)
+
+
+def learned_pe(positions, *, params):
+    """pe[...] = table[positions[...]], table of shape (max_len, D)."""
+    table = floating("table", check.params_of(params).require("table", (None, None)))
+    positions = integers("positions", positions)
+    max_len = table.shape[0]
+    host = np.asarray(positions)  # the range check reads values: on the host
+    if host.size and (host.min() < 0 or host.max() >= max_len):
+        raise DomainError(f"positions must be in [0, max_len) with max_len={max_len} "
+                          f"(table {table.shape}), got values in [{host.min()}, {host.max()}]")
+    return table[positions]  # (..., D)
+
+
+def _relative_rows(t: int, s: int, m: int) -> np.ndarray:
+    """clip(j - i, -m, m) + m for query i in 0..T-1 and key j in 0..S-1."""
+    return np.clip(np.arange(s)[None, :] - np.arange(t)[:, None], -m, m) + m  # (T, S)
+
+
+@jax.jit
+def _relative(q, k, v, keep, rel_k, rel_v, rows, c):
+    a_k, a_v = rel_k[rows], rel_v[rows]  # (T, S, K), (T, S, V)
+    e = (q @ jnp.swapaxes(k, -1, -2) + jnp.einsum("btk,tsk->bts", q, a_k)) * c  # (B, T, S)
+    alpha = _softmax_core(e, keep, -1)  # (B, T, S)
+    z = weighted_sum(alpha, v) + jnp.einsum("bts,tsv->btv", alpha, a_v)  # (B, T, V)
+    return z, alpha
+
+
+def relative_attention(q, k, v, mask=None, *, max_distance, scale=None, params):
+    """e_ij = q_i . (k_j + a^K_ij) * scale,  z_i = sum_j softmax_j(e_ij) (v_j + a^V_ij).
+
+    a^K_ij = rel_k[clip(j - i, -m, m) + m], a^V_ij likewise from rel_v (Shaw et al. 2018);
+    query i is at position i, key j at position j; scale defaults to 1/sqrt(K).
+    """
+    q, k, v = floating("q", q), floating("k", k), floating("v", v)
+    b, t, s, kw, vw = check.sequences(q, k, v)
+    m = check.integer("max_distance", max_distance, lo=0)
+    p = check.params_of(params)
+    rel_k = floating("rel_k", p.require("rel_k", (2 * m + 1, kw)))
+    rel_v = floating("rel_v", p.require("rel_v", (2 * m + 1, vw)))
+    keep = True
+    if mask is not None:
+        keep = boolean("mask", mask)
+        check.broadcastable("mask", keep, (b, t, s))
+    scale = check.scale(scale, kw)
+    rows = _relative_rows(t, s, m)
+    return _relative(q, k, v, keep, rel_k, rel_v, rows, const(q, scale))
+
+
+@functools.partial(jax.jit, static_argnames="half")
+def _rotate(x, cos, sin, half):
+    kw = x.shape[-1]
+    if half:
+        xa, xb = x[..., : kw // 2], x[..., kw // 2:]
+    else:
+        xa, xb = x[..., 0::2], x[..., 1::2]
+    ya, yb = xa * cos - xb * sin, xa * sin + xb * cos
+    if half:
+        return jnp.concatenate([ya, yb], axis=-1)
+    return jnp.stack([ya, yb], axis=-1).reshape(x.shape)
+
+
+def rope(x, *, offset=0, base=10000.0, convention="interleaved"):
+    """Rotate feature pairs (a, b) of row t by p * theta_i, p = offset + t,
+    theta_i = base^(-2i/K):  y_a = x_a cos - x_b sin,  y_b = x_a sin + x_b cos.
+
+    "interleaved" pairs (2i, 2i+1) (RoFormer, GPT-J); "half" pairs (i, i + K/2)
+    (GPT-NeoX, Hugging Face rotate_half).
+    """
+    x = floating("x", x)
+    *_, t, kw = check.rank("x", x, min_rank=2)
+    if kw % 2:
+        raise ShapeError(f"rope needs an even feature width, x has shape {x.shape}")
+    offset = check.integer("offset", offset, lo=0)
+    convention = check.choice("convention", convention, ("interleaved", "half"))
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 0:
+        raise ConfigError(f"base must be a positive number, got {base!r}")
+    # the angles in float64 on the host (NumPy), as the spec computes them, then cast
+    theta = float(base) ** (-2.0 * np.arange(kw // 2) / kw)  # (K/2,)
+    angle = np.arange(offset, offset + t, dtype=np.float64)[:, None] * theta  # (T, K/2)
+    cos, sin = jnp.asarray(np.cos(angle), x.dtype), jnp.asarray(np.sin(angle), x.dtype)
+    return _rotate(x, cos, sin, convention == "half")

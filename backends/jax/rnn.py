@@ -1,0 +1,96 @@
+"""Recurrent components: the GRU cell (PyTorch/cuDNN gate convention) and the GRU over a
+sequence (``jax.lax.scan``); the GRU encoder-decoder with attention is the shared composite."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from attnspec.spec.errors import DTypeError, ShapeError
+
+from .. import _checks as check
+from ..composite.rnn import Seq2Seq
+from ._core import floating
+
+
+class GRUWeights(NamedTuple):
+    w_ih: jax.Array  # (I, 3H), column blocks r | z | n
+    w_hh: jax.Array  # (H, 3H)
+    b_ih: jax.Array  # (3H,)
+    b_hh: jax.Array  # (3H,)
+
+
+def _gru_weights(p, in_width: int, hidden: int | None = None) -> GRUWeights:
+    """The four GRU parameters under ``p``; absent biases are zero."""
+    if hidden is None:
+        hidden = p.require("w_hh", (None, None)).shape[0]
+    w_hh = floating(p.path("w_hh"), p.require("w_hh", (hidden, 3 * hidden)))
+    w_ih = floating(p.path("w_ih"), p.require("w_ih", (in_width, 3 * hidden)))
+    zero = jnp.zeros(3 * hidden, dtype=w_hh.dtype)
+    b_ih, b_hh = (floating(p.path(n), p.get(n, (3 * hidden,))) if n in p else zero
+                  for n in ("b_ih", "b_hh"))
+    return GRUWeights(w_ih, w_hh, b_ih, b_hh)
+
+
+def _step(x, h, w: GRUWeights):
+    """h' = (1 - z) n + z h with r, z = sigmoid(x W_i{r,z} + b + h W_h{r,z} + b),
+    n = tanh(x W_in + b_in + r (h W_hn + b_hn))."""
+    hid = h.shape[-1]
+    gi = x @ w.w_ih + w.b_ih  # (B, 3H)
+    gh = h @ w.w_hh + w.b_hh  # (B, 3H)
+    r = jax.nn.sigmoid(gi[:, :hid] + gh[:, :hid])
+    z = jax.nn.sigmoid(gi[:, hid:2 * hid] + gh[:, hid:2 * hid])
+    n = jnp.tanh(gi[:, 2 * hid:] + r * gh[:, 2 * hid:])
+    return (1 - z) * n + z * h
+
+
+_jit_step = jax.jit(_step)
+
+
+def _state(name: str, h, batch: int, hidden: int, dtype):
+    h = floating(name, h)
+    check.rank(name, h, min_rank=2, max_rank=2)
+    if h.shape != (batch, hidden):
+        raise ShapeError(f"{name} has shape {h.shape}, expected (B, H) = {(batch, hidden)} "
+                         f"(B from x, H from w_hh)")
+    if h.dtype != dtype:
+        raise DTypeError(f"{name} has dtype {h.dtype} but x has {dtype}")
+    return h
+
+
+def gru_cell(x, h, *, params):
+    """One GRU step (Cho et al. 2014 as in cuDNN/PyTorch, reset after the hidden matmul):
+
+    r = sigmoid(x W_ir + b_ir + h W_hr + b_hr), z = sigmoid(x W_iz + b_iz + h W_hz + b_hz),
+    n = tanh(x W_in + b_in + r * (h W_hn + b_hn)), h' = (1 - z) * n + z * h.
+    """
+    x = floating("x", x)
+    b, i = check.rank("x", x, min_rank=2, max_rank=2)
+    w = _gru_weights(check.params_of(params), i)
+    h = _state("h", h, b, w.w_hh.shape[0], x.dtype)
+    return _jit_step(x, h, w)
+
+
+@jax.jit
+def _run(x, h, w: GRUWeights):
+    """outputs[:, t] = h_{t+1} = step(x[:, t], h_t); returns (outputs, h_T)."""
+    def step(h, x_t):
+        h = _step(x_t, h, w)
+        return h, h
+    h, outputs = jax.lax.scan(step, h, jnp.swapaxes(x, 0, 1))  # outputs (T, B, H)
+    return jnp.swapaxes(outputs, 0, 1), h  # (B, T, H), (B, H)
+
+
+def gru(x, h0=None, *, params):
+    """h_0 = h0 (zeros when None), h_t = gru_cell(x_t, h_{t-1});
+    returns outputs (B, T, H) = (h_1 .. h_T) and h_last = h_T."""
+    x = floating("x", x)
+    b, _, i = check.rank("x", x, min_rank=3, max_rank=3)
+    w = _gru_weights(check.params_of(params), i)
+    hid = w.w_hh.shape[0]
+    h = jnp.zeros((b, hid), dtype=x.dtype) if h0 is None else _state("h0", h0, b, hid, x.dtype)
+    return _run(x, h, w)
+
+
+seq2seq_attention, seq2seq_greedy_decode = Seq2Seq.bind(__package__)  # backends/composite/rnn.py
