@@ -25,7 +25,7 @@ import jax
 import numpy as np
 from attnspec.spec.errors import ConfigError, DTypeError
 
-from ..base import Backend
+from ..base import Backend, returns_of
 
 jax.config.update("jax_enable_x64", True)
 
@@ -102,6 +102,26 @@ class JaxBackend(Backend):
         if platform == "cpu":
             return "cpu"
         return self.default_device if self.default_device in ("gpu", "cuda") else platform
+
+    def vjp(self, name: str, module: str, call: dict, cotangents: dict) -> tuple[dict, dict]:
+        """Gradients by ``jax.vjp`` through the spec function: every float input and
+        parameter is a primal, the cotangents pull back through the outputs they name (the
+        other outputs get zeros)."""
+        fn = self.function(name, module)
+        floats = {k: a for k, a in call.items()
+                  if isinstance(a, jax.Array) and jnp.issubdtype(a.dtype, jnp.floating)}
+        params = dict(call["params"]) if isinstance(call.get("params"), dict) else None
+        names = returns_of(name)
+
+        def f(inputs, p):
+            out = fn(**{**call, **inputs, **({"params": p} if p is not None else {})})
+            return dict(zip(names, out if len(names) > 1 else (out,)))
+
+        out, pull = jax.vjp(f, floats, params)
+        cts = {k: cotangents[k] if k in cotangents else jnp.zeros_like(o)
+               for k, o in out.items()}
+        grad_inputs, grad_params = pull(cts)
+        return dict(grad_inputs), dict(grad_params or {})
 
     def select_device(self, device: str) -> None:
         self.default_device = self.check_device(device)

@@ -163,7 +163,7 @@ def sdpa(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, softca
         q, k, v = floating("q", q), floating("k", k), floating("v", v)
         k, v = repeat_kv(q, k, v, num_kv_heads)
     q, k, v, mask, bias, full = _attention_inputs(q, k, v, mask, bias)
-    cap = None if softcap is None else const(q, check.eps(softcap, "softcap"))
+    cap = None if softcap is None else const(q, check.softcap(softcap))
     return _sdpa(q, k, v, mask, bias, const(q, check.scale(scale, q.shape[-1])), full, cap)
 
 

@@ -2,4 +2,4 @@
 
 from ..composite.models import Models
 
-transformer, encoder_only, decoder_only = Models.bind(__package__)
+transformer, encoder_only, decoder_only, llama_decoder_only = Models.bind(__package__)

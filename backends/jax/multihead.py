@@ -6,7 +6,6 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from attnspec.spec.errors import ConfigError
 
 from .. import _checks as check
 from ._core import boolean, const, floating
@@ -67,17 +66,6 @@ def _project(x, w, b):
     return x @ w if b is None else x @ w + b
 
 
-def _kv_heads(p, heads: int, hk: int, num_kv_heads) -> tuple:
-    """Grouped-query attention: (H_kv, H_kv*K); H_kv = H when num_kv_heads is None.
-    (The gqa branch moves this into check.heads; it arrives at merge.)"""
-    if num_kv_heads is None:
-        return heads, hk
-    h_kv = check.integer("num_kv_heads", num_kv_heads, lo=1)
-    if heads % h_kv:
-        raise ConfigError(f"num_kv_heads={h_kv} does not divide num_heads={heads}")
-    return h_kv, h_kv * (hk // heads)
-
-
 @functools.partial(jax.jit, static_argnames=("heads", "kv_heads"))
 def _mha(query, key, value, mask, w, c, heads, kv_heads):
     b, t, _ = query.shape
@@ -105,16 +93,7 @@ def mha(query, key, value, mask=None, *, num_heads, params, num_kv_heads=None):
                                         same_width=False)
     d_q = check.shape(query)[-1]
     p = check.params_of(params)
-    if num_kv_heads is None:
-        heads, hk, hv = check.heads(p, num_heads, d_q, d_v)
-    else:  # w_v is (Dv, H_kv*V): H need not divide it
-        heads = check.integer("num_heads", num_heads, lo=1)
-        hk = check.shape(p.require("w_q", (d_q, None)))[1]
-        check.divides(f"query/key width {p.path('w_q')}.shape[1]", heads, hk, "H*K")
-    kv_heads, kv_k = _kv_heads(p, heads, hk, num_kv_heads)
-    if num_kv_heads is not None:
-        hv = heads * check.divides(f"value width {p.path('w_v')}.shape[1]", kv_heads,
-                                   check.shape(p.require("w_v", (d_v, None)))[1], "H_kv*V")
+    heads, kv_heads, hk, kv_k, hv = check.heads(p, num_heads, d_q, d_v, num_kv_heads)
     mask = _mask(mask, (b, heads, t, s))
     c = const(query, check.scale(None, hk // heads))  # 1/sqrt(K)
     w = _weights(p, d_q, d_k, d_v, kv_k, hv)
