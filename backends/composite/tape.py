@@ -1,0 +1,223 @@
+"""Reverse mode for the composites, written once: a backend with hand-written kernel VJPs
+(``<module>.<fn>_vjp``) gets the VJP of every composite built on them.
+
+The composite runs once, unchanged, over :class:`TapeKernels`: each kernel call
+``k.<fn>(...)`` is recorded with its arguments, and each array that depends on an input
+or a parameter is a :class:`Tracked` (an ndarray subclass knowing its node on the tape).
+The composites' own arithmetic between kernels (the residual ``x + f(x)``, the positions
+added to the embeddings) is recorded by ``Tracked.__array_ufunc__``. The backward pass
+replays the tape in reverse: a kernel's cotangents go to its ``<fn>_vjp``, whose input
+gradients are summed into the nodes it read and whose parameter gradients are summed by
+canonical path (the kernel's ``params`` is a scoped view, ``layers.1.self_attn.``), so a
+parameter read twice (tied embeddings) gets the sum.
+
+A composite called by a composite (``k.encoder_layer`` inside ``encoder``) is expanded
+through the tape unless the backend hand-writes its VJP, in which case it is one kernel.
+NumPy arrays only: an autodiff backend overrides ``Backend.vjp`` instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import numpy as np
+from attnspec.spec.errors import NotImplementedComponent
+
+from .. import _checks as check
+from . import MODULES, Kernels
+
+
+class Tracked(np.ndarray):
+    """An array on the tape: ``node`` is where its gradient accumulates."""
+
+    node: int
+
+    def __array_ufunc__(self, ufunc, method, *args, **kwargs):
+        plain = [np.asarray(a) if isinstance(a, Tracked) else a for a in args]
+        out = getattr(ufunc, method)(*plain, **kwargs)
+        if ufunc is np.add and method == "__call__" and not kwargs:
+            nodes = [a.node if isinstance(a, Tracked) else None for a in args]
+            return self.tape.add([np.shape(a) for a in plain], nodes, out)
+        if ufunc in (np.subtract, np.multiply, np.divide, np.negative, np.matmul):
+            raise NotImplementedComponent(f"the composite tape differentiates x + y only, "
+                                          f"not {ufunc.__name__}")
+        return out  # comparisons: no gradient flows
+
+    def __getitem__(self, index):
+        raise NotImplementedComponent("the composite tape has no backward for slicing")
+
+
+def _unbroadcast(g, shape):
+    """The gradient of an operand of ``shape`` that broadcast to g.shape."""
+    g = g.sum(axis=tuple(range(g.ndim - len(shape))))
+    return g.sum(axis=tuple(i for i, n in enumerate(shape) if n == 1), keepdims=True)
+
+
+class Tape:
+    """The kernel calls and additions of one forward pass, and their backward pass."""
+
+    def __init__(self, package: str):
+        self.package = package
+        self.steps: list = []   # ("kernel", ...) or ("add", ...), in forward order
+        self.count = 0
+
+    def track(self, x):
+        """x as a new node of the tape."""
+        t = np.asarray(x).view(Tracked)
+        t.node, t.tape = self.count, self
+        self.count += 1
+        return t
+
+    # -- forward ----------------------------------------------------------------------
+
+    def add(self, shapes, nodes, out):
+        """out = a + b: the gradient of each tracked operand is dout, summed to its shape."""
+        out = self.track(out)
+        self.steps.append(("add", list(zip(nodes, shapes)), out.node))
+        return out
+
+    def kernel(self, name: str, fn, args, kwargs):
+        """out = fn(*args, **kwargs), recorded with its tracked inputs by argument name."""
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+        call = {n: np.asarray(a) if isinstance(a, Tracked) else a
+                for n, a in bound.arguments.items()}
+        tracked = {n: a.node for n, a in bound.arguments.items() if isinstance(a, Tracked)}
+        params = call.get("params")
+        if tracked or (params is not None and check.params_of(params).keys()):
+            out = fn(**call)
+        else:
+            return fn(**call)  # nothing to differentiate (masks, positions)
+        outs = tuple(self.track(o) for o in (out if isinstance(out, tuple) else (out,)))
+        self.steps.append(("kernel", name, call, tracked, [o.node for o in outs],
+                           [(o.shape, o.dtype) for o in outs]))
+        return outs if isinstance(out, tuple) else outs[0]
+
+    # -- backward ---------------------------------------------------------------------
+
+    def backward(self, seeds: dict) -> tuple[dict, dict]:
+        """Cotangents {node: array} of the outputs -> ({node: gradient}, {path: gradient})."""
+        from ..base import returns_of
+
+        grads, params = dict(seeds), {}
+
+        def give(node, g):
+            grads[node] = g if node not in grads else grads[node] + g
+
+        for step in reversed(self.steps):
+            if step[0] == "add":
+                _, operands, out = step
+                if out in grads:
+                    for node, shape in operands:
+                        if node is not None:
+                            give(node, _unbroadcast(grads[out], shape))
+                continue
+            _, name, call, tracked, outs, shapes = step
+            if not any(o in grads for o in outs):
+                continue
+            names = returns_of(name)
+            cot = {n: grads[o] for n, o in zip(names, outs) if o in grads}
+            if names[0] not in cot:  # the vjps take the first output's cotangent always
+                cot[names[0]] = np.zeros(*shapes[0])
+            gi, gp = vjp_of(self.package, name)(cot, **call)
+            for arg, node in tracked.items():
+                give(node, gi[arg])
+            scope = check.params_of(call.get("params"))
+            for path, g in gp.items():
+                full = scope.path(path)
+                params[full] = g if full not in params else params[full] + g
+        return grads, params
+
+
+def vjp_of(package: str, name: str):
+    """The backend's ``<name>_vjp`` in its spec module."""
+    fn = getattr(importlib.import_module(f"{package}.{MODULES[name]}"), f"{name}_vjp", None)
+    if fn is None:
+        raise NotImplementedComponent(f"no {name}_vjp in {package}.{MODULES[name]}: the "
+                                      f"composite tape needs the VJP of every kernel it calls")
+    return fn
+
+
+class TapeOps:
+    """The backend's ops, keeping ``floating`` and a same-dtype ``cast`` on the tape."""
+
+    def __init__(self, ops):
+        self._ops = ops
+
+    def floating(self, name, x, like=None):
+        out = self._ops.floating(name, np.asarray(x), like)
+        return x if isinstance(x, Tracked) else out
+
+    def cast(self, x, like):
+        if isinstance(x, Tracked):
+            if x.dtype != like.dtype:
+                raise NotImplementedComponent("the composite tape casts no tracked array")
+            return x
+        return self._ops.cast(x, like)
+
+    def __getattr__(self, name):
+        op = getattr(self._ops, name)
+
+        def untracked(*args, **kwargs):
+            if any(isinstance(a, Tracked) for a in list(args) + list(kwargs.values())):
+                raise NotImplementedComponent(f"the composite tape has no backward for "
+                                              f"ops.{name}")
+            return op(*args, **kwargs)
+        return untracked
+
+
+class TapeKernels(Kernels):
+    """A backend's kernels as a composite sees them, every call recorded on ``tape``."""
+
+    def __init__(self, package: str, tape: Tape):
+        super().__init__(package)
+        self.tape = tape
+        self._ops = TapeOps(importlib.import_module(f"{package}.ops"))
+
+    def __getattr__(self, name: str):
+        from . import shared
+
+        if name not in MODULES:
+            raise AttributeError(f"composites call no spec function {name!r}")
+        module = importlib.import_module(f"{self.package}.{MODULES[name]}")
+        family = shared().get(name)
+        if family is not None and not hasattr(module, f"{name}_vjp"):
+            fn = getattr(family(self), name)  # expanded: its kernels go on this tape
+        else:
+            kernel = getattr(module, name)
+
+            def fn(*args, **kwargs):
+                return self.tape.kernel(name, kernel, args, kwargs)
+        setattr(self, name, fn)
+        return fn
+
+
+def composite_vjp(package: str, name: str, call: dict, cotangents: dict) -> tuple[dict, dict]:
+    """The VJP of the shared composite ``name`` over the kernels of ``package``: run it on
+    a tape, seed each output's cotangent, replay the kernels' VJPs in reverse."""
+    from . import shared
+    from ..base import returns_of
+
+    tape = Tape(package)
+    kernels = TapeKernels(package, tape)
+    call = dict(call)
+    inputs = [n for n, a in call.items()
+              if n != "params" and isinstance(a, np.ndarray) and a.dtype.kind == "f"]
+    for n in inputs:
+        call[n] = tape.track(call[n])
+    out = getattr(shared()[name](kernels), name)(**call)
+    outs = out if isinstance(out, tuple) else (out,)
+    seeds = {}
+    for n, o in zip(returns_of(name), outs):
+        if n in cotangents and isinstance(o, Tracked):
+            c = np.asarray(cotangents[n], dtype=o.dtype)
+            seeds[o.node] = c if o.node not in seeds else seeds[o.node] + c
+    grads, gparams = tape.backward(seeds)
+    grad_inputs = {}
+    for n in inputs:
+        a = call[n]
+        grad_inputs[n] = np.asarray(grads.get(a.node, np.zeros(a.shape)), dtype=a.dtype)
+    store = call.get("params") or {}
+    grad_params = {path: np.asarray(gparams.get(path, np.zeros(np.shape(w))), dtype=w.dtype)
+                   for path, w in store.items()}
+    return grad_inputs, grad_params
