@@ -106,6 +106,21 @@ def test_cross_entropy_vjp_matches_central_differences(reduction):
            {"ignore_index": -100, "label_smoothing": 0.1, "reduction": reduction})
 
 
+def _ffn_ln(r, d, f):
+    return {"ffn.w1": r.uniform((d, f)), "ffn.b1": r.uniform((f,)), "ffn.w2": r.uniform((f, d)),
+            "ffn.b2": r.uniform((d,)), "norm.gamma": r.uniform((d,)), "norm.beta": r.uniform((d,))}
+
+
+@pytest.mark.parametrize("position", ["post", "pre"])
+def test_residual_vjp_matches_central_differences(position):
+    from attnspec.spec.oracle.residual import residual
+
+    r = Rng(f"test/grad/residual/{position}")
+    x = r.uniform((2, 3)) + 2.0**-9
+    _check(residual, grad.residual_vjp, {"y": r.uniform((2, 3))}, {"x": x},
+           {"position": position, "eps": 0.01, "activation": "gelu"}, _ffn_ln(r, 3, 4))
+
+
 def test_a_wrong_formula_is_caught():
     """The check itself can fail: softmax backward without the subtraction term."""
     def bad(cot, x, mask=None, axis=-1):

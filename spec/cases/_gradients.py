@@ -183,9 +183,33 @@ def cross_entropy_cases(r):
                    flags=["gradient", "reduction"])
 
 
+def residual_cases(r):
+    from .residual import block_params
+
+    for n, pos in enumerate(["post", "pre"], 1):
+        how = ("ds = LN^T dy, dx = ds + FFN^T ds" if pos == "post"
+               else "dx = dy + LN^T (FFN^T dy)")
+        yield gradient(f"residual/grad-00{n}", "residual",
+                       f"position='{pos}', a (2, 3, 4) input, D = 4, F = 8: {how}; leaving out "
+                       f"the skip path's gradient (dx without the identity term) fails.",
+                       inputs={"x": r.uniform((2, 3, 4))}, attributes={"position": pos},
+                       params=block_params(r, 4, 8), cotangents={"y": r.uniform((2, 3, 4))},
+                       flags=["gradient", f"{pos}-norm", "relu"])
+    for n, pos in enumerate(["post", "pre"], 3):
+        yield gradient(f"residual/grad-00{n}", "residual",
+                       f"position='{pos}', activation='gelu', eps = 0.25 and small inputs: the "
+                       f"LayerNorm's backward sits {'after' if pos == 'post' else 'before'} the "
+                       f"feed-forward's in the backward pass (the other order fails), with eps "
+                       f"inside its root.",
+                       inputs={"x": r.uniform((3, 4), -0.375, 0.375)},
+                       attributes={"position": pos, "activation": "gelu", "eps": 0.25},
+                       params=block_params(r, 4, 6), cotangents={"y": r.uniform((3, 4))},
+                       flags=["gradient", f"{pos}-norm", "gelu", "eps"])
+
+
 CASES = {"softmax": softmax_cases, "sdpa": sdpa_cases, "layer_norm": layer_norm_cases,
          "rms_norm": rms_norm_cases, "feedforward": feedforward_cases,
-         "cross_entropy": cross_entropy_cases}
+         "cross_entropy": cross_entropy_cases, "residual": residual_cases}
 
 
 def gradient_cases(component: str) -> list:

@@ -240,6 +240,35 @@ def cross_entropy_vjp(cot, logits, targets, ignore_index=-100, label_smoothing=0
     return {"logits": out}, {}
 
 
+# -- composites: the kernels' VJPs chained, forward intermediates from the forward oracle --
+
+def _prefixed(prefix: str, grads: dict) -> dict:
+    return {f"{prefix}.{k}": g for k, g in grads.items()}
+
+
+def residual_vjp(cot, x, position="post", eps=1e-5, activation="relu", params=None):
+    """post: s = x + f(x), y = LN(s):  ds = LN^T dy,  dx = ds + f^T ds
+    pre:  n = LN(x), y = x + f(n):    dn = f^T dy,   dx = dy + LN^T dn
+    (f^T, LN^T: the feed-forward's and the LayerNorm's VJPs; ffn.*, norm.* their params)."""
+    from .core import add, sub
+    from .feedforward import feedforward
+    from .layer_norm import layer_norm
+
+    x, dy = mpa(x), mpa(cot["y"])
+    ffn, norm = sub(params, "ffn"), sub(params, "norm")
+    if position == "post":
+        s = add(x, feedforward(x, activation=activation, params=ffn)["y"])
+        gs, gnorm = layer_norm_vjp({"y": dy}, s, eps=eps, params=norm)
+        gx, gffn = feedforward_vjp({"y": gs["x"]}, x, activation=activation, params=ffn)
+        dx = gs["x"] + gx["x"]
+    else:
+        n = layer_norm(x, eps=eps, params=norm)["y"]
+        gn, gffn = feedforward_vjp({"y": dy}, n, activation=activation, params=ffn)
+        gx, gnorm = layer_norm_vjp({"y": gn["x"]}, x, eps=eps, params=norm)
+        dx = dy + gx["x"]
+    return {"x": dx}, {**_prefixed("ffn", gffn), **_prefixed("norm", gnorm)}
+
+
 VJPS = {"softmax": softmax_vjp, "sdpa": sdpa_vjp, "layer_norm": layer_norm_vjp,
         "rms_norm": rms_norm_vjp, "feedforward": feedforward_vjp,
-        "cross_entropy": cross_entropy_vjp}
+        "cross_entropy": cross_entropy_vjp, "residual": residual_vjp}
