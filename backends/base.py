@@ -85,13 +85,14 @@ class Backend:
         from .composite import shared
 
         try:
-            return self.function(f"{name}_vjp", module)(cotangents, **call)
+            vjp = self.function(f"{name}_vjp", module)
         except NotImplementedComponent:
             if name not in shared():
                 raise
-        from .composite.tape import composite_vjp
+            from .composite.tape import composite_vjp
 
-        return composite_vjp(self.package, name, call, cotangents)
+            return composite_vjp(self, name, call, cotangents)
+        return vjp(cotangents, **call)
 
     def select_device(self, device: str) -> None:
         """The device for functions that take no array to infer it from (``causal_mask``,

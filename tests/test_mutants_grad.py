@@ -144,6 +144,37 @@ def ce_smoothing_ignored(cot, logits, targets, *, ignore_index=-100, label_smoot
                                     label_smoothing=0.0, reduction=reduction)
 
 
+# -- composites (the tape of backends/composite/tape.py, or a hand-written composite VJP) --
+
+def _scoped(params, name):
+    return {k[len(name) + 1:]: a for k, a in params.items() if k.startswith(name + ".")}
+
+
+def residual_norm_at_x(cot, x, *, position="post", eps=1e-5, activation="relu", params):
+    """post-norm: the LayerNorm's backward evaluated at x, not at its input x + f(x)."""
+    from attnspec.backends.composite.tape import composite_vjp
+
+    if position == "pre":
+        return composite_vjp(mutant(), "residual", dict(x=x, position=position, eps=eps,
+                                                        activation=activation, params=params),
+                             cot)
+    ffn, lnp = _scoped(params, "ffn"), _scoped(params, "norm")
+    gs, gn = norm.layer_norm_vjp(cot, x, eps=eps, params=lnp)
+    gx, gf = feedforward.feedforward_vjp({"y": gs["x"]}, x, activation=activation, params=ffn)
+    return {"x": gs["x"] + gx["x"]}, {**{f"ffn.{k}": g for k, g in gf.items()},
+                                      **{f"norm.{k}": g for k, g in gn.items()}}
+
+
+def residual_order_swapped(cot, x, *, position="post", eps=1e-5, activation="relu", params):
+    """The other arrangement's backward: post-norm differentiated as pre-norm and back."""
+    from attnspec.backends.composite.tape import composite_vjp
+
+    other = {"post": "pre", "pre": "post"}[position]
+    return composite_vjp(mutant(), "residual", dict(x=x, position=other, eps=eps,
+                                                    activation=activation, params=params),
+                         cot)
+
+
 BUGS = {
     "softmax": {"no_subtraction": softmax_no_subtraction, "sum_last_axis": softmax_sum_last_axis},
     "sdpa": {**{n: sdpa_mutant(f) for n, f in SDPA_BUGS.items() if f is not None},
@@ -156,6 +187,7 @@ BUGS = {
                     "dw1_transposed": ffn_dw1_transposed},
     "cross_entropy": {"mean_over_all_tokens": ce_mean_over_all_tokens,
                       "smoothing_ignored": ce_smoothing_ignored},
+    "residual": {"norm_at_x": residual_norm_at_x, "order_swapped": residual_order_swapped},
 }
 CASES = [(c, n) for c, bugs in BUGS.items() for n in bugs]
 
@@ -191,3 +223,24 @@ def test_a_backend_without_vjp_is_missing_not_passing():
     assert grads
     for v in grads:
         assert run_gradient_vector(NoGradients(), spec, v, "float64", "cpu").status == "missing"
+
+
+# -- the composite tape: a bug in the shared mechanism fails every composite's vectors ----
+
+TAPE_BUGS = {
+    # dout reaches the second operand only: the skip path of x + f(x) lost
+    "skip_path_lost": lambda add: lambda self, shapes, nodes, out: add(
+        self, shapes, [None, *nodes[1:]], out),
+    # dout reaches the skip path only: the sublayer's path of x + f(x) lost
+    "sublayer_path_lost": lambda add: lambda self, shapes, nodes, out: add(
+        self, shapes, [nodes[0], *[None] * (len(nodes) - 1)], out),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(TAPE_BUGS))
+@pytest.mark.parametrize("component", ["residual"])
+def test_tape_bug_fails_at_every_dtype(monkeypatch, bug, component):
+    from attnspec.backends.composite import tape
+
+    monkeypatch.setattr(tape.Tape, "add", TAPE_BUGS[bug](tape.Tape.add))
+    assert_gradient_bug_fails(mutant(), component)

@@ -57,8 +57,8 @@ def _unbroadcast(g, shape):
 class Tape:
     """The kernel calls and additions of one forward pass, and their backward pass."""
 
-    def __init__(self, package: str):
-        self.package = package
+    def __init__(self, backend):
+        self.backend = backend
         self.steps: list = []   # ("kernel", ...) or ("add", ...), in forward order
         self.count = 0
 
@@ -119,7 +119,7 @@ class Tape:
             cot = {n: grads[o] for n, o in zip(names, outs) if o in grads}
             if names[0] not in cot:  # the vjps take the first output's cotangent always
                 cot[names[0]] = np.zeros(*shapes[0])
-            gi, gp = vjp_of(self.package, name)(cot, **call)
+            gi, gp = vjp_of(self.backend, name)(cot, **call)
             for arg, node in tracked.items():
                 give(node, gi[arg])
             scope = check.params_of(call.get("params"))
@@ -129,13 +129,9 @@ class Tape:
         return grads, params
 
 
-def vjp_of(package: str, name: str):
-    """The backend's ``<name>_vjp`` in its spec module."""
-    fn = getattr(importlib.import_module(f"{package}.{MODULES[name]}"), f"{name}_vjp", None)
-    if fn is None:
-        raise NotImplementedComponent(f"no {name}_vjp in {package}.{MODULES[name]}: the "
-                                      f"composite tape needs the VJP of every kernel it calls")
-    return fn
+def vjp_of(backend, name: str):
+    """The backend's ``<name>_vjp`` (NotImplementedComponent, reported missing, without)."""
+    return backend.function(f"{name}_vjp", MODULES[name])
 
 
 class TapeOps:
@@ -169,22 +165,21 @@ class TapeOps:
 class TapeKernels(Kernels):
     """A backend's kernels as a composite sees them, every call recorded on ``tape``."""
 
-    def __init__(self, package: str, tape: Tape):
-        super().__init__(package)
+    def __init__(self, tape: Tape):
+        super().__init__(tape.backend.package)
         self.tape = tape
-        self._ops = TapeOps(importlib.import_module(f"{package}.ops"))
+        self._ops = TapeOps(importlib.import_module(f"{self.package}.ops"))
 
     def __getattr__(self, name: str):
         from . import shared
 
         if name not in MODULES:
             raise AttributeError(f"composites call no spec function {name!r}")
-        module = importlib.import_module(f"{self.package}.{MODULES[name]}")
         family = shared().get(name)
-        if family is not None and not hasattr(module, f"{name}_vjp"):
+        if family is not None and not _has_vjp(self.tape.backend, name):
             fn = getattr(family(self), name)  # expanded: its kernels go on this tape
         else:
-            kernel = getattr(module, name)
+            kernel = self.tape.backend.function(name, MODULES[name])
 
             def fn(*args, **kwargs):
                 return self.tape.kernel(name, kernel, args, kwargs)
@@ -192,14 +187,23 @@ class TapeKernels(Kernels):
         return fn
 
 
-def composite_vjp(package: str, name: str, call: dict, cotangents: dict) -> tuple[dict, dict]:
-    """The VJP of the shared composite ``name`` over the kernels of ``package``: run it on
-    a tape, seed each output's cotangent, replay the kernels' VJPs in reverse."""
-    from . import shared
-    from ..base import returns_of
+def _has_vjp(backend, name: str) -> bool:
+    try:
+        vjp_of(backend, name)
+    except NotImplementedComponent:
+        return False
+    return True
 
-    tape = Tape(package)
-    kernels = TapeKernels(package, tape)
+
+def composite_vjp(backend, name: str, call: dict, cotangents: dict) -> tuple[dict, dict]:
+    """The VJP of the shared composite ``name`` over the backend's kernels (found by
+    ``backend.function``): run it on a tape, seed each output's cotangent, replay the
+    kernels' VJPs in reverse."""
+    from ..base import returns_of
+    from . import shared
+
+    tape = Tape(backend)
+    kernels = TapeKernels(tape)
     call = dict(call)
     inputs = [n for n, a in call.items()
               if n != "params" and isinstance(a, np.ndarray) and a.dtype.kind == "f"]
