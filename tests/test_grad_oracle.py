@@ -131,3 +131,47 @@ def test_a_wrong_formula_is_caught():
     r = Rng("test/grad/bad")
     with pytest.raises(AssertionError):
         _check(softmax, bad, {"y": r.uniform((2, 4))}, {"x": r.uniform((2, 4))}, {"axis": -1})
+
+
+# -- attention kernels: sdpa (num_kv_heads, softcap), mha, self_attention, additive, luong,
+# relative ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("with_weights", [False, True])
+def test_sdpa_vjp_gqa_softcap_matches_central_differences(with_weights):
+    r = Rng(f"test/grad/sdpa-gqa/{with_weights}")
+    q, k, v = r.uniform((1, 4, 2, 3)), r.uniform((1, 2, 3, 3)), r.uniform((1, 2, 3, 2))
+    mask = r.bools((2, 3))
+    mask[:, 0] = True
+    cot = {"output": r.uniform((1, 4, 2, 2))}
+    if with_weights:
+        cot["weights"] = r.uniform((1, 4, 2, 3))
+    _check(lambda **kw: sdpa(**kw), grad.sdpa_vjp, cot,
+           {"q": q, "k": k, "v": v, "bias": r.uniform((2, 3))},
+           {"mask": mask, "scale": None, "num_kv_heads": 2, "softcap": 1.5})
+
+
+@pytest.mark.parametrize("kv_heads", [None, 1])
+def test_mha_vjp_matches_central_differences(kv_heads):
+    from attnspec.spec.cases.mha import mha_params
+    from attnspec.spec.oracle.mha import mha
+
+    r = Rng(f"test/grad/mha/{kv_heads}")
+    mask = r.bools((2, 3))
+    mask[:, 0] = True
+    _check(mha, grad.mha_vjp, {"output": r.uniform((1, 2, 3)), "weights": r.uniform((1, 2, 2, 3))},
+           {"query": r.uniform((1, 2, 3)), "key": r.uniform((1, 3, 2)),
+            "value": r.uniform((1, 3, 2)), "mask": mask},
+           {"num_heads": 2, "num_kv_heads": kv_heads},
+           mha_params(r, 3, 2, 2, 2, 2, 2, 3, kv_heads=kv_heads))
+
+
+def test_self_attention_vjp_matches_central_differences():
+    from attnspec.spec.oracle.self_attention import self_attention
+
+    r = Rng("test/grad/self_attention")
+    mask = np.tril(np.ones((3, 3), dtype=bool))
+    _check(self_attention, grad.self_attention_vjp,
+           {"output": r.uniform((2, 3, 2)), "weights": r.uniform((2, 3, 3))},
+           {"x": r.uniform((2, 3, 3)), "mask": mask}, {"scale": 0.75},
+           {"w_q": r.uniform((3, 2)), "b_q": r.uniform((2,)), "w_k": r.uniform((3, 2)),
+            "w_v": r.uniform((3, 2)), "b_v": r.uniform((2,))})

@@ -3,7 +3,7 @@ gradient vectors must catch at every dtype's tolerance."""
 
 import numpy as np
 import pytest
-from attnspec.backends.numpy import attention, feedforward, losses, norm
+from attnspec.backends.numpy import attention, feedforward, losses, multihead, norm
 
 from .mutants import gradient_rejections, mutant
 
@@ -31,8 +31,8 @@ def softmax_sum_last_axis(cot, x, mask=None, *, axis=-1):
 
 # -- sdpa ---------------------------------------------------------------------------------
 
-def _sdpa_parts(cot, q, k, v, mask, bias, scale):
-    out, w = attention.sdpa(q, k, v, mask, bias, scale=scale)
+def _sdpa_parts(cot, q, k, v, mask, bias, scale, softcap=None):
+    out, w = attention.sdpa(q, k, v, mask, bias, scale=scale, softcap=softcap)
     dW = cot["output"] @ np.swapaxes(v, -1, -2)
     if "weights" in cot:
         dW = dW + cot["weights"]
@@ -244,3 +244,121 @@ def test_tape_bug_fails_at_every_dtype(monkeypatch, bug, component):
 
     monkeypatch.setattr(tape.Tape, "add", TAPE_BUGS[bug](tape.Tape.add))
     assert_gradient_bug_fails(mutant(), component)
+
+# -- attention kernels: sdpa (num_kv_heads, softcap), mha, self_attention, additive_attention,
+# luong_attention, relative_attention -----------------------------------------------------------
+
+def sdpa_gqa_mutant(reduce):
+    """dk, dv of a kv head from its group's (..., group, S, .) per-query-head gradients."""
+    def broken(cot, q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None,
+               softcap=None):
+        if num_kv_heads is None:
+            return attention.sdpa_vjp(cot, q, k, v, mask, bias, scale=scale, softcap=softcap)
+        kr, vr = attention.repeat_kv(q, k, v, num_kv_heads)
+        g, gp = attention.sdpa_vjp(cot, q, kr, vr, mask, bias, scale=scale, softcap=softcap)
+        for name, x in (("k", k), ("v", v)):
+            a = g[name]
+            kv = np.shape(x)[-3]
+            g[name] = reduce(a.reshape(a.shape[:-3] + (kv, a.shape[-3] // kv) + a.shape[-2:]))
+        return g, gp
+    return broken
+
+
+def sdpa_softcap_mutant(which):
+    """ds = dS (tanh' left out) in dq, dk ("no_tanh_grad"), or dbias = ds ("dbias_capped")."""
+    def broken(cot, q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None,
+               softcap=None):
+        g, gp = attention.sdpa_vjp(cot, q, k, v, mask, bias, scale=scale,
+                                   num_kv_heads=num_kv_heads, softcap=softcap)
+        if softcap is None:
+            return g, gp
+        kr, vr = (k, v) if num_kv_heads is None else attention.repeat_kv(q, k, v, num_kv_heads)
+        w, dS, c = _sdpa_parts(cot, q, kr, vr, mask, bias, scale, softcap)
+        t2 = np.tanh((q @ np.swapaxes(kr, -1, -2)) * c / softcap) ** 2
+        if which == "no_tanh_grad":
+            g["q"] = attention._unbroadcast(c * (dS @ kr), q.shape)
+        elif bias is not None:
+            g["bias"] = attention._unbroadcast(dS * (1 - t2), np.shape(bias))
+        return g, gp
+    return broken
+
+
+def patched(module, name, replacement, vjp):
+    """``vjp`` run with ``module.name`` replaced: a bug planted in one step of a backward."""
+    def broken(*args, **kw):
+        saved = getattr(module, name)
+        setattr(module, name, replacement)
+        try:
+            return vjp(*args, **kw)
+        finally:
+            setattr(module, name, saved)
+    return broken
+
+
+def linear_vjp_mutant(bad_param, change):
+    """multihead._linear_vjp with ``change(x, dy, grad)`` applied to parameter ``bad_param``'s
+    gradient."""
+    right = multihead._linear_vjp
+
+    def bad(x, p, w, b, dy, grads):
+        dx = right(x, p, w, b, dy, grads)
+        if bad_param in grads and bad_param in (w, b):
+            grads[bad_param] = change(x, dy, grads[bad_param])
+        return dx
+    return bad
+
+
+def sa_dx_from_query_only(cot, x, mask=None, *, scale=None, params):
+    """dx = dQ W_Q^T: x treated as if it fed the query projection alone."""
+    gi, gp = multihead.self_attention_vjp(cot, x, mask, scale=scale, params=params)
+    q, k, v = (multihead._project(x, params, f"w_{n}", f"b_{n}") for n in "qkv")
+    g, _ = attention.sdpa_vjp(cot, q, k, v, mask, scale=scale)
+    return {"x": g["q"] @ params["w_q"].T}, gp
+
+
+def weights_cotangent_ignored(vjp):
+    def broken(cot, *args, **kw):
+        return vjp({"output": cot["output"]}, *args, **kw)
+    return broken
+
+
+KERNEL_BUGS = {
+    "sdpa": {
+        "gqa_dk_dv_not_summed": sdpa_gqa_mutant(lambda a: a[..., 0, :, :]),
+        "gqa_dk_dv_mean_over_group": sdpa_gqa_mutant(lambda a: a.mean(axis=-3)),
+        "softcap_no_tanh_grad": sdpa_softcap_mutant("no_tanh_grad"),
+        "softcap_dbias_capped": sdpa_softcap_mutant("dbias_capped"),
+    },
+    "mha": {
+        # dW_o = dO^T concat reshaped: the right numbers in the wrong layout
+        "w_o_not_transposed": patched(multihead, "_linear_vjp", linear_vjp_mutant(
+            "w_o", lambda x, dy, g: g.T.reshape(g.shape)), multihead.mha_vjp),
+        # db_q = sum over the first sequence's tokens only
+        "b_q_not_summed_over_batch": patched(multihead, "_linear_vjp", linear_vjp_mutant(
+            "b_q", lambda x, dy, g: dy[0].sum(axis=0)), multihead.mha_vjp),
+        "gqa_dk_dv_not_summed": patched(multihead, "sdpa_vjp", sdpa_gqa_mutant(
+            lambda a: a[..., 0, :, :]), multihead.mha_vjp),
+        "weights_cotangent_ignored": weights_cotangent_ignored(multihead.mha_vjp),
+    },
+    "self_attention": {
+        "dx_from_query_only": sa_dx_from_query_only,
+        "w_v_not_transposed": patched(multihead, "_linear_vjp", linear_vjp_mutant(
+            "w_v", lambda x, dy, g: g.T.reshape(g.shape)), multihead.self_attention_vjp),
+        "weights_cotangent_ignored": weights_cotangent_ignored(multihead.self_attention_vjp),
+    },
+}
+KERNEL_CASES = [(c, n) for c, bugs in KERNEL_BUGS.items() for n in bugs]
+
+
+@pytest.mark.parametrize("component, bug", KERNEL_CASES,
+                         ids=[f"{c}-{n}" for c, n in KERNEL_CASES])
+def test_kernel_backward_bug_fails_at_every_dtype(component, bug):
+    with np.errstate(all="ignore"):
+        assert_gradient_bug_fails(mutant(**{f"{component}_vjp": KERNEL_BUGS[component][bug]}),
+                                  component)
+
+
+@pytest.mark.parametrize("component", [c for c in KERNEL_BUGS if c not in BUGS])
+def test_correct_kernel_backward_passes(component):
+    assert gradient_rejections(mutant(), component) == dict.fromkeys(
+        ("float64", "float32", "float16", "bfloat16"), 0)

@@ -214,22 +214,36 @@ def softmax_vjp(cotangents, x, mask=None, *, axis=-1):
     return {"x": softmax_backward(y, np.asarray(cotangents["y"], dtype=y.dtype), axis)}, {}
 
 
-# S = c q k^T + bias, W = softmax(S), O = W v; with cotangents dO (and dW):
-#   dW' = dO v^T + dW,  dS = W * (dW' - rowsum(dW' * W)),
-#   dq = c dS k,  dk = c dS^T q,  dv = W^T dO,  dbias = dS   (each summed to its input's shape)
-def sdpa_vjp(cotangents, q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None):
+# s = c q k^T, S = C tanh(s / C) + bias (no softcap: S = s + bias), W = softmax(S), O = W v;
+# with cotangents dO (and dW):
+#   dW' = dO v^T + dW,  dS = W * (dW' - rowsum(dW' * W)),  ds = dS * (1 - tanh^2(s / C)),
+#   dq = c ds k,  dk = c ds^T q,  dv = W^T dO,  dbias = dS   (each summed to its input's shape)
+# With num_kv_heads, k and v are repeated over each group of H / H_kv query heads, so dk and
+# dv of a kv head are the sums over its group.
+def sdpa_vjp(cotangents, q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None,
+             softcap=None):
+    k_in, v_in = k, v
     if num_kv_heads is not None:
-        raise NotImplementedError("sdpa_vjp with num_kv_heads: not written yet")
-    output, w = sdpa(q, k, v, mask, bias, scale=scale)                # (..., T, V), (..., T, S)
+        k, v = repeat_kv(q, k, v, num_kv_heads)                       # (..., H, S, .)
+    output, w = sdpa(q, k, v, mask, bias, scale=scale, softcap=softcap)  # (..., T, V), (..., T, S)
     dO = np.broadcast_to(np.asarray(cotangents["output"], dtype=w.dtype), output.shape)
     dW = dO @ np.swapaxes(v, -1, -2)                                   # (..., T, S)
     if "weights" in cotangents:
         dW = dW + np.asarray(cotangents["weights"], dtype=w.dtype)
     dS = softmax_backward(w, dW)                                       # (..., T, S)
     c = w.dtype.type(check.scale(scale, q.shape[-1]))
-    grads = {"q": _unbroadcast(c * (dS @ k), q.shape),                 # (..., T, K)
-             "k": _unbroadcast(c * (np.swapaxes(dS, -1, -2) @ q), k.shape),  # (..., S, K)
+    ds = dS
+    if softcap is not None:
+        cap = w.dtype.type(check.softcap(softcap))
+        ds = dS * (1 - np.tanh((q @ np.swapaxes(k, -1, -2)) * c / cap) ** 2)
+    grads = {"q": _unbroadcast(c * (ds @ k), q.shape),                 # (..., T, K)
+             "k": _unbroadcast(c * (np.swapaxes(ds, -1, -2) @ q), k.shape),  # (..., S, K)
              "v": _unbroadcast(np.swapaxes(w, -1, -2) @ dO, v.shape)}  # (..., S, V)
+    if num_kv_heads is not None:
+        for name, x in (("k", k_in), ("v", v_in)):  # (..., H, S, .) -> (..., H_kv, S, .)
+            g = grads[name]
+            kv = np.shape(x)[-3]
+            grads[name] = g.reshape(g.shape[:-3] + (kv, g.shape[-3] // kv) + g.shape[-2:]).sum(-3)
     if bias is not None:
         grads["bias"] = _unbroadcast(dS, np.shape(bias))
     return grads, {}

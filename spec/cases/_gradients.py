@@ -215,3 +215,134 @@ CASES = {"softmax": softmax_cases, "sdpa": sdpa_cases, "layer_norm": layer_norm_
 def gradient_cases(component: str) -> list:
     make = CASES.get(component)
     return [] if make is None else list(make(Rng(f"{component}/grad")))
+
+
+# -- attention kernels: sdpa (num_kv_heads, softcap), mha, self_attention, additive_attention,
+# luong_attention, relative_attention ---------------------------------------------------------
+
+def sdpa_gqa_softcap_cases(r):
+    yield gradient("sdpa/grad-006", "sdpa",
+                   "num_kv_heads = 2 under H = 4 query heads (groups of 2): dk and dv of a kv "
+                   "head are the sums over the two query heads of its group; keeping one head's "
+                   "share, or pairing head h with kv head h % 2, fails.",
+                   inputs={"q": r.uniform((2, 4, 3, 4)), "k": r.uniform((2, 2, 5, 4)),
+                           "v": r.uniform((2, 2, 5, 3))},
+                   attributes={"num_kv_heads": 2}, cotangents={"output": r.uniform((2, 4, 3, 3))},
+                   flags=["gradient", "gqa"])
+    yield gradient("sdpa/grad-007", "sdpa",
+                   "Multi-query attention (num_kv_heads = 1 under H = 3) with a cotangent on the "
+                   "weights too: dk and dv sum over every query head.",
+                   inputs={"q": r.uniform((3, 4, 2)), "k": r.uniform((1, 4, 2)),
+                           "v": r.uniform((1, 4, 3))},
+                   attributes={"num_kv_heads": 1},
+                   cotangents={"output": r.uniform((3, 4, 3)), "weights": r.uniform((3, 4, 4))},
+                   flags=["gradient", "mqa", "weights-cotangent"])
+    yield gradient("sdpa/grad-008", "sdpa",
+                   "softcap = 1.5 on scaled scores up to 8 in size: ds = dS (1 - tanh^2(s / 1.5)) "
+                   "before dq and dk; leaving out tanh' (ds = dS) fails.",
+                   inputs={"q": r.uniform((2, 3, 4)), "k": r.uniform((2, 5, 4)),
+                           "v": r.uniform((2, 5, 3))},
+                   attributes={"softcap": 1.5}, cotangents={"output": r.uniform((2, 3, 3))},
+                   flags=["gradient", "softcap"])
+    mask = r.bools((4, 4))
+    mask[:, 0] = True
+    yield gradient("sdpa/grad-009", "sdpa",
+                   "softcap = 2, num_kv_heads = 1 under H = 2, a (4, 4) mask and bias and a "
+                   "cotangent on the weights: the bias is added after the cap, so dbias = dS "
+                   "(not ds), while dq, dk use ds.",
+                   inputs={"q": r.uniform((2, 4, 3)), "k": r.uniform((1, 4, 3)),
+                           "v": r.uniform((1, 4, 2)), "mask": mask, "bias": r.uniform((4, 4))},
+                   attributes={"softcap": 2.0, "num_kv_heads": 1},
+                   cotangents={"output": r.uniform((2, 4, 2)), "weights": r.uniform((2, 4, 4))},
+                   flags=["gradient", "softcap", "mqa", "mask", "bias"])
+
+
+def _then(*makes):
+    def chained(r):
+        for make in makes:
+            yield from make(r)
+    return chained
+
+
+CASES["sdpa"] = _then(sdpa_cases, sdpa_gqa_softcap_cases)
+
+
+def mha_grad_cases(r):
+    from .mha import mha_params
+
+    def u(*shape):
+        return r.uniform(shape, -1, 1)
+
+    yield gradient("mha/grad-001", "mha",
+                   "Cross-attention B = 2, T = 2, S = 4, Dq = 5, Dk = Dv = 4, H = 2, K = 3, V = 2, "
+                   "Do = 3, all biases: every width differs, so a projection gradient with a "
+                   "wrong transpose (dW_o = dO^T concat) cannot even take the parameter's shape, "
+                   "and db_q sums over the batch and the tokens.",
+                   inputs={"query": u(2, 2, 5), "key": u(2, 4, 4), "value": u(2, 4, 4)},
+                   attributes={"num_heads": 2}, params=mha_params(r, 5, 4, 4, 2, 3, 2, 3),
+                   cotangents={"output": r.uniform((2, 2, 3))},
+                   flags=["gradient", "cross-attention", "bias"])
+    x = u(1, 3, 4)
+    yield gradient("mha/grad-002", "mha",
+                   "Self-attention (the same (1, 3, 4) array as query, key and value; each gets "
+                   "its own gradient), H = 2, K = V = 2, a causal mask and cotangents on the "
+                   "output and the (1, 2, 3, 3) weights.",
+                   inputs={"query": x, "key": x, "value": x,
+                           "mask": np.tril(np.ones((3, 3), dtype=bool))},
+                   attributes={"num_heads": 2}, params=mha_params(r, 4, 4, 4, 2, 2, 2, 4),
+                   cotangents={"output": r.uniform((1, 3, 4)), "weights": r.uniform((1, 2, 3, 3))},
+                   flags=["gradient", "self", "causal", "weights-cotangent"])
+    yield gradient("mha/grad-003", "mha",
+                   "num_kv_heads = 2 under H = 4 (K = V = 2, D = 4, B = 2, T = 3, S = 4): w_k and "
+                   "w_v are (4, 4), and the gradient of kv head g's columns is the sum over "
+                   "query heads 2g and 2g + 1.",
+                   inputs={"query": u(2, 3, 4), "key": u(2, 4, 4), "value": u(2, 4, 4)},
+                   attributes={"num_heads": 4, "num_kv_heads": 2},
+                   params=mha_params(r, 4, 4, 4, 4, 2, 2, 4, kv_heads=2),
+                   cotangents={"output": r.uniform((2, 3, 4))}, flags=["gradient", "gqa", "bias"])
+    keep = np.array([[True, True, True, False], [True, True, False, False]])[:, None, None, :]
+    yield gradient("mha/grad-004", "mha",
+                   "Multi-query (num_kv_heads = 1 under H = 3), no biases, a (2, 1, 1, 4) "
+                   "padding mask: padded keys and values get zero gradient, and the parameter "
+                   "gradients hold only the four weights.",
+                   inputs={"query": u(2, 2, 3), "key": u(2, 4, 3), "value": u(2, 4, 3),
+                           "mask": keep},
+                   attributes={"num_heads": 3, "num_kv_heads": 1},
+                   params=mha_params(r, 3, 3, 3, 3, 2, 2, 3, bias=False, kv_heads=1),
+                   cotangents={"output": r.uniform((2, 2, 3)), "weights": r.uniform((2, 3, 2, 4))},
+                   flags=["gradient", "mqa", "padding", "no-bias"])
+
+
+def self_attention_grad_cases(r):
+    from .self_attention import sa_params
+
+    def u(*shape):
+        return r.uniform(shape, -1, 1)
+
+    yield gradient("self_attention/grad-001", "self_attention",
+                   "B = 2, T = 3, D = 4, K = 3, V = 2, all biases: x feeds Q, K and V, so dx is "
+                   "the sum of the three projections' input gradients (keeping one fails).",
+                   inputs={"x": u(2, 3, 4)}, params=sa_params(r, 4, 3, 2),
+                   cotangents={"output": r.uniform((2, 3, 2))}, flags=["gradient", "basic"])
+    yield gradient("self_attention/grad-002", "self_attention",
+                   "A causal mask and cotangents on the output and the weights, scale = 0.5.",
+                   inputs={"x": u(1, 4, 3), "mask": np.tril(np.ones((4, 4), dtype=bool))},
+                   attributes={"scale": 0.5}, params=sa_params(r, 3, 2, 3),
+                   cotangents={"output": r.uniform((1, 4, 3)), "weights": r.uniform((1, 4, 4))},
+                   flags=["gradient", "causal", "scale", "weights-cotangent"])
+    yield gradient("self_attention/grad-003", "self_attention",
+                   "No biases (Vaswani et al.'s projections): the gradients hold w_q, w_k, w_v "
+                   "only; B = 3 so dW sums over every sequence.",
+                   inputs={"x": u(3, 2, 4)}, params=sa_params(r, 4, 2, 2, biases=()),
+                   cotangents={"output": r.uniform((3, 2, 2))}, flags=["gradient", "no-bias"])
+    keep = r.bools((2, 3, 3))
+    keep[..., 0] = True
+    yield gradient("self_attention/grad-004", "self_attention",
+                   "Only b_v among the biases, a (2, 3, 3) per-sequence mask, inputs in [-2, 2] "
+                   "(sharper weights).",
+                   inputs={"x": r.uniform((2, 3, 3)), "mask": keep},
+                   params=sa_params(r, 3, 2, 2, biases=("b_v",)),
+                   cotangents={"output": r.uniform((2, 3, 2))}, flags=["gradient", "mask"])
+
+
+CASES.update(mha=mha_grad_cases, self_attention=self_attention_grad_cases)

@@ -79,18 +79,23 @@ def softmax_vjp(cot, x, mask=None, axis=-1):
 
 # -- scaled dot-product attention -------------------------------------------------------------
 
-def sdpa_vjp(cot, q, k, v, mask=None, bias=None, scale=None, num_kv_heads=None):
-    """W = softmax(S), S = c q k^T + bias, O = W v; with cotangents dO and dW:
+def sdpa_vjp(cot, q, k, v, mask=None, bias=None, scale=None, num_kv_heads=None, softcap=None):
+    """W = softmax(S), S = C tanh(s / C) + bias (no cap: S = s + bias), s = c q k^T, O = W v;
+    with cotangents dO and dW:
         dW' = dO v^T + dW                       (..., T, S)
         dS  = W * (dW' - rowsum(dW' * W))       (softmax backward)
-        dq = c dS k,  dk = c dS^T q,  dv = W^T dO,  dbias = dS (summed to bias's shape)
+        ds  = dS * (1 - tanh^2(s / C))          (softcap backward; no cap: ds = dS)
+        dq = c ds k,  dk = c ds^T q,  dv = W^T dO,  dbias = dS (summed to bias's shape)
+    With num_kv_heads (GQA), k and v are repeated to every query head of their group first,
+    so dk and dv of a kv head are summed over the H / H_kv query heads of its group.
     """
-    from .sdpa import batch_shape, sdpa
+    from .sdpa import batch_shape, repeat_kv, scores_of, sdpa
 
-    if num_kv_heads is not None:
-        raise NotImplementedError("sdpa_vjp: num_kv_heads has no gradient vectors yet")
     q, k, v = mpa(q), mpa(k), mpa(v)
-    w = sdpa(q, k, v, mask=mask, bias=bias, scale=scale)["weights"]  # (..., T, S)
+    k_in, v_in = k, v
+    if num_kv_heads is not None:
+        k, v = (repeat_kv(x, q.shape[-3], num_kv_heads) for x in (k, v))  # (..., H, S, .)
+    w = sdpa(q, k, v, mask=mask, bias=bias, scale=scale, softcap=softcap)["weights"]
     full = batch_shape(q, k, v)
     dO = np.broadcast_to(mpa(cot["output"]), full + (q.shape[-2], v.shape[-1]))
     dWt = matmul(dO, transpose_last(np.broadcast_to(v, full + v.shape[-2:])))
@@ -99,12 +104,22 @@ def sdpa_vjp(cot, q, k, v, mask=None, bias=None, scale=None, num_kv_heads=None):
     dS = np.empty(w.shape, dtype=object)
     for idx, row in _rows(w):
         dS[idx] = softmax_backward_row(row, list(dWt[idx]))
+    ds = dS
+    if softcap is not None:
+        cap = mpmath.mpf(softcap)
+        s = np.broadcast_to(scores_of(q, k, scale), w.shape)
+        ds = dS * np.vectorize(lambda e: 1 - mpmath.tanh(e / cap) ** 2, otypes=[object])(s)
     c = 1 / mpmath.sqrt(q.shape[-1]) if scale is None else mpmath.mpf(scale)
     kb = np.broadcast_to(k, full + k.shape[-2:])
     qb = np.broadcast_to(q, full + q.shape[-2:])
-    grads = {"q": unbroadcast(matmul(dS, kb) * c, q.shape),                 # (..., T, K)
-             "k": unbroadcast(matmul(transpose_last(dS), qb) * c, k.shape),  # (..., S, K)
+    grads = {"q": unbroadcast(matmul(ds, kb) * c, q.shape),                 # (..., T, K)
+             "k": unbroadcast(matmul(transpose_last(ds), qb) * c, k.shape),  # (..., S, K)
              "v": unbroadcast(matmul(transpose_last(w), dO), v.shape)}       # (..., S, V)
+    if num_kv_heads is not None:
+        for name, x in (("k", k_in), ("v", v_in)):  # (..., H, S, .) -> (..., H_kv, S, .)
+            g = grads[name]
+            g = g.reshape(g.shape[:-3] + (x.shape[-3], g.shape[-3] // x.shape[-3]) + g.shape[-2:])
+            grads[name] = fsum_axes(g, (-3,))
     if bias is not None:
         grads["bias"] = unbroadcast(dS, np.shape(bias))
     return grads, {}
@@ -268,7 +283,95 @@ def residual_vjp(cot, x, position="post", eps=1e-5, activation="relu", params=No
         dx = dy + gx["x"]
     return {"x": dx}, {**_prefixed("ffn", gffn), **_prefixed("norm", gnorm)}
 
+# -- attention kernels: mha, self_attention, additive_attention, luong_attention,
+# relative_attention ---------------------------------------------------------------------------
+
+def linear_vjp(x, w, dy):
+    """y = x W + b over the last axis: dx = dy W^T, dW = x^T dy, db = sum dy (sums over
+    every leading axis)."""
+    x, dy = mpa(x), mpa(dy)
+    x2, dy2 = x.reshape(-1, x.shape[-1]), dy.reshape(-1, dy.shape[-1])  # (N, D), (N, F)
+    return (matmul(dy, transpose_last(mpa(w))), matmul(transpose_last(x2), dy2),
+            fsum_axes(dy2, (0,)))
+
+
+def _project_vjp(x, params, w, b, dy, grads):
+    """Adds dW (and db, if the bias exists) of y = x W + b to ``grads``; returns dx."""
+    dx, grads[w], db = linear_vjp(x, params[w], dy)
+    if b in params:
+        grads[b] = db
+    return dx
+
+
+def _cot(cot, name, shape):
+    return mpa(cot[name]) if name in cot else zeros(shape)
+
+
+def mha_vjp(cot, query, key, value, mask=None, num_heads=1, num_kv_heads=None, params=None):
+    """Q = query W_q + b_q, K = key W_k + b_k, V = value W_v + b_v, head h reads columns
+    h*K:(h+1)*K of Q and those of kv head g = h // (H / H_kv) of K and V,
+    O = concat_h(sdpa(Q_h, K_g, V_g)) W_o + b_o:
+        dconcat = dO W_o^T,  dW_o = concat^T dO,  db_o = sum dO
+        dQ_h, dK_g, dV_g from sdpa's backward of head h (dK_g, dV_g summed over g's heads)
+        dquery = dQ W_q^T,  dW_q = query^T dQ,  db_q = sum dQ   (key, value alike)
+    """
+    from .mha import project
+    from .sdpa import sdpa
+
+    params = {n: mpa(a) for n, a in (params or {}).items()}
+    h_count = int(num_heads)
+    group = h_count // (h_count if num_kv_heads is None else int(num_kv_heads))
+    q_all = project(query, params, "w_q", "b_q")  # (B, T, H*K)
+    k_all = project(key, params, "w_k", "b_k")  # (B, S, H_kv*K)
+    v_all = project(value, params, "w_v", "b_v")  # (B, S, H_kv*V)
+    k_w, v_w = q_all.shape[-1] // h_count, v_all.shape[-1] * group // h_count
+    b, t, s = q_all.shape[0], q_all.shape[1], k_all.shape[1]
+    head_mask = None if mask is None else np.broadcast_to(np.asarray(mask), (b, h_count, t, s))
+    concat = zeros((b, t, h_count * v_w))
+    for h in range(h_count):
+        g = h // group
+        concat[:, :, h * v_w:(h + 1) * v_w] = sdpa(
+            q_all[:, :, h * k_w:(h + 1) * k_w], k_all[:, :, g * k_w:(g + 1) * k_w],
+            v_all[:, :, g * v_w:(g + 1) * v_w],
+            mask=None if head_mask is None else head_mask[:, h])["output"]
+    grads = {}
+    d_o = params["w_o"].shape[-1]
+    dconcat = _project_vjp(concat, params, "w_o", "b_o", _cot(cot, "output", (b, t, d_o)), grads)
+    dq_all, dk_all, dv_all = zeros(q_all.shape), zeros(k_all.shape), zeros(v_all.shape)
+    for h in range(h_count):
+        g = h // group
+        qs, ks, vs = (slice(h * k_w, (h + 1) * k_w), slice(g * k_w, (g + 1) * k_w),
+                      slice(g * v_w, (g + 1) * v_w))
+        c = {"output": dconcat[:, :, h * v_w:(h + 1) * v_w]}
+        if "weights" in cot:
+            c["weights"] = mpa(cot["weights"])[:, h]
+        gh, _ = sdpa_vjp(c, q_all[:, :, qs], k_all[:, :, ks], v_all[:, :, vs],
+                         mask=None if head_mask is None else head_mask[:, h])
+        dq_all[:, :, qs] = gh["q"]
+        dk_all[:, :, ks] = dk_all[:, :, ks] + gh["k"]  # a kv head: the sum over its group
+        dv_all[:, :, vs] = dv_all[:, :, vs] + gh["v"]
+    dx = {"query": _project_vjp(query, params, "w_q", "b_q", dq_all, grads),
+          "key": _project_vjp(key, params, "w_k", "b_k", dk_all, grads),
+          "value": _project_vjp(value, params, "w_v", "b_v", dv_all, grads)}
+    return dx, grads
+
+
+def self_attention_vjp(cot, x, mask=None, scale=None, params=None):
+    """Q = x W_Q + b_Q, K = x W_K + b_K, V = x W_V + b_V, (O, W) = sdpa(Q, K, V):
+        dQ, dK, dV from sdpa's backward;  dx = dQ W_Q^T + dK W_K^T + dV W_V^T (x feeds all
+        three),  dW_Q = x^T dQ,  db_Q = sum dQ   (K, V alike)
+    """
+    from .mha import project
+
+    params = {n: mpa(a) for n, a in (params or {}).items()}
+    q, k, v = (project(x, params, f"w_{n}", f"b_{n}") for n in "qkv")  # (B, T, K|V)
+    gs, _ = sdpa_vjp(cot, q, k, v, mask=mask, scale=scale)
+    grads = {}
+    dx = [_project_vjp(x, params, f"w_{n}", f"b_{n}", gs[n], grads) for n in "qkv"]
+    return {"x": dx[0] + dx[1] + dx[2]}, grads
+
 
 VJPS = {"softmax": softmax_vjp, "sdpa": sdpa_vjp, "layer_norm": layer_norm_vjp,
         "rms_norm": rms_norm_vjp, "feedforward": feedforward_vjp,
         "cross_entropy": cross_entropy_vjp, "residual": residual_vjp}
+VJPS.update(mha=mha_vjp, self_attention=self_attention_vjp)  # attention kernels
