@@ -175,3 +175,80 @@ def test_self_attention_vjp_matches_central_differences():
            {"x": r.uniform((2, 3, 3)), "mask": mask}, {"scale": 0.75},
            {"w_q": r.uniform((3, 2)), "b_q": r.uniform((2,)), "w_k": r.uniform((3, 2)),
             "w_v": r.uniform((3, 2)), "b_v": r.uniform((2,))})
+
+# == grad2: embedding, lm_head, rope, gated_feedforward, gru_cell, gru, softcap, dropout ====
+
+from attnspec.spec.oracle.dropout import dropout  # noqa: E402
+from attnspec.spec.oracle.embedding import embedding, lm_head  # noqa: E402
+from attnspec.spec.oracle.gated_feedforward import gated_feedforward  # noqa: E402
+from attnspec.spec.oracle.gru import gru  # noqa: E402
+from attnspec.spec.oracle.gru_cell import gru_cell  # noqa: E402
+from attnspec.spec.oracle.rope import rope  # noqa: E402
+from attnspec.spec.oracle.softcap import softcap  # noqa: E402
+
+
+@pytest.mark.parametrize("scale", [True, False])
+def test_embedding_vjp_matches_central_differences(scale):
+    r = Rng(f"test/grad/embedding/{scale}")
+    ids = np.array([[3, 1, 3], [0, 3, 1]])  # id 3 three times, id 2 never
+    _check(embedding, grad.embedding_vjp, {"y": r.uniform((2, 3, 4))}, {"ids": ids},
+           {"scale": scale}, {"table": r.uniform((4, 4))})
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_lm_head_vjp_matches_central_differences(tied):
+    r = Rng(f"test/grad/lm_head/{tied}")
+    params = {"table": r.uniform((5, 3))} if tied else {"w": r.uniform((3, 5))}
+    params["b"] = r.uniform((5,))
+    _check(lm_head, grad.lm_head_vjp, {"logits": r.uniform((2, 2, 5))},
+           {"x": r.uniform((2, 2, 3))}, {"tied": tied}, params)
+
+
+@pytest.mark.parametrize("convention", ["interleaved", "half"])
+def test_rope_vjp_matches_central_differences(convention):
+    r = Rng(f"test/grad/rope/{convention}")
+    _check(rope, grad.rope_vjp, {"y": r.uniform((2, 3, 6))}, {"x": r.uniform((2, 3, 6))},
+           {"offset": 2, "base": 100.0, "convention": convention})
+
+
+@pytest.mark.parametrize("act", ["silu", "gelu", "gelu_tanh"])
+def test_gated_feedforward_vjp_matches_central_differences(act):
+    r = Rng(f"test/grad/gated_ffn/{act}")
+    _check(gated_feedforward, grad.gated_feedforward_vjp, {"y": r.uniform((2, 2, 3))},
+           {"x": r.uniform((2, 2, 3))}, {"activation": act},
+           {"w_gate": r.uniform((3, 4)), "w_up": r.uniform((3, 4)), "w_down": r.uniform((4, 3))})
+
+
+def _gru_params(r, i, h, biases=True):
+    p = {"w_ih": r.uniform((i, 3 * h)), "w_hh": r.uniform((h, 3 * h))}
+    if biases:
+        p.update(b_ih=r.uniform((3 * h,)), b_hh=r.uniform((3 * h,)))
+    return p
+
+
+def test_gru_cell_vjp_matches_central_differences():
+    r = Rng("test/grad/gru_cell")
+    _check(gru_cell, grad.gru_cell_vjp, {"h": r.uniform((2, 3))},
+           {"x": r.uniform((2, 2)), "h": r.uniform((2, 3))}, {}, _gru_params(r, 2, 3))
+
+
+@pytest.mark.parametrize("with_h0", [False, True])
+def test_gru_vjp_matches_central_differences(with_h0):
+    r = Rng(f"test/grad/gru/{with_h0}")
+    inputs = {"x": r.uniform((2, 3, 2))}
+    if with_h0:
+        inputs["h0"] = r.uniform((2, 2))
+    cot = {"outputs": r.uniform((2, 3, 2)), "h_last": r.uniform((2, 2))}
+    _check(gru, grad.gru_vjp, cot, inputs, {}, _gru_params(r, 2, 2, biases=with_h0))
+
+
+def test_softcap_vjp_matches_central_differences():
+    r = Rng("test/grad/softcap")
+    _check(softcap, grad.softcap_vjp, {"y": r.uniform((3, 4))}, {"x": r.uniform((3, 4), -8, 8)},
+           {"cap": 3.0})
+
+
+def test_dropout_vjp_matches_central_differences():
+    r = Rng("test/grad/dropout")
+    _check(dropout, grad.dropout_vjp, {"y": r.uniform((3, 4))}, {"x": r.uniform((3, 4))},
+           {"keep_mask": r.bools((3, 4)), "p": 0.25})

@@ -3,7 +3,16 @@ gradient vectors must catch at every dtype's tolerance."""
 
 import numpy as np
 import pytest
-from attnspec.backends.numpy import attention, feedforward, losses, multihead, norm
+from attnspec.backends.numpy import (
+    attention,
+    embedding,
+    feedforward,
+    losses,
+    multihead,
+    norm,
+    positional,
+    rnn,
+)
 
 from .mutants import gradient_rejections, mutant
 
@@ -174,6 +183,140 @@ def residual_order_swapped(cot, x, *, position="post", eps=1e-5, activation="rel
                                                     activation=activation, params=params),
                          cot)
 
+# == grad2: embedding, lm_head, rope, gated_feedforward, gru_cell, gru, softcap, dropout ====
+
+def embedding_overwritten(cot, ids, *, scale=True, params):
+    """dtable[ids] = dy * f: a repeated id's rows overwrite each other, the last one wins,
+    instead of accumulating (scatter instead of scatter-add)."""
+    table = np.asarray(params["table"])
+    f = np.sqrt(table.shape[1]) if scale else 1.0
+    dtable = np.zeros_like(table)
+    dtable[np.asarray(ids).reshape(-1)] = np.asarray(cot["y"]).reshape(-1, table.shape[1]) * f
+    return {}, {"table": dtable}
+
+
+def embedding_unscaled_grad(cot, ids, *, scale=True, params):
+    """The sqrt(D) factor of the forward pass left out of the backward pass."""
+    return embedding.embedding_vjp(cot, ids, scale=False, params=params)
+
+
+def lm_head_tied_untransposed(cot, x, *, tied=False, params):
+    """Tied: dtable = x^T dlogits (the untied dW's layout) reshaped to (L, D)."""
+    gi, gp = embedding.lm_head_vjp(cot, x, tied=tied, params=params)
+    if tied:
+        gp = {**gp, "table": gp["table"].T.reshape(gp["table"].shape)}
+    return gi, gp
+
+
+def rope_forward_rotation(cot, x, *, offset=0, base=10000.0, convention="interleaved"):
+    """dx = R dy: the cotangent rotated forward, the inverse rotation not transposed."""
+    return {"x": positional.rope(cot["y"], offset=offset, base=base, convention=convention)}, {}
+
+
+def glu_no_up_path(cot, x, *, activation="silu", params):
+    """dx = dg W_gate^T: the path through the up projection left out of dx."""
+    gi, gp = feedforward.gated_feedforward_vjp(cot, x, activation=activation, params=params)
+    x2 = np.asarray(x).reshape(-1, np.shape(x)[-1])
+    du = (np.asarray(cot["y"]).reshape(-1, params["w_down"].shape[1]) @ params["w_down"].T
+          * feedforward.GATES[activation](x2 @ params["w_gate"]))
+    return {"x": gi["x"] - (du @ params["w_up"].T).reshape(np.shape(x))}, gp
+
+
+def glu_no_gate_grad(cot, x, *, activation="silu", params):
+    """dg = dh u: the gate activation's derivative left out."""
+    saved = dict(feedforward.GATE_GRADS)
+    feedforward.GATE_GRADS.update(dict.fromkeys(saved, np.ones_like))
+    try:
+        return feedforward.gated_feedforward_vjp(cot, x, activation=activation, params=params)
+    finally:
+        feedforward.GATE_GRADS.update(saved)
+
+
+def _gru_step_bug(kind):
+    """rnn._step_vjp with the reset gate's backward wrong: 'r_dropped' (da_r = 0, r treated
+    as a constant); 'reset_before' (the gradient of n = tanh(x W_in + b_in + (r h) W_hn +
+    b_hn), reset applied before the hidden matmul: dW_hn = (r h)^T da_n, dr = h (da_n W_hn^T))."""
+    def step(x, h, w, dh_next):
+        hid = h.shape[-1]
+        gi, gh = x @ w.w_ih + w.b_ih, h @ w.w_hh + w.b_hh
+        r = rnn._sigmoid(gi[:, :hid] + gh[:, :hid])
+        z = rnn._sigmoid(gi[:, hid:2 * hid] + gh[:, hid:2 * hid])
+        n = np.tanh(gi[:, 2 * hid:] + r * gh[:, 2 * hid:])
+        da_n = dh_next * (1 - z) * (1 - n * n)
+        da_z = dh_next * (h - n) * z * (1 - z)
+        w_hn = w.w_hh[:, 2 * hid:]
+        if kind == "r_dropped":
+            da_r = np.zeros_like(da_n)
+            dh_n, dw_hn = da_n * r @ w_hn.T, h.T @ (r * da_n)
+        else:
+            da_r = (da_n @ w_hn.T) * h * r * (1 - r)
+            dh_n, dw_hn = (da_n @ w_hn.T) * r, (r * h).T @ da_n
+        dg_i = np.concatenate([da_r, da_z, da_n], axis=-1)
+        dg_rz = np.concatenate([da_r, da_z], axis=-1)
+        dh = dh_next * z + dg_rz @ w.w_hh[:, :2 * hid].T + dh_n
+        grads = rnn.GRUWeights(x.T @ dg_i, np.concatenate([h.T @ dg_rz, dw_hn], axis=-1),
+                               dg_i.sum(axis=0), np.concatenate([dg_rz, da_n], -1).sum(axis=0))
+        return dg_i @ w.w_ih.T, dh, grads
+    return step
+
+
+def gru_mutant(name, kind):
+    def broken(cot, *args, **kw):
+        saved = rnn._step_vjp
+        rnn._step_vjp = _gru_step_bug(kind)
+        try:
+            return getattr(rnn, f"{name}_vjp")(cot, *args, **kw)
+        finally:
+            rnn._step_vjp = saved
+    return broken
+
+
+def gru_no_carry(cot, x, h0=None, *, params):
+    """Truncated backpropagation: each step's state gradient is not carried to the step
+    before (dh_{t-1} = 0 except through doutputs)."""
+    saved = rnn._step_vjp
+
+    def step(*a):
+        dx, dh, g = saved(*a)
+        return dx, np.zeros_like(dh), g
+    rnn._step_vjp = step
+    try:
+        return rnn.gru_vjp(cot, x, h0, params=params)
+    finally:
+        rnn._step_vjp = saved
+
+
+def softcap_cap_outside(cot, x, *, cap):
+    """dx = dy (1 - tanh^2(x)): the 1/cap inside tanh's argument forgotten."""
+    t = np.tanh(np.asarray(x))
+    return {"x": np.asarray(cot["y"]) * (1 - t * t)}, {}
+
+
+def dropout_unscaled_grad(cot, x, keep_mask=None, *, p, seed=None):
+    """dx = keep dy: the 1 / (1 - p) of inverted dropout left out of the backward pass."""
+    return {"x": np.where(keep_mask, cot["y"], 0) if p else np.asarray(cot["y"])}, {}
+
+
+GRAD2_BUGS = {
+    "embedding": {"overwritten_not_accumulated": embedding_overwritten,
+                  "unscaled_grad": embedding_unscaled_grad,
+                  "tied_untransposed": lm_head_tied_untransposed},
+    "rope": {"inverse_not_transposed": rope_forward_rotation},
+    "gated_feedforward": {"no_up_path": glu_no_up_path, "no_gate_grad": glu_no_gate_grad},
+    "gru_cell": {"reset_r_dropped": gru_mutant("gru_cell", "r_dropped"),
+                 "reset_before_matmul": gru_mutant("gru_cell", "reset_before")},
+    "gru": {"reset_r_dropped": gru_mutant("gru", "r_dropped"),
+            "reset_before_matmul": gru_mutant("gru", "reset_before"),
+            "no_carry": gru_no_carry},
+    "softcap": {"cap_outside": softcap_cap_outside},
+    "dropout": {"unscaled_grad": dropout_unscaled_grad},
+}
+GRAD2_FUNCTIONS = {("embedding", "unscaled_grad"): "embedding",
+                   ("embedding", "overwritten_not_accumulated"): "embedding",
+                   ("embedding", "tied_untransposed"): "lm_head"}
+
+# == end grad2 ===============================================================================
+
 
 BUGS = {
     "softmax": {"no_subtraction": softmax_no_subtraction, "sum_last_axis": softmax_sum_last_axis},
@@ -189,14 +332,15 @@ BUGS = {
                       "smoothing_ignored": ce_smoothing_ignored},
     "residual": {"norm_at_x": residual_norm_at_x, "order_swapped": residual_order_swapped},
 }
+BUGS.update(GRAD2_BUGS)
 CASES = [(c, n) for c, bugs in BUGS.items() for n in bugs]
 
 
 @pytest.mark.parametrize("component, bug", CASES, ids=[f"{c}-{n}" for c, n in CASES])
 def test_backward_bug_fails_at_every_dtype(component, bug):
     with np.errstate(all="ignore"):
-        assert_gradient_bug_fails(mutant(**{f"{component}_vjp": BUGS[component][bug]}),
-                                  component)
+        name = GRAD2_FUNCTIONS.get((component, bug), component)
+        assert_gradient_bug_fails(mutant(**{f"{name}_vjp": BUGS[component][bug]}), component)
 
 
 @pytest.mark.parametrize("component", list(BUGS))

@@ -370,8 +370,193 @@ def self_attention_vjp(cot, x, mask=None, scale=None, params=None):
     dx = [_project_vjp(x, params, f"w_{n}", f"b_{n}", gs[n], grads) for n in "qkv"]
     return {"x": dx[0] + dx[1] + dx[2]}, grads
 
+# == grad2: embedding, lm_head, rope, gated_feedforward, gru_cell, gru, softcap, dropout ====
+
+def embedding_vjp(cot, ids, scale=True, params=None):
+    """y[n] = table[ids[n]] * f (f = sqrt(D) or 1): scatter-add,
+        dtable[l] = f * sum over the n with ids[n] = l of dy[n]   (repeated ids accumulate)
+    The integer ids get no gradient."""
+    table = mpa(params["table"])
+    ids = np.asarray(ids)
+    dy = mpa(cot["y"])
+    d = table.shape[1]
+    f = mpmath.sqrt(d) if scale else mpmath.mpf(1)
+    dtable = zeros(table.shape)
+    for row in range(table.shape[0]):
+        hits = [idx for idx in np.ndindex(ids.shape) if int(ids[idx]) == row]
+        dtable[row] = [f * mp.fsum(dy[idx + (j,)] for idx in hits) for j in range(d)]
+    return {}, {"table": dtable}
+
+
+def lm_head_vjp(cot, x, tied=False, params=None):
+    """logits = x W + b (tied: W = table^T):
+        dx = dlogits W^T,  dW = x^T dlogits,  dtable = dlogits^T x,  db = sum dlogits
+    (sums over every leading axis)."""
+    x, dl = mpa(x), mpa(cot["logits"])
+    w = transpose_last(mpa(params["table"])) if tied else mpa(params["w"])    # (D, L)
+    x2, dl2 = x.reshape(-1, x.shape[-1]), dl.reshape(-1, w.shape[1])          # (N, D), (N, L)
+    grads = {"table": matmul(transpose_last(dl2), x2)} if tied \
+        else {"w": matmul(transpose_last(x2), dl2)}
+    if "b" in params:
+        grads["b"] = fsum_axes(dl2, (0,))
+    return {"x": matmul(dl, transpose_last(w)).reshape(x.shape)}, grads
+
+
+def rope_vjp(cot, x, offset=0, base=10000.0, convention="interleaved"):
+    """y = R x with R the rotation of each pair (a, b) by the angle p theta_i; R is
+    orthogonal, so dx = R^T dy, the rotation by the opposite angle:
+        dx_a =  dy_a cos + dy_b sin,   dx_b = -dy_a sin + dy_b cos
+    """
+    x, dy = mpa(x), mpa(cot["y"])
+    t_len, kw = x.shape[-2], x.shape[-1]
+    half = kw // 2
+    dx = np.empty(x.shape, dtype=object)
+    for idx in np.ndindex(x.shape[:-2]):
+        for t in range(t_len):
+            p = mpmath.mpf(offset + t)
+            for i in range(half):
+                a, b = (2 * i, 2 * i + 1) if convention == "interleaved" else (i, i + half)
+                angle = p * mpmath.power(mpmath.mpf(base), -mpmath.mpf(2 * i) / kw)
+                cos, sin = mpmath.cos(angle), mpmath.sin(angle)
+                ga, gb = dy[idx + (t, a)], dy[idx + (t, b)]
+                dx[idx + (t, a)] = ga * cos + gb * sin
+                dx[idx + (t, b)] = -ga * sin + gb * cos
+    return {"x": dx}, {}
+
+
+def silu_grad(h):
+    """s = sigmoid(h): silu'(h) = s (1 + h (1 - s))."""
+    s = 1 / (1 + mpmath.exp(-h))
+    return s * (1 + h * (1 - s))
+
+
+GATE_GRADS = {"silu": silu_grad, "gelu": gelu_grad, "gelu_tanh": gelu_tanh_grad}
+
+
+def gated_feedforward_vjp(cot, x, activation="silu", params=None):
+    """g = x W_gate, u = x W_up, h = act(g) u, y = h W_down:
+        dW_down = h^T dy,  dh = dy W_down^T,  dg = dh u act'(g),  du = dh act(g),
+        dW_gate = x^T dg,  dW_up = x^T du,  dx = dg W_gate^T + du W_up^T
+    """
+    from .gated_feedforward import ACTIVATIONS as GATES
+
+    x, dy = mpa(x), mpa(cot["y"])
+    wg, wu, wd = (mpa(params[n]) for n in ("w_gate", "w_up", "w_down"))
+    x2, dy2 = x.reshape(-1, x.shape[-1]), dy.reshape(-1, wd.shape[1])       # (N, D)
+    g, u = matmul(x2, wg), matmul(x2, wu)                                    # (N, F)
+    a = np.vectorize(GATES[activation], otypes=[object])(g)
+    dh = matmul(dy2, transpose_last(wd))                                     # (N, F)
+    dg = dh * u * np.vectorize(GATE_GRADS[activation], otypes=[object])(g)
+    du = dh * a
+    dx = matmul(dg, transpose_last(wg)) + matmul(du, transpose_last(wu))
+    return ({"x": dx.reshape(x.shape)},
+            {"w_gate": matmul(transpose_last(x2), dg), "w_up": matmul(transpose_last(x2), du),
+             "w_down": matmul(transpose_last(a * u), dy2)})
+
+
+def gru_step_vjp(x, h, params, dh_next):
+    """One GRU step backward (reset after the hidden matmul), x (B, I), h (B, H):
+        dn = dh' (1 - z),  dz = dh' (h - n),  dh = dh' z + dg_h W_hh^T
+        da_n = dn (1 - n^2),  dr = da_n (h W_hn + b_hn),  da_r = dr r (1 - r),
+        da_z = dz z (1 - z)
+        dg_i = [da_r | da_z | da_n],  dg_h = [da_r | da_z | r da_n]
+        dW_ih = x^T dg_i, db_ih = sum dg_i, dW_hh = h^T dg_h, db_hh = sum dg_h,
+        dx = dg_i W_ih^T
+    Returns dx, dh and the parameter gradients of this step."""
+    from .gru_cell import sigmoid
+
+    w_ih, w_hh = mpa(params["w_ih"]), mpa(params["w_hh"])
+    hid = w_hh.shape[0]
+    b_ih = mpa(params["b_ih"]) if "b_ih" in params else zeros((3 * hid,))
+    b_hh = mpa(params["b_hh"]) if "b_hh" in params else zeros((3 * hid,))
+    gi = matmul(x, w_ih) + b_ih                                              # (B, 3H)
+    gh = matmul(h, w_hh) + b_hh                                              # (B, 3H)
+    dgi, dgh = zeros(gi.shape), zeros(gh.shape)
+    dh_direct = zeros(h.shape)
+    for b in range(h.shape[0]):
+        for j in range(hid):
+            jr, jz, jn = j, hid + j, 2 * hid + j
+            r = sigmoid(gi[b, jr] + gh[b, jr])
+            z = sigmoid(gi[b, jz] + gh[b, jz])
+            n = mpmath.tanh(gi[b, jn] + r * gh[b, jn])
+            g = dh_next[b, j]
+            dan = g * (1 - z) * (1 - n * n)
+            dar = dan * gh[b, jn] * r * (1 - r)
+            daz = g * (h[b, j] - n) * z * (1 - z)
+            dgi[b, jr], dgi[b, jz], dgi[b, jn] = dar, daz, dan
+            dgh[b, jr], dgh[b, jz], dgh[b, jn] = dar, daz, r * dan
+            dh_direct[b, j] = g * z
+    grads = {"w_ih": matmul(transpose_last(x), dgi), "w_hh": matmul(transpose_last(h), dgh),
+             "b_ih": fsum_axes(dgi, (0,)), "b_hh": fsum_axes(dgh, (0,))}
+    dx = matmul(dgi, transpose_last(w_ih))
+    dh = dh_direct + matmul(dgh, transpose_last(w_hh))
+    return dx, dh, {k: g for k, g in grads.items() if k in params}
+
+
+def gru_cell_vjp(cot, x, h, params=None):
+    x, h = mpa(x), mpa(h)
+    dx, dh, grads = gru_step_vjp(x, h, params, mpa(cot["h"]))
+    return {"x": dx, "h": dh}, grads
+
+
+def gru_vjp(cot, x, h0=None, params=None):
+    """Backpropagation through time: with dh_T = dh_last and, for t = T..1,
+        dh_t += doutputs[:, t-1];  (dx_t, dh_{t-1}, dtheta_t) = step backward at (x_t, h_{t-1})
+    dtheta = sum over t of dtheta_t, dh0 = dh_0 (only when h0 is given)."""
+    from .gru_cell import step
+
+    x = mpa(x)
+    b, t_len, _ = x.shape
+    hid = np.asarray(params["w_hh"]).shape[0]
+    hs = [zeros((b, hid)) if h0 is None else mpa(h0)]
+    for t in range(t_len):
+        hs.append(step(x[:, t], hs[-1], params))
+    dh = mpa(cot["h_last"]) if "h_last" in cot else zeros((b, hid))
+    dout = mpa(cot["outputs"]) if "outputs" in cot else zeros((b, t_len, hid))
+    dx = np.empty(x.shape, dtype=object)
+    total: dict = {}
+    for t in reversed(range(t_len)):
+        dh = dh + dout[:, t]
+        dx[:, t], dh, grads = gru_step_vjp(x[:, t], hs[t], params, dh)
+        total = {k: total[k] + g if k in total else g for k, g in grads.items()}
+    return ({"x": dx} if h0 is None else {"x": dx, "h0": dh}), total
+
+
+def softcap_vjp(cot, x, cap):
+    """y = cap tanh(x / cap):  dx = dy (1 - tanh^2(x / cap))."""
+    c = mpmath.mpf(cap)
+    x, dy = mpa(x), mpa(cot["y"])
+    dx = np.empty(x.shape, dtype=object)
+    for idx in np.ndindex(x.shape):
+        t = mpmath.tanh(x[idx] / c)
+        dx[idx] = dy[idx] * (1 - t * t)
+    return {"x": dx}, {}
+
+
+def dropout_vjp(cot, x, keep_mask=None, p=0.0, seed=None):
+    """y = keep x / (1 - p):  dx = keep dy / (1 - p) (p = 0: dx = dy); only with keep_mask."""
+    dy = mpa(cot["y"])
+    if p == 0:
+        return {"x": dy}, {}
+    if keep_mask is None:
+        raise NotImplementedError("dropout_vjp needs the keep mask")
+    keep = np.broadcast_to(np.asarray(keep_mask), dy.shape)
+    scale = 1 / (1 - mpmath.mpf(p))
+    dx = np.empty(dy.shape, dtype=object)
+    for idx in np.ndindex(dy.shape):
+        dx[idx] = dy[idx] * scale if keep[idx] else mpmath.mpf(0)
+    return {"x": dx}, {}
+
+
+GRAD2_VJPS = {"embedding": embedding_vjp, "lm_head": lm_head_vjp, "rope": rope_vjp,
+              "gated_feedforward": gated_feedforward_vjp, "gru_cell": gru_cell_vjp,
+              "gru": gru_vjp, "softcap": softcap_vjp, "dropout": dropout_vjp}
+
+# == end grad2 ===============================================================================
+
 
 VJPS = {"softmax": softmax_vjp, "sdpa": sdpa_vjp, "layer_norm": layer_norm_vjp,
         "rms_norm": rms_norm_vjp, "feedforward": feedforward_vjp,
         "cross_entropy": cross_entropy_vjp, "residual": residual_vjp}
 VJPS.update(mha=mha_vjp, self_attention=self_attention_vjp)  # attention kernels
+VJPS.update(GRAD2_VJPS)
