@@ -121,6 +121,74 @@ def test_residual_vjp_matches_central_differences(position):
            {"position": position, "eps": 0.01, "activation": "gelu"}, _ffn_ln(r, 3, 4))
 
 
+# -- composites: the kernels' VJPs chained (tiny sizes: every element is perturbed) --------
+
+def _tiny_layer(r, d, f, cross=False):
+    from attnspec.spec.cases.encoder_layer import dec_layer_params, enc_layer_params
+
+    p = (dec_layer_params if cross else enc_layer_params)(r, d, f)
+    return {k: a + r.uniform(a.shape, -0.25, 0.25) for k, a in p.items()}
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_encoder_layer_vjp_matches_central_differences(norm):
+    from attnspec.spec.oracle.encoder_layer import encoder_layer
+
+    r = Rng(f"test/grad/encoder_layer/{norm}")
+    mask = np.array([[[[True, True, False]]]])
+    _check(encoder_layer, grad.encoder_layer_vjp, {"y": r.uniform((1, 3, 4))},
+           {"x": r.uniform((1, 3, 4))},
+           {"mask": mask, "num_heads": 2, "norm": norm, "activation": "gelu"},
+           _tiny_layer(r, 4, 3))
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_decoder_layer_vjp_matches_central_differences(norm):
+    from attnspec.spec.oracle.decoder_layer import decoder_layer
+
+    r = Rng(f"test/grad/decoder_layer/{norm}")
+    _check(decoder_layer, grad.decoder_layer_vjp, {"y": r.uniform((1, 2, 2))},
+           {"x": r.uniform((1, 2, 2)), "memory": r.uniform((1, 3, 2))},
+           {"self_mask": np.tril(np.ones((2, 2), dtype=bool)), "num_heads": 1, "norm": norm,
+            "activation": "gelu"}, _tiny_layer(r, 2, 2, cross=True))
+
+
+def test_decoder_vjp_matches_central_differences():
+    from attnspec.spec.cases.encoder_layer import dec_layer_params, stack_params
+    from attnspec.spec.oracle.decoder import decoder
+
+    r = Rng("test/grad/decoder")
+    _check(decoder, grad.decoder_vjp, {"y": r.uniform((1, 2, 2))},
+           {"x": r.uniform((1, 2, 2)), "memory": r.uniform((1, 2, 2))},
+           {"num_layers": 2, "num_heads": 1, "norm": "pre", "activation": "gelu"},
+           stack_params(r, dec_layer_params, 2, 2, 2, True))
+
+
+@pytest.mark.parametrize("model", ["encoder_only", "decoder_only", "transformer"])
+def test_model_vjp_matches_central_differences(model):
+    from attnspec.spec.cases import decoder_only, encoder_only, transformer
+    from attnspec.spec.oracle import decoder_only as o_do
+    from attnspec.spec.oracle import encoder_only as o_eo
+    from attnspec.spec.oracle import transformer as o_tr
+
+    r = Rng(f"test/grad/{model}")
+    ids = np.array([[1, 2, 0]])
+    attrs = {"pad_id": 0, "num_layers": 1, "num_heads": 1, "activation": "gelu"}
+    if model == "encoder_only":
+        _check(o_eo.encoder_only, grad.encoder_only_vjp,
+               {"hidden": r.uniform((1, 3, 2)), "logits": r.uniform((1, 3, 3))}, {"ids": ids},
+               {**attrs, "norm": "pre"}, encoder_only.params(r, 1, 2, 2, 3, 4, "pre"))
+    elif model == "decoder_only":
+        _check(o_do.decoder_only, grad.decoder_only_vjp, {"logits": r.uniform((1, 3, 3))},
+               {"ids": ids}, {**attrs, "norm": "post"},
+               decoder_only.params(r, 1, 2, 2, 3, 4, "post"))
+    else:
+        _check(o_tr.transformer, grad.transformer_vjp, {"logits": r.uniform((1, 2, 3))},
+               {"src_ids": ids, "tgt_ids": ids[:, :2]},
+               {**attrs, "norm": "pre", "tie_embeddings": True},
+               transformer.transformer_params(r, 1, 2, 2, 3, "pre", tied=True))
+
+
 def test_a_wrong_formula_is_caught():
     """The check itself can fail: softmax backward without the subtraction term."""
     def bad(cot, x, mask=None, axis=-1):

@@ -129,3 +129,14 @@ def rope_vjp(cotangents, x, *, offset=0, base=10000.0, convention="interleaved")
     if convention == "interleaved":
         return {"x": np.stack([dxa, dxb], axis=-1).reshape(y.shape)}, {}
     return {"x": np.concatenate([dxa, dxb], axis=-1)}, {}
+
+
+# pe[...] = table[positions[...]]:  a scatter-add, repeated positions accumulate:
+#   dtable[m] = sum over the n with positions[n] = m of dpe[n];   the positions get none
+def learned_pe_vjp(cotangents, positions, *, params):
+    pe = learned_pe(positions, params=params)                            # the checks, once
+    table = np.asarray(params["table"])
+    dtable = np.zeros_like(table)
+    np.add.at(dtable, np.asarray(positions).reshape(-1),
+              np.asarray(cotangents["pe"], dtype=pe.dtype).reshape(-1, table.shape[1]))
+    return {}, {"table": dtable}

@@ -560,3 +560,245 @@ VJPS = {"softmax": softmax_vjp, "sdpa": sdpa_vjp, "layer_norm": layer_norm_vjp,
         "cross_entropy": cross_entropy_vjp, "residual": residual_vjp}
 VJPS.update(mha=mha_vjp, self_attention=self_attention_vjp)  # attention kernels
 VJPS.update(GRAD2_VJPS)
+
+
+# -- layers, stacks, models: the kernels' VJPs chained in reverse ------------------------------
+# Forward intermediates come from the forward oracle; a parameter reached twice (tied
+# embeddings) and an input read twice (self-attention's query, key, value; the memory of
+# every cross-attention) get the sum of their gradients.
+
+def _merge(*grads: dict) -> dict:
+    out: dict = {}
+    for g in grads:
+        for k, a in g.items():
+            out[k] = a if k not in out else out[k] + a
+    return out
+
+
+def _block_vjp(dy, x, f, f_vjp, params, name, norm, eps):
+    """A residual block with LayerNorm ``name``, f(h) its sublayer and f_vjp(dout, h) ->
+    (dh, grads) the sublayer's VJP:
+        post  y = LN(x + f(x)):  ds = LN^T dy,  dx = ds + f^T ds
+        pre   y = x + f(LN(x)):  dn = f^T dy,   dx = dy + LN^T dn
+    """
+    from .core import add, sub
+    from .layer_norm import layer_norm
+
+    lnp = sub(params, name)
+    if norm == "post":
+        gs, gn = layer_norm_vjp({"y": dy}, add(x, f(x)), eps=eps, params=lnp)
+        dh, gf = f_vjp(gs["x"], x)
+        return gs["x"] + dh, _merge(gf, _prefixed(name, gn))
+    dn, gf = f_vjp(dy, layer_norm(x, eps=eps, params=lnp)["y"])
+    gx, gn = layer_norm_vjp({"y": dn}, x, eps=eps, params=lnp)
+    return dy + gx["x"], _merge(gf, _prefixed(name, gn))
+
+
+def _attn_sublayer(name, memory, mask, heads, params, dmemory: list):
+    """MHA(h, kv, kv), kv = h (self) or memory (cross, whose gradient goes to dmemory)."""
+    from .core import sub
+    from .mha import mha
+
+    p = sub(params, name)
+
+    def f(h):
+        kv = h if memory is None else memory
+        return mha(h, kv, kv, mask=mask, num_heads=heads, params=p)["output"]
+
+    def f_vjp(dout, h):
+        kv = h if memory is None else memory
+        gi, gp = mha_vjp({"output": dout}, h, kv, kv, mask=mask, num_heads=heads, params=p)
+        if memory is None:
+            return gi["query"] + gi["key"] + gi["value"], _prefixed(name, gp)
+        dmemory.append(gi["key"] + gi["value"])
+        return gi["query"], _prefixed(name, gp)
+    return f, f_vjp
+
+
+def _ffn_sublayer(activation, params):
+    from .core import sub
+    from .feedforward import feedforward
+
+    p = sub(params, "ffn")
+
+    def f_vjp(dout, h):
+        gi, gp = feedforward_vjp({"y": dout}, h, activation=activation, params=p)
+        return gi["x"], _prefixed("ffn", gp)
+    return (lambda h: feedforward(h, activation=activation, params=p)["y"]), f_vjp
+
+
+def encoder_layer_vjp(cot, x, mask=None, num_heads=1, norm="post", eps=1e-5,
+                      activation="relu", params=None):
+    """r1 = block1(x; MHA), y = block2(r1; FFN):  dr1 = block2^T dy,  dx = block1^T dr1."""
+    from .encoder_layer import sublayer
+
+    x = mpa(x)
+    attn = _attn_sublayer("self_attn", None, mask, num_heads, params, [])
+    r1 = sublayer(x, attn[0], params, "norm1", norm, eps)
+    dr1, g2 = _block_vjp(mpa(cot["y"]), r1, *_ffn_sublayer(activation, params), params,
+                         "norm2", norm, eps)
+    dx, g1 = _block_vjp(dr1, x, *attn, params, "norm1", norm, eps)
+    return {"x": dx}, _merge(g1, g2)
+
+
+def decoder_layer_vjp(cot, x, memory, self_mask=None, memory_mask=None, num_heads=1,
+                      norm="post", eps=1e-5, activation="relu", params=None):
+    """r1 = block1(x; self-MHA), r2 = block2(r1; MHA(., memory)), y = block3(r2; FFN):
+    backward through block3, block2 (dmemory = dkey + dvalue of the cross-attention),
+    block1."""
+    from .encoder_layer import sublayer
+
+    x, memory, dmem = mpa(x), mpa(memory), []
+    sa = _attn_sublayer("self_attn", None, self_mask, num_heads, params, [])
+    ca = _attn_sublayer("cross_attn", memory, memory_mask, num_heads, params, dmem)
+    r1 = sublayer(x, sa[0], params, "norm1", norm, eps)
+    r2 = sublayer(r1, ca[0], params, "norm2", norm, eps)
+    dr2, g3 = _block_vjp(mpa(cot["y"]), r2, *_ffn_sublayer(activation, params), params,
+                         "norm3", norm, eps)
+    dr1, g2 = _block_vjp(dr2, r1, *ca, params, "norm2", norm, eps)
+    dx, g1 = _block_vjp(dr1, x, *sa, params, "norm1", norm, eps)
+    return {"x": dx, "memory": dmem[0]}, _merge(g1, g2, g3)
+
+
+def _stack_vjp(layer, layer_vjp, dy, x, num_layers, norm, eps, params, **kw):
+    """h_{i+1} = layer_i(h_i), y = h_N or LN_final(h_N):  dh_N = dy or LN_final^T dy,
+    dh_i = layer_i^T dh_{i+1}; returns (dx, dmemory or None, grads)."""
+    from .core import sub
+
+    hs = [mpa(x)]
+    for i in range(int(num_layers)):
+        hs.append(layer(hs[-1], norm=norm, eps=eps, params=sub(params, f"layers.{i}"), **kw)["y"])
+    grads, dmem = {}, None
+    if norm == "pre":
+        gi, gn = layer_norm_vjp({"y": dy}, hs[-1], eps=eps, params=sub(params, "final_norm"))
+        dy, grads = gi["x"], _prefixed("final_norm", gn)
+    for i in reversed(range(int(num_layers))):
+        gi, gp = layer_vjp({"y": dy}, hs[i], norm=norm, eps=eps,
+                           params=sub(params, f"layers.{i}"), **kw)
+        dy, grads = gi["x"], _merge(grads, _prefixed(f"layers.{i}", gp))
+        if "memory" in gi:
+            dmem = gi["memory"] if dmem is None else dmem + gi["memory"]
+    return dy, dmem, grads
+
+
+def encoder_vjp(cot, x, mask=None, num_layers=1, num_heads=1, norm="post", eps=1e-5,
+                activation="relu", params=None):
+    from .encoder_layer import encoder_layer
+
+    dx, _, grads = _stack_vjp(encoder_layer, encoder_layer_vjp, mpa(cot["y"]), x, num_layers,
+                              norm, eps, params, mask=mask, num_heads=num_heads,
+                              activation=activation)
+    return {"x": dx}, grads
+
+
+def decoder_vjp(cot, x, memory, self_mask=None, memory_mask=None, num_layers=1, num_heads=1,
+                norm="post", eps=1e-5, activation="relu", params=None):
+    from .decoder_layer import decoder_layer
+
+    dx, dmem, grads = _stack_vjp(decoder_layer, decoder_layer_vjp, mpa(cot["y"]), x,
+                                 num_layers, norm, eps, params, memory=mpa(memory),
+                                 self_mask=self_mask, memory_mask=memory_mask,
+                                 num_heads=num_heads, activation=activation)
+    return {"x": dx, "memory": dmem}, grads
+
+
+def learned_pe_vjp(cot, positions, params=None):
+    """pe[n] = table[positions[n]]: dtable[m] = sum over the n with positions[n] = m of dpe[n]."""
+    gi, gp = embedding_vjp({"y": cot["pe"]}, positions, scale=False, params=params)
+    return gi, gp
+
+
+def _embed_vjp(de, ids, params, name, scale, learned: bool):
+    """e = name.table[ids] (* sqrt(D)) + PE: dtable from de; with learned positions,
+    dpos.table[t] = sum over the batch of de[:, t]."""
+    from .core import sub
+
+    _, g = embedding_vjp({"y": de}, ids, scale=scale, params=sub(params, name))
+    grads = _prefixed(name, g)
+    if learned:
+        t = np.asarray(ids).shape[1]
+        _, gp = learned_pe_vjp({"pe": fsum_axes(de, (0,))}, np.arange(t), sub(params, "pos"))
+        grads = _merge(grads, _prefixed("pos", gp))
+    return grads
+
+
+def encoder_only_vjp(cot, ids, pad_id=0, num_layers=1, num_heads=1, norm="post", eps=1e-5,
+                     activation="gelu", params=None):
+    """hidden = Encoder(e), logits = LMHead(hidden):
+    dhidden = (its cotangent) + LMHead^T dlogits, de = Encoder^T dhidden, then the tables."""
+    from .core import sub
+    from .encoder_only import encoder_only
+
+    fwd = encoder_only(ids, pad_id, num_layers, num_heads, norm, eps, activation, params)
+    dh = zeros(fwd["hidden"].shape) if "hidden" not in cot else mpa(cot["hidden"])
+    grads = {}
+    if "logits" in cot:
+        gi, g = lm_head_vjp({"logits": cot["logits"]}, fwd["hidden"],
+                            params=sub(params, "lm_head"))
+        dh, grads = dh + gi["x"], _prefixed("lm_head", g)
+    gi, g = encoder_vjp({"y": dh}, fwd["embed.output"], _padding(ids, pad_id), num_layers,
+                        num_heads, norm, eps, activation, sub(params, "encoder"))
+    return {}, _merge(grads, _prefixed("encoder", g),
+                      _embed_vjp(gi["x"], ids, params, "embed", False, True))
+
+
+def _padding(ids, pad_id):
+    from .masks import padding_mask
+
+    return padding_mask(ids, pad_id)["mask"]
+
+
+def decoder_only_vjp(cot, ids, pad_id=0, num_layers=1, num_heads=1, norm="pre", eps=1e-5,
+                     activation="gelu", params=None):
+    """logits = LMHead(Stack(e, pad & causal)):  dh = LMHead^T dlogits, de = Stack^T dh,
+    then the token and position tables."""
+    from .core import sub
+    from .encoder import encoder
+    from .encoder_only import embed_learned
+    from .masks import combined_mask
+
+    e = embed_learned(ids, params)
+    mask = combined_mask(ids, pad_id, t=np.asarray(ids).shape[1], num_heads=1, causal=True)
+    mask = mask["mask"]
+    h = encoder(e, mask, num_layers, num_heads, norm, eps, activation, params)["y"]
+    gi, g = lm_head_vjp({"logits": cot["logits"]}, h, params=sub(params, "lm_head"))
+    gs, g_stack = encoder_vjp({"y": gi["x"]}, e, mask, num_layers, num_heads, norm, eps,
+                              activation, params)
+    return {}, _merge(_prefixed("lm_head", g), g_stack,
+                      _embed_vjp(gs["x"], ids, params, "embed", False, True))
+
+
+def transformer_vjp(cot, src_ids, tgt_ids, pad_id=0, num_layers=1, num_heads=1, norm="post",
+                    eps=1e-5, activation="relu", tie_embeddings=False, params=None):
+    """logits = LMHead(Decoder(e_tgt, memory)), memory = Encoder(e_src):
+    dh = LMHead^T dlogits; (de_tgt, dmemory) = Decoder^T dh; de_src = Encoder^T dmemory;
+    tied: tgt_embed.table gets the LM head's gradient plus the embedding's."""
+    from .core import sub
+    from .decoder import decoder
+    from .masks import combined_mask
+    from .transformer import decode, encode
+
+    cfg = (num_layers, num_heads, norm, eps, activation)
+    memory, m_src, inter = encode(src_ids, pad_id, *cfg, params)
+    _, inter2 = decode(tgt_ids, mpa(memory), m_src, pad_id, *cfg, tie_embeddings, params)
+    m_self = combined_mask(tgt_ids, pad_id, t=np.asarray(tgt_ids).shape[1], num_heads=1,
+                           causal=True)["mask"]
+    h = decoder(inter2["tgt_embed.output"], memory, m_self, m_src, *cfg,
+                sub(params, "decoder"))["y"]
+    head = "tgt_embed" if tie_embeddings else "lm_head"
+    gi, g_head = lm_head_vjp({"logits": cot["logits"]}, h, tied=bool(tie_embeddings),
+                             params=sub(params, head))
+    gd, g_dec = decoder_vjp({"y": gi["x"]}, inter2["tgt_embed.output"], memory, m_self, m_src,
+                            *cfg, sub(params, "decoder"))
+    ge, g_enc = encoder_vjp({"y": gd["memory"]}, inter["src_embed.output"], m_src, *cfg,
+                            sub(params, "encoder"))
+    return {}, _merge(_prefixed(head, g_head), _prefixed("decoder", g_dec),
+                      _prefixed("encoder", g_enc),
+                      _embed_vjp(gd["x"], tgt_ids, params, "tgt_embed", True, False),
+                      _embed_vjp(ge["x"], src_ids, params, "src_embed", True, False))
+
+
+VJPS.update(encoder_layer=encoder_layer_vjp, decoder_layer=decoder_layer_vjp,
+            encoder=encoder_vjp, decoder=decoder_vjp, encoder_only=encoder_only_vjp,
+            decoder_only=decoder_only_vjp, transformer=transformer_vjp,
+            learned_pe=learned_pe_vjp)

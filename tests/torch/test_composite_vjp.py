@@ -27,8 +27,54 @@ def _residual(position, activation):
     return "residual", "feedforward", call, {"y": r.uniform((2, 3, 4))}
 
 
+def _layers(name, norm):
+    from attnspec.spec.cases import decoder_only, encoder_layer, encoder_only, transformer
+    from attnspec.spec.cases.encoder_layer import (
+        dec_layer_params,
+        enc_layer_params,
+        key_padding,
+        stack_params,
+    )
+
+    r = Rng(f"test/tape/{name}/{norm}")
+    x, mem = r.uniform((2, 3, 4)), r.uniform((2, 5, 4))
+    attrs = {"num_heads": 2, "norm": norm}
+    ids = np.array([[1, 4, 5, 0], [2, 3, 0, 0]])
+    if name == "encoder_layer":
+        call = {"x": x, "mask": key_padding([3, 2], 3), **attrs,
+                "params": enc_layer_params(r, 4, 6)}
+        return name, "layers", call, {"y": r.uniform((2, 3, 4))}
+    if name == "decoder_layer":
+        call = {"x": x, "memory": mem, "self_mask": encoder_layer.causal(3),
+                "memory_mask": key_padding([5, 3], 5), **attrs,
+                "params": dec_layer_params(r, 4, 6)}
+        return name, "layers", call, {"y": r.uniform((2, 3, 4))}
+    if name == "decoder":
+        call = {"x": x, "memory": mem, "num_layers": 2, **attrs,
+                "params": stack_params(r, dec_layer_params, 2, 4, 6, norm == "pre")}
+        return name, "layers", call, {"y": r.uniform((2, 3, 4))}
+    if name == "encoder_only":
+        call = {"ids": ids, "pad_id": 0, "num_layers": 2, **attrs,
+                "params": encoder_only.params(r, 2, 4, 6, 7, norm=norm)}
+        return name, "models", call, {"hidden": r.uniform((2, 4, 4)),
+                                      "logits": r.uniform((2, 4, 7))}
+    if name == "decoder_only":
+        call = {"ids": ids, "pad_id": 0, "num_layers": 2, **attrs,
+                "params": decoder_only.params(r, 2, 4, 6, 7, norm=norm)}
+        return name, "models", call, {"logits": r.uniform((2, 4, 7))}
+    tied = name == "transformer-tied"
+    call = {"src_ids": ids, "tgt_ids": ids[:, :3], "pad_id": 0, "num_layers": 1, **attrs,
+            "tie_embeddings": tied,
+            "params": transformer.transformer_params(r, 1, 4, 6, 7, norm=norm, tied=tied)}
+    return "transformer", "models", call, {"logits": r.uniform((2, 3, 7))}
+
+
 CASES = {f"residual-{pos}-{act}": (_residual, pos, act)
          for pos in ("post", "pre") for act in ("relu", "gelu")}
+CASES.update({f"{name}-{norm}": (_layers, name, norm)
+              for name in ("encoder_layer", "decoder_layer", "decoder", "encoder_only",
+                           "decoder_only", "transformer", "transformer-tied")
+              for norm in ("post", "pre")})
 
 
 def _both(name, module, call, cot):
