@@ -550,3 +550,170 @@ def self_attention_grad_cases(r):
 
 
 CASES.update(mha=mha_grad_cases, self_attention=self_attention_grad_cases)
+
+
+# == composites: layers, stacks, models (the kernels' VJPs chained; backends/composite/tape.py)
+
+def _L():
+    from . import encoder_layer as L
+    return L
+
+
+def encoder_layer_cases(r):
+    L = _L()
+    for n, norm in enumerate(["post", "pre"], 1):
+        yield gradient(f"encoder_layer/grad-00{n}", "encoder_layer",
+                       f"norm='{norm}', a (2, 3, 4) input, H = 2, F = 8, row 1 key-padded after "
+                       f"2: dx sums the self-attention's dquery, dkey and dvalue (x is all "
+                       f"three) and the skip paths of both residual blocks.",
+                       inputs={"x": r.uniform((2, 3, 4)), "mask": L.key_padding([3, 2], 3)},
+                       attributes={"num_heads": 2, "norm": norm},
+                       params=L.enc_layer_params(r, 4, 8), cotangents={"y": r.uniform((2, 3, 4))},
+                       flags=["gradient", f"{norm}-norm", "padding"])
+    yield gradient("encoder_layer/grad-003", "encoder_layer",
+                   "norm='post', activation='gelu', a causal (4, 4) mask, H = 1, no biases in "
+                   "the attention (no b_* gradients expected).",
+                   inputs={"x": r.uniform((1, 4, 4)), "mask": L.causal(4)},
+                   attributes={"num_heads": 1, "activation": "gelu"},
+                   params=L.enc_layer_params(r, 4, 6, bias=False),
+                   cotangents={"y": r.uniform((1, 4, 4))},
+                   flags=["gradient", "post-norm", "gelu", "causal", "no-bias"])
+    yield gradient("encoder_layer/grad-004", "encoder_layer",
+                   "norm='pre', eps = 0.25, a single token (T = 1): the attention weights are "
+                   "1 and its gradient reaches x through the value projection only.",
+                   inputs={"x": r.uniform((2, 1, 4))},
+                   attributes={"num_heads": 2, "norm": "pre", "eps": 0.25},
+                   params=L.enc_layer_params(r, 4, 8), cotangents={"y": r.uniform((2, 1, 4))},
+                   flags=["gradient", "pre-norm", "eps", "single-query"])
+
+
+def decoder_layer_cases(r):
+    L = _L()
+    for n, norm in enumerate(["post", "pre"], 1):
+        yield gradient(f"decoder_layer/grad-00{n}", "decoder_layer",
+                       f"norm='{norm}', x (2, 3, 4), memory (2, 5, 4), causal self-attention, "
+                       f"memory row 1 padded after 3, H = 2: dmemory = the cross-attention's "
+                       f"dkey + dvalue, 0 on the padded memory positions.",
+                       inputs={"x": r.uniform((2, 3, 4)), "memory": r.uniform((2, 5, 4)),
+                               "self_mask": L.causal(3),
+                               "memory_mask": L.key_padding([5, 3], 5)},
+                       attributes={"num_heads": 2, "norm": norm},
+                       params=L.dec_layer_params(r, 4, 8), cotangents={"y": r.uniform((2, 3, 4))},
+                       flags=["gradient", f"{norm}-norm", "causal", "padding"])
+    yield gradient("decoder_layer/grad-003", "decoder_layer",
+                   "norm='post', activation='gelu', T = 2 queries, S = 3 memory positions, "
+                   "H = 1, no masks: dx and dmemory have different shapes.",
+                   inputs={"x": r.uniform((1, 2, 4)), "memory": r.uniform((1, 3, 4))},
+                   attributes={"num_heads": 1, "activation": "gelu"},
+                   params=L.dec_layer_params(r, 4, 6), cotangents={"y": r.uniform((1, 2, 4))},
+                   flags=["gradient", "post-norm", "gelu", "cross-attention"])
+    yield gradient("decoder_layer/grad-004", "decoder_layer",
+                   "norm='pre', eps = 0.25, no biases, a memory mask only (self-attention "
+                   "unmasked).",
+                   inputs={"x": r.uniform((2, 2, 4)), "memory": r.uniform((2, 4, 4)),
+                           "memory_mask": L.key_padding([2, 4], 4)},
+                   attributes={"num_heads": 2, "norm": "pre", "eps": 0.25},
+                   params=L.dec_layer_params(r, 4, 6, bias=False),
+                   cotangents={"y": r.uniform((2, 2, 4))},
+                   flags=["gradient", "pre-norm", "eps", "no-bias", "padding"])
+
+
+def encoder_cases(r):
+    L = _L()
+    for n, (norm, layers) in enumerate([("post", 2), ("pre", 2), ("post", 1), ("pre", 3)], 1):
+        final = " and final_norm" if norm == "pre" else ""
+        yield gradient(f"encoder/grad-00{n}", "encoder",
+                       f"N = {layers}, norm='{norm}', a (2, 3, 4) input, row 1 key-padded after "
+                       f"2: dh_i = layer_i^T dh_(i+1), parameters layers.<i>.*{final} each get "
+                       f"their own layer's gradient (swapping two layers' fails).",
+                       inputs={"x": r.uniform((2, 3, 4)), "mask": L.key_padding([3, 2], 3)},
+                       attributes={"num_layers": layers, "num_heads": 2, "norm": norm,
+                                   "activation": "gelu" if n == 3 else "relu"},
+                       params=L.stack_params(r, L.enc_layer_params, layers, 4, 6, norm == "pre"),
+                       cotangents={"y": r.uniform((2, 3, 4))},
+                       flags=["gradient", f"{norm}-norm", "padding"])
+
+
+def decoder_cases(r):
+    L = _L()
+    for n, (norm, layers) in enumerate([("post", 2), ("pre", 2), ("post", 1), ("pre", 1)], 1):
+        yield gradient(f"decoder/grad-00{n}", "decoder",
+                       f"N = {layers}, norm='{norm}', x (2, 3, 4), memory (2, 4, 4), causal "
+                       f"self-attention, memory row 1 padded after 2: dmemory sums every "
+                       f"layer's cross-attention gradient.",
+                       inputs={"x": r.uniform((2, 3, 4)), "memory": r.uniform((2, 4, 4)),
+                               "self_mask": L.causal(3),
+                               "memory_mask": L.key_padding([4, 2], 4)},
+                       attributes={"num_layers": layers, "num_heads": 2, "norm": norm},
+                       params=L.stack_params(r, L.dec_layer_params, layers, 4, 6, norm == "pre"),
+                       cotangents={"y": r.uniform((2, 3, 4))},
+                       flags=["gradient", f"{norm}-norm", "causal", "padding"])
+
+
+def encoder_only_cases(r):
+    from .encoder_only import params
+    from .transformer import ids
+
+    for n, (norm, cot) in enumerate([("post", ("logits",)), ("post", ("hidden", "logits")),
+                                     ("pre", ("hidden", "logits")), ("pre", ("hidden",))], 1):
+        toks = ids(r, 7, [4, 2], 4, bos_id=1)
+        if n == 4:
+            toks = np.array([[1, 5, 5, 5], [1, 5, 3, 0]])  # repeated ids: rows accumulate
+        yield gradient(f"encoder_only/grad-00{n}", "encoder_only",
+                       f"norm='{norm}', N = 1, D = 4, vocabulary 7, T = 4, row 1 padded; "
+                       f"cotangents on {' and '.join(cot)}: dhidden = its cotangent + the LM "
+                       f"head's dx; embed.table and pos.table get scatter-added rows"
+                       + (" (id 5 three times in row 0)." if n == 4 else "."),
+                       inputs={"ids": toks},
+                       attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2, "norm": norm},
+                       params=params(r, 1, 4, 6, 7, 4, norm),
+                       cotangents={c: r.uniform((2, 4, 4 if c == "hidden" else 7)) for c in cot},
+                       flags=["gradient", f"{norm}-norm", "padding"]
+                       + (["repeat"] if n == 4 else []))
+
+
+def decoder_only_cases(r):
+    from .decoder_only import params
+    from .transformer import ids
+
+    for n, (norm, layers) in enumerate([("pre", 1), ("pre", 2), ("post", 1), ("pre", 1)], 1):
+        toks = ids(r, 7, [4, 3], 4, bos_id=1) if n != 4 else np.array([[1, 4, 4, 4],
+                                                                          [1, 4, 0, 0]])
+        yield gradient(f"decoder_only/grad-00{n}", "decoder_only",
+                       f"N = {layers}, norm='{norm}', D = 4, H = 2, vocabulary 7, T = 4, causal "
+                       f"and padded: dlogits through lm_head, the stack, then embed.table and "
+                       f"pos.table (pos.table row t sums the batch)"
+                       + (", id 4 repeated: its table row accumulates." if n == 4 else "."),
+                       inputs={"ids": toks},
+                       attributes={"pad_id": 0, "num_layers": layers, "num_heads": 2,
+                                   "norm": norm, "activation": "relu" if n == 4 else "gelu"},
+                       params=params(r, layers, 4, 6, 7, 4, norm),
+                       cotangents={"logits": r.uniform((2, 4, 7))},
+                       flags=["gradient", f"{norm}-norm", "causal", "padding"]
+                       + (["repeat"] if n == 4 else []))
+
+
+def transformer_cases(r):
+    from .transformer import ids, transformer_params
+
+    for n, (norm, tied, layers) in enumerate([("post", False, 1), ("pre", False, 1),
+                                              ("post", True, 1), ("pre", True, 2)], 1):
+        tie = ("tied: tgt_embed.table gets dlogits^T h from the LM head plus the embedding's "
+               "scatter-added rows" if tied else "untied")
+        yield gradient(f"transformer/grad-00{n}", "transformer",
+                       f"N = {layers}, norm='{norm}', {tie}; D = 4, H = 2, vocabulary 7, source "
+                       f"T = 4 and target T = 3, padded: the encoder's gradient comes only "
+                       f"through the decoder's cross-attention (dmemory).",
+                       inputs={"src_ids": ids(r, 7, [4, 3], 4), "tgt_ids": ids(r, 7, [3, 2], 3,
+                                                                              bos_id=1)},
+                       attributes={"pad_id": 0, "num_layers": layers, "num_heads": 2,
+                                   "norm": norm, "tie_embeddings": tied},
+                       params=transformer_params(r, layers, 4, 6, 7, norm, tied),
+                       cotangents={"logits": r.uniform((2, 3, 7))},
+                       flags=["gradient", f"{norm}-norm", "padding"]
+                       + (["tied-embeddings"] if tied else []))
+
+
+CASES.update(encoder_layer=encoder_layer_cases, decoder_layer=decoder_layer_cases,
+             encoder=encoder_cases, decoder=decoder_cases, encoder_only=encoder_only_cases,
+             decoder_only=decoder_only_cases, transformer=transformer_cases)

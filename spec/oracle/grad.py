@@ -731,11 +731,9 @@ def encoder_only_vjp(cot, ids, pad_id=0, num_layers=1, num_heads=1, norm="post",
 
     fwd = encoder_only(ids, pad_id, num_layers, num_heads, norm, eps, activation, params)
     dh = zeros(fwd["hidden"].shape) if "hidden" not in cot else mpa(cot["hidden"])
-    grads = {}
-    if "logits" in cot:
-        gi, g = lm_head_vjp({"logits": cot["logits"]}, fwd["hidden"],
-                            params=sub(params, "lm_head"))
-        dh, grads = dh + gi["x"], _prefixed("lm_head", g)
+    dlogits = mpa(cot["logits"]) if "logits" in cot else zeros(fwd["logits"].shape)
+    gi, g = lm_head_vjp({"logits": dlogits}, fwd["hidden"], params=sub(params, "lm_head"))
+    dh, grads = dh + gi["x"], _prefixed("lm_head", g)
     gi, g = encoder_vjp({"y": dh}, fwd["embed.output"], _padding(ids, pad_id), num_layers,
                         num_heads, norm, eps, activation, sub(params, "encoder"))
     return {}, _merge(grads, _prefixed("encoder", g),
@@ -802,3 +800,20 @@ VJPS.update(encoder_layer=encoder_layer_vjp, decoder_layer=decoder_layer_vjp,
             encoder=encoder_vjp, decoder=decoder_vjp, encoder_only=encoder_only_vjp,
             decoder_only=decoder_only_vjp, transformer=transformer_vjp,
             learned_pe=learned_pe_vjp)
+
+
+def decoder_only_loss_vjp(cot, ids, targets, pad_id=0, num_layers=1, num_heads=1, norm="pre",
+                          eps=1e-5, activation="gelu", ignore_index=-100, label_smoothing=0.0,
+                          params=None):
+    """loss = CE(DecoderOnly(ids), targets):  dlogits = CE^T dloss = dloss (p - q) / N on the
+    counted tokens, then DecoderOnly^T dlogits (every parameter's training-step gradient)."""
+    from .decoder_only import decoder_only
+
+    cfg = (pad_id, num_layers, num_heads, norm, eps, activation)
+    logits = decoder_only(ids, *cfg, params)["logits"]
+    gl, _ = cross_entropy_vjp({"loss": cot["loss"]}, logits, targets, ignore_index,
+                              label_smoothing)
+    return decoder_only_vjp({"logits": gl["logits"]}, ids, *cfg, params)
+
+
+VJPS["decoder_only_loss"] = decoder_only_loss_vjp
