@@ -717,3 +717,33 @@ def transformer_cases(r):
 CASES.update(encoder_layer=encoder_layer_cases, decoder_layer=decoder_layer_cases,
              encoder=encoder_cases, decoder=decoder_cases, encoder_only=encoder_only_cases,
              decoder_only=decoder_only_cases, transformer=transformer_cases)
+
+
+def decoder_only_loss_cases(r):
+    """One training step: the loss's gradient with respect to every parameter."""
+    from .decoder_only import params
+    from .decoder_only_loss import next_ids
+    from .transformer import ids
+
+    for n, (norm, layers, smooth) in enumerate([("pre", 1, 0.1), ("pre", 2, 0.1),
+                                                ("post", 1, 0.0), ("pre", 1, 0.0)], 1):
+        toks = ids(r, 7, [5, 3], 5, bos_id=1)
+        smoothing = f"label_smoothing = {smooth}" if smooth else "no label smoothing"
+        yield gradient(f"decoder_only_loss/grad-00{n}", "decoder_only_loss",
+                       f"One training step of a decoder-only model (N = {layers}, norm='{norm}', "
+                       f"D = 4, H = 2, vocabulary 7, B = 2, T = 5, row 1 padded after 3): "
+                       f"loss = the mean cross-entropy of the logits against the next ids over "
+                       f"the 6 counted targets (the last position and padding ignored), "
+                       f"{smoothing}, dloss = 1; expected: the loss and the gradient of every "
+                       f"parameter (embed.table, pos.table, layers.*, "
+                       f"{'final_norm.*, ' if norm == 'pre' else ''}lm_head.*).",
+                       inputs={"ids": toks, "targets": next_ids(toks)},
+                       attributes={"pad_id": 0, "num_layers": layers, "num_heads": 2,
+                                   "norm": norm, "label_smoothing": smooth},
+                       params=params(r, layers, 4, 6, 7, 5, norm),
+                       cotangents={"loss": np.array(1.0)},
+                       flags=["gradient", "training-step", f"{norm}-norm", "ignore-index",
+                              "padding"] + (["label-smoothing"] if smooth else []))
+
+
+CASES["decoder_only_loss"] = decoder_only_loss_cases
