@@ -381,13 +381,87 @@ TAPE_BUGS = {
 }
 
 
+COMPOSITES = ["residual", "encoder_layer", "decoder_layer", "encoder", "decoder",
+              "encoder_only", "decoder_only", "transformer", "decoder_only_loss"]
+
+
 @pytest.mark.parametrize("bug", sorted(TAPE_BUGS))
-@pytest.mark.parametrize("component", ["residual"])
+@pytest.mark.parametrize("component", COMPOSITES)
 def test_tape_bug_fails_at_every_dtype(monkeypatch, bug, component):
     from attnspec.backends.composite import tape
 
     monkeypatch.setattr(tape.Tape, "add", TAPE_BUGS[bug](tape.Tape.add))
     assert_gradient_bug_fails(mutant(), component)
+
+
+@pytest.mark.parametrize("component", ["decoder_only", "decoder_only_loss"])
+def test_broadcast_add_gradient_not_summed_fails(monkeypatch, component):
+    """e + pos.table[0..T-1]: the position table's gradient taken from batch row 0 instead
+    of summed over the batch."""
+    from attnspec.backends.composite import tape
+
+    def first_row(g, shape):
+        g = g[(0,) * (g.ndim - len(shape))]
+        return g.sum(axis=tuple(i for i, n in enumerate(shape) if n == 1), keepdims=True)
+
+    monkeypatch.setattr(tape, "_unbroadcast", first_row)
+    assert_gradient_bug_fails(mutant(), component)
+
+
+@pytest.mark.parametrize("component", COMPOSITES)
+def test_correct_composite_backward_passes(component):
+    assert gradient_rejections(mutant(), component) == dict.fromkeys(
+        ("float64", "float32", "float16", "bfloat16"), 0)
+
+
+def _swap_layers(name):
+    """The composite's VJP with the gradients of layers.0.* and layers.1.* exchanged."""
+    from attnspec.backends.composite.tape import composite_vjp
+
+    def broken(cot, **call):
+        gi, gp = composite_vjp(mutant(), name, call, cot)
+        swap = {k: k.replace("layers.0.", "layers.1.") if "layers.0." in k
+                else k.replace("layers.1.", "layers.0.") for k in gp}
+        if all(v in gp for v in swap.values()):
+            gp = {k: gp[swap[k]] for k in gp}
+        return gi, gp
+    return broken
+
+
+def mha_value_path_dropped(cot, query, key, value, mask=None, *, num_heads, params,
+                           num_kv_heads=None):
+    """dvalue = 0: memory (key and value of the cross-attention) gets dkey only."""
+    gi, gp = multihead.mha_vjp(cot, query, key, value, mask, num_heads=num_heads,
+                               params=params, num_kv_heads=num_kv_heads)
+    return {**gi, "value": np.zeros_like(gi["value"])}, gp
+
+
+def lm_head_tied_grad_dropped(cot, x, *, tied=False, params):
+    """Tied: the LM head's dtable left out, the embedding's rows only."""
+    gi, gp = embedding.lm_head_vjp(cot, x, tied=tied, params=params)
+    return gi, ({**gp, "table": np.zeros_like(gp["table"])} if tied else gp)
+
+
+COMPOSITE_BUGS = {
+    ("encoder", "layers_swapped"): {"encoder_vjp": _swap_layers("encoder")},
+    ("decoder", "layers_swapped"): {"decoder_vjp": _swap_layers("decoder")},
+    ("decoder_layer", "memory_value_path_dropped"): {"mha_vjp": mha_value_path_dropped},
+    ("encoder_layer", "self_attention_value_path_dropped"): {"mha_vjp": mha_value_path_dropped},
+    ("transformer", "tied_head_grad_dropped"): {"lm_head_vjp": lm_head_tied_grad_dropped},
+    ("decoder_only_loss", "mean_over_all_tokens"): {"cross_entropy_vjp":
+                                                     ce_mean_over_all_tokens},
+    # (label smoothing ignored moves a training step's gradients by less than bfloat16's
+    # tolerance; cross_entropy's own gradient vectors catch it at every dtype)
+}
+
+
+@pytest.mark.parametrize("component, bug", list(COMPOSITE_BUGS),
+                         ids=[f"{c}-{b}" for c, b in COMPOSITE_BUGS])
+def test_composite_backward_bug_fails_at_every_dtype(component, bug):
+    """A kernel VJP or the composite's own, planted through the backend's function lookup
+    (the tape finds kernel VJPs there)."""
+    with np.errstate(all="ignore"):
+        assert_gradient_bug_fails(mutant(**COMPOSITE_BUGS[component, bug]), component)
 
 # -- attention kernels: sdpa (num_kv_heads, softcap), mha, self_attention, additive_attention,
 # luong_attention, relative_attention -----------------------------------------------------------
