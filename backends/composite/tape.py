@@ -28,13 +28,18 @@ from .. import _checks as check
 from . import MODULES, Kernels
 
 
-class Tracked(np.ndarray):
-    """An array on the tape: ``node`` is where its gradient accumulates."""
+class Tracked:
+    """An array on the tape, a subclass of the backend's own array class made by
+    :func:`_tracked` (so an ndarray subclass keeps its arithmetic): ``node`` is where its
+    gradient accumulates, ``plain()`` the array without the tape."""
 
     node: int
 
+    def plain(self):
+        return self.view(self.base_class)
+
     def __array_ufunc__(self, ufunc, method, *args, **kwargs):
-        plain = [np.asarray(a) if isinstance(a, Tracked) else a for a in args]
+        plain = [_plain(a) for a in args]
         out = getattr(ufunc, method)(*plain, **kwargs)
         if ufunc is np.add and method == "__call__" and not kwargs:
             nodes = [a.node if isinstance(a, Tracked) else None for a in args]
@@ -46,6 +51,20 @@ class Tracked(np.ndarray):
 
     def __getitem__(self, index):
         raise NotImplementedComponent("the composite tape has no backward for slicing")
+
+
+_TRACKED: dict = {}
+
+
+def _tracked(cls) -> type:
+    """The Tracked subclass of array class ``cls``."""
+    if cls not in _TRACKED:
+        _TRACKED[cls] = type(f"Tracked{cls.__name__}", (Tracked, cls), {"base_class": cls})
+    return _TRACKED[cls]
+
+
+def _plain(a):
+    return a.plain() if isinstance(a, Tracked) else a
 
 
 def _unbroadcast(g, shape):
@@ -64,7 +83,8 @@ class Tape:
 
     def track(self, x):
         """x as a new node of the tape."""
-        t = np.asarray(x).view(Tracked)
+        x = _plain(x) if isinstance(x, np.ndarray) else np.asarray(x)
+        t = x.view(_tracked(type(x)))
         t.node, t.tape = self.count, self
         self.count += 1
         return t
@@ -80,8 +100,7 @@ class Tape:
     def kernel(self, name: str, fn, args, kwargs):
         """out = fn(*args, **kwargs), recorded with its tracked inputs by argument name."""
         bound = inspect.signature(fn).bind(*args, **kwargs)
-        call = {n: np.asarray(a) if isinstance(a, Tracked) else a
-                for n, a in bound.arguments.items()}
+        call = {n: _plain(a) for n, a in bound.arguments.items()}
         tracked = {n: a.node for n, a in bound.arguments.items() if isinstance(a, Tracked)}
         params = call.get("params")
         if tracked or (params is not None and check.params_of(params).keys()):
@@ -141,7 +160,7 @@ class TapeOps:
         self._ops = ops
 
     def floating(self, name, x, like=None):
-        out = self._ops.floating(name, np.asarray(x), like)
+        out = self._ops.floating(name, _plain(x), _plain(like))
         return x if isinstance(x, Tracked) else out
 
     def cast(self, x, like):
@@ -187,6 +206,12 @@ class TapeKernels(Kernels):
         return fn
 
 
+def _as(a, dtype):
+    """a in dtype, keeping its array class."""
+    a = a if isinstance(a, np.ndarray) else np.asarray(a)
+    return a if a.dtype == dtype else a.astype(dtype)
+
+
 def _has_vjp(backend, name: str) -> bool:
     try:
         vjp_of(backend, name)
@@ -214,14 +239,14 @@ def composite_vjp(backend, name: str, call: dict, cotangents: dict) -> tuple[dic
     seeds = {}
     for n, o in zip(returns_of(name), outs):
         if n in cotangents and isinstance(o, Tracked):
-            c = np.asarray(cotangents[n], dtype=o.dtype)
+            c = _as(cotangents[n], o.dtype)
             seeds[o.node] = c if o.node not in seeds else seeds[o.node] + c
     grads, gparams = tape.backward(seeds)
     grad_inputs = {}
     for n in inputs:
         a = call[n]
-        grad_inputs[n] = np.asarray(grads.get(a.node, np.zeros(a.shape)), dtype=a.dtype)
+        grad_inputs[n] = _as(_plain(grads.get(a.node, np.zeros(a.shape))), a.dtype)
     store = call.get("params") or {}
-    grad_params = {path: np.asarray(gparams.get(path, np.zeros(np.shape(w))), dtype=w.dtype)
+    grad_params = {path: _as(gparams.get(path, np.zeros(np.shape(w))), w.dtype)
                    for path, w in store.items()}
     return grad_inputs, grad_params
