@@ -320,3 +320,50 @@ def test_dropout_vjp_matches_central_differences():
     r = Rng("test/grad/dropout")
     _check(dropout, grad.dropout_vjp, {"y": r.uniform((3, 4))}, {"x": r.uniform((3, 4))},
            {"keep_mask": r.bools((3, 4)), "p": 0.25})
+
+
+@pytest.mark.parametrize("with_values", [False, True])
+def test_additive_attention_vjp_matches_central_differences(with_values):
+    from attnspec.spec.oracle.additive_attention import additive_attention
+
+    r = Rng(f"test/grad/additive/{with_values}")
+    mask = r.bools((2, 3))
+    mask[:, 0] = True
+    inputs = {"query": r.uniform((2, 2, 3)), "keys": r.uniform((2, 3, 2)), "mask": mask}
+    if with_values:
+        inputs["values"] = r.uniform((2, 3, 2))
+    _check(additive_attention, grad.additive_attention_vjp,
+           {"context": r.uniform((2, 2, 2)), "weights": r.uniform((2, 2, 3))}, inputs, {},
+           {"w_q": r.uniform((3, 4)), "w_k": r.uniform((2, 4)), "v": r.uniform((4,))})
+
+
+@pytest.mark.parametrize("score", ["dot", "general", "concat"])
+def test_luong_attention_vjp_matches_central_differences(score):
+    from attnspec.spec.oracle.luong_attention import luong_attention
+
+    r = Rng(f"test/grad/luong/{score}")
+    d_k = 3 if score == "dot" else 2
+    params = {"dot": None, "general": {"w": r.uniform((3, 2))},
+              "concat": {"w": r.uniform((5, 4)), "v": r.uniform((4,))}}[score]
+    _check(luong_attention, grad.luong_attention_vjp,
+           {"context": r.uniform((2, 2, 2)), "weights": r.uniform((2, 2, 3))},
+           {"query": r.uniform((2, 2, 3)), "keys": r.uniform((2, 3, d_k)),
+            "values": r.uniform((2, 3, 2))}, {"score": score}, params)
+    _check(luong_attention, grad.luong_attention_vjp, {"context": r.uniform((1, 2, d_k))},
+           {"query": r.uniform((1, 2, 3)), "keys": r.uniform((1, 3, d_k))}, {"score": score},
+           params)
+
+
+@pytest.mark.parametrize("max_distance", [0, 1, 3])
+def test_relative_attention_vjp_matches_central_differences(max_distance):
+    from attnspec.spec.oracle.relative_attention import relative_attention
+
+    r = Rng(f"test/grad/relative/{max_distance}")
+    m = max_distance
+    mask = r.bools((2, 3, 4))
+    mask[..., 0] = True
+    _check(relative_attention, grad.relative_attention_vjp,
+           {"output": r.uniform((2, 3, 2)), "weights": r.uniform((2, 3, 4))},
+           {"q": r.uniform((2, 3, 2)), "k": r.uniform((2, 4, 2)), "v": r.uniform((2, 4, 2)),
+            "mask": mask}, {"max_distance": m, "scale": None},
+           {"rel_k": r.uniform((2 * m + 1, 2)), "rel_v": r.uniform((2 * m + 1, 2))})

@@ -4,6 +4,7 @@ gradient vectors must catch at every dtype's tolerance."""
 import numpy as np
 import pytest
 from attnspec.backends.numpy import (
+    alignment,
     attention,
     embedding,
     feedforward,
@@ -536,8 +537,58 @@ def sa_dx_from_query_only(cot, x, mask=None, *, scale=None, params):
 
 def weights_cotangent_ignored(vjp):
     def broken(cot, *args, **kw):
-        return vjp({"output": cot["output"]}, *args, **kw)
+        return vjp({n: c for n, c in cot.items() if n != "weights"}, *args, **kw)
     return broken
+
+
+def tanh_score_vjp_without_tanh_grad(query, keys, w_q, w_k, v, de):
+    """du = de v: the 1 - h^2 factor left out."""
+    h = np.tanh((query @ w_q)[:, :, None, :] + (keys @ w_k)[:, None, :, :])
+    du = de[..., None] * v * np.ones_like(h)
+    dq_proj, dk_proj = du.sum(axis=2), du.sum(axis=1)
+    return (dq_proj @ w_q.T, dk_proj @ w_k.T, np.einsum("bti,bta->ia", query, dq_proj),
+            np.einsum("bsj,bsa->ja", keys, dk_proj), np.einsum("bts,btsa->a", de, h))
+
+
+def keys_without_values_path(dq, dk, dvalues, values_given):
+    """values omitted: the keys' gradient from the scores only (dvalues dropped)."""
+    return {"query": dq, "keys": dk, **({"values": dvalues} if values_given else {})}
+
+
+def luong_general_mutant(which):
+    def broken(cot, query, keys, values=None, mask=None, *, score="dot", params=None):
+        g, gp = alignment.luong_attention_vjp(cot, query, keys, values, mask, score=score,
+                                              params=params)
+        if score == "general" and which == "dw_transposed":
+            gp["w"] = gp["w"].T.reshape(gp["w"].shape)
+        elif score == "general":  # dk = de^T q W^T (a shape error unless Dq = Dk)
+            gk, _ = alignment.luong_attention_vjp(cot, query, keys, values, mask, score=score,
+                                                  params={"w": params["w"].T.copy()})
+            g["keys"] = gk["keys"]
+        return g, gp
+    return broken
+
+
+def scatter_overwrite(table, rows, g):
+    """Assignment where a sum belongs: a table row shared by several (i, j) keeps one pair's
+    gradient."""
+    out = np.zeros_like(table)
+    out[rows] = g
+    return out
+
+
+def relative_without_a_k_in_dq(cot, q, k, v, mask=None, *, max_distance, scale=None, params):
+    """dq_i = c sum_j de_ij k_j: the a^K_ij term left out."""
+    g, gp = positional.relative_attention_vjp(cot, q, k, v, mask, max_distance=max_distance,
+                                              scale=scale, params=params)
+    z, alpha = positional.relative_attention(q, k, v, mask, max_distance=max_distance,
+                                             scale=scale, params=params)
+    rows = positional._relative_rows(q.shape[1], k.shape[1], max_distance)
+    dz = np.asarray(cot.get("output", np.zeros(z.shape)), dtype=z.dtype)
+    dalpha = dz @ np.swapaxes(v, -1, -2) + np.einsum("btv,tsv->bts", dz, params["rel_v"][rows])
+    dalpha = dalpha + np.asarray(cot.get("weights", 0.0), dtype=z.dtype)
+    c = 1 / np.sqrt(q.shape[-1]) if scale is None else scale
+    return {**g, "q": c * (attention.softmax_backward(alpha, dalpha) @ k)}, gp
 
 
 KERNEL_BUGS = {
@@ -563,6 +614,29 @@ KERNEL_BUGS = {
         "w_v_not_transposed": patched(multihead, "_linear_vjp", linear_vjp_mutant(
             "w_v", lambda x, dy, g: g.T.reshape(g.shape)), multihead.self_attention_vjp),
         "weights_cotangent_ignored": weights_cotangent_ignored(multihead.self_attention_vjp),
+    },
+    "additive_attention": {
+        "no_tanh_grad": patched(alignment, "_tanh_score_vjp", tanh_score_vjp_without_tanh_grad,
+                                alignment.additive_attention_vjp),
+        "keys_without_values_path": patched(alignment, "_with_values", keys_without_values_path,
+                                            alignment.additive_attention_vjp),
+        "weights_cotangent_ignored": weights_cotangent_ignored(alignment.additive_attention_vjp),
+    },
+    "luong_attention": {
+        "concat_no_tanh_grad": patched(alignment, "_tanh_score_vjp",
+                                       tanh_score_vjp_without_tanh_grad,
+                                       alignment.luong_attention_vjp),
+        "keys_without_values_path": patched(alignment, "_with_values", keys_without_values_path,
+                                            alignment.luong_attention_vjp),
+        "general_dw_transposed": luong_general_mutant("dw_transposed"),
+        "general_dk_with_w_transposed": luong_general_mutant("dk"),
+        "weights_cotangent_ignored": weights_cotangent_ignored(alignment.luong_attention_vjp),
+    },
+    "relative_attention": {
+        "table_gradient_overwritten": patched(positional, "_scatter_add", scatter_overwrite,
+                                              positional.relative_attention_vjp),
+        "dq_without_a_k": relative_without_a_k_in_dq,
+        "weights_cotangent_ignored": weights_cotangent_ignored(positional.relative_attention_vjp),
     },
 }
 KERNEL_CASES = [(c, n) for c, bugs in KERNEL_BUGS.items() for n in bugs]

@@ -8,7 +8,7 @@ from attnspec.spec.errors import ConfigError, DomainError, ShapeError
 
 from .. import _checks as check
 from ._core import boolean, floating, integers
-from .attention import softmax, weighted_sum
+from .attention import softmax, softmax_backward, weighted_sum
 
 
 def sinusoidal_pe(*, length, d_model, offset=0):
@@ -140,3 +140,42 @@ def learned_pe_vjp(cotangents, positions, *, params):
     np.add.at(dtable, np.asarray(positions).reshape(-1),
               np.asarray(cotangents["pe"], dtype=pe.dtype).reshape(-1, table.shape[1]))
     return {}, {"table": dtable}
+
+# -- backward of relative_attention (attention kernels) -------------------------------------
+
+def _scatter_add(table, rows, g):
+    """out[r] = sum of g[i, j] over the (i, j) with rows[i, j] = r (several pairs share a row)."""
+    out = np.zeros_like(table)
+    np.add.at(out, rows, g)
+    return out
+
+
+# e_ij = c q_i . (k_j + a^K_ij), alpha = softmax(e), z_i = sum_j alpha_ij (v_j + a^V_ij),
+# a^K_ij = rel_k[r_ij], a^V_ij = rel_v[r_ij]:
+#   dalpha'_ij = dz_i . (v_j + a^V_ij) + dalpha_ij,  de = alpha * (dalpha' - rowsum(dalpha' * alpha)),
+#   dq_i = c sum_j de_ij (k_j + a^K_ij),  dk_j = c sum_i de_ij q_i,  dv_j = sum_i alpha_ij dz_i,
+#   drel_k[r] = c sum of de_ij q_i over b and every (i, j) with r_ij = r,
+#   drel_v[r] = sum of alpha_ij dz_i over b and every (i, j) with r_ij = r
+def relative_attention_vjp(cotangents, q, k, v, mask=None, *, max_distance, scale=None,
+                           params):
+    z, alpha = relative_attention(q, k, v, mask, max_distance=max_distance, scale=scale,
+                                  params=params)
+    q, k, v = floating("q", q), floating("k", k), floating("v", v)
+    rel_k, rel_v = (np.asarray(params[n], dtype=q.dtype) for n in ("rel_k", "rel_v"))
+    (_, t, kw), s = q.shape, k.shape[1]
+    rows = _relative_rows(t, s, max_distance)
+    a_k, a_v = rel_k[rows], rel_v[rows]  # (T, S, K), (T, S, V)
+    c = q.dtype.type(check.scale(scale, kw))
+    dz = cotangents.get("output")
+    dz = np.zeros_like(z) if dz is None else np.asarray(dz, dtype=z.dtype)  # (B, T, V)
+    dalpha = dz @ np.swapaxes(v, -1, -2) + np.einsum("btv,tsv->bts", dz, a_v)  # (B, T, S)
+    if "weights" in cotangents:
+        dalpha = dalpha + np.asarray(cotangents["weights"], dtype=z.dtype)
+    de = softmax_backward(alpha, dalpha)  # (B, T, S)
+    gk_rows = c * np.einsum("bts,btk->tsk", de, q)  # (T, S, K): drel_k before the scatter
+    gv_rows = np.einsum("bts,btv->tsv", alpha, dz)  # (T, S, V)
+    drel_k, drel_v = _scatter_add(rel_k, rows, gk_rows), _scatter_add(rel_v, rows, gv_rows)
+    grads = {"q": c * (de @ k + np.einsum("bts,tsk->btk", de, a_k)),
+             "k": c * (np.swapaxes(de, -1, -2) @ q),
+             "v": np.swapaxes(alpha, -1, -2) @ dz}
+    return grads, {"rel_k": drel_k, "rel_v": drel_v}

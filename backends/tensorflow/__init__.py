@@ -138,16 +138,16 @@ class TensorFlowBackend(Backend):
                 tape.watch((inputs, params))
                 out = raw(**inputs, **rest, **({"params": params} if has_params else {}))
             out = dict(zip(names, out if len(names) > 1 else (out,)))
-            grads = tape.gradient([out[k] for k in cot], (inputs, params),
-                                  output_gradients=list(cot.values()),
-                                  unconnected_gradients=tf.UnconnectedGradients.ZERO)
-            return tf.nest.map_structure(_dense, grads, expand_composites=False)
+            return tape.gradient([out[k] for k in cot], (inputs, params),
+                                 output_gradients=list(cot.values()),
+                                 unconnected_gradients=tf.UnconnectedGradients.ZERO)
 
         compiled = tf.function(forward_backward, jit_compile=True, autograph=False)
         with tf.device(self._tf_device(self._device)):
             grad_inputs, grad_params = compiled(floats, dict(call.get("params") or {}),
                                                 dict(cotangents))
-        return dict(grad_inputs), dict(grad_params)
+        return ({k: _dense(g) for k, g in grad_inputs.items()},
+                {k: _dense(g) for k, g in grad_params.items()})
 
     def versions(self) -> dict[str, str]:
         import keras
@@ -166,6 +166,6 @@ class TensorFlowBackend(Backend):
 
 
 def _dense(g):
-    """A gather's gradient (tf.IndexedSlices: the rows of an embedding table that were
-    read) as the dense array of the table's shape, repeated rows summed."""
+    """A gradient as a dense tensor: tf.gather's (relative_attention's tables, an embedding)
+    is a tf.IndexedSlices, rows and values to be summed."""
     return tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g

@@ -747,3 +747,141 @@ def decoder_only_loss_cases(r):
 
 
 CASES["decoder_only_loss"] = decoder_only_loss_cases
+
+def additive_attention_grad_cases(r):
+    from .additive_attention import add_params
+
+    def u(*shape):
+        return r.uniform(shape, -1, 1)
+
+    yield gradient("additive_attention/grad-001", "additive_attention",
+                   "B = 2, T = 2, S = 3, Dq = 3 != Dk = 4, A = 5, values omitted (= keys): the "
+                   "keys' gradient is the score path's plus the values path's (W^T dC); "
+                   "du = de v (1 - h^2), so leaving out tanh' fails.",
+                   inputs={"query": u(2, 2, 3), "keys": u(2, 3, 4)}, params=add_params(r, 3, 4, 5),
+                   cotangents={"context": r.uniform((2, 2, 4))},
+                   flags=["gradient", "default-values"])
+    keep = r.bools((2, 3, 4))
+    keep[..., 0] = True
+    yield gradient("additive_attention/grad-002", "additive_attention",
+                   "values given (Dv = 2), a (2, 3, 4) mask and cotangents on the context and "
+                   "the weights: masked keys get no gradient from their row.",
+                   inputs={"query": u(2, 3, 2), "keys": u(2, 4, 3), "values": u(2, 4, 2),
+                           "mask": keep},
+                   params=add_params(r, 2, 3, 4),
+                   cotangents={"context": r.uniform((2, 3, 2)), "weights": r.uniform((2, 3, 4))},
+                   flags=["gradient", "mask", "weights-cotangent"])
+    yield gradient("additive_attention/grad-003", "additive_attention",
+                   "Inputs in [-2, 2] (pre-activations up to 12: some tanh saturated, 1 - h^2 "
+                   "near 0), values given: dv = sum de h, dW_q = sum_b query^T (sum_s du).",
+                   inputs={"query": r.uniform((1, 3, 4)), "keys": r.uniform((1, 4, 4)),
+                           "values": r.uniform((1, 4, 3))},
+                   params=add_params(r, 4, 4, 3), cotangents={"context": r.uniform((1, 3, 3))},
+                   flags=["gradient", "saturation"])
+    yield gradient("additive_attention/grad-004", "additive_attention",
+                   "A single query (T = 1) over S = 5 keys, B = 3, cotangent on the weights only "
+                   "(the context's is 0).",
+                   inputs={"query": u(3, 1, 2), "keys": u(3, 5, 2)}, params=add_params(r, 2, 2, 3),
+                   cotangents={"weights": r.uniform((3, 1, 5))},
+                   flags=["gradient", "single-query", "weights-cotangent"])
+
+
+def luong_attention_grad_cases(r):
+    from .luong_attention import concat_params
+
+    def u(*shape):
+        return r.uniform(shape, -1, 1)
+
+    yield gradient("luong_attention/grad-001", "luong_attention",
+                   "score='dot', values omitted (= keys), B = 2, T = 2, S = 3, D = 3: dq = de k, "
+                   "dk = de^T q + W^T dC (the keys are also the values).",
+                   inputs={"query": u(2, 2, 3), "keys": u(2, 3, 3)}, attributes={"score": "dot"},
+                   cotangents={"context": r.uniform((2, 2, 3))},
+                   flags=["gradient", "dot", "default-values"])
+    keep = r.bools((2, 2, 4))
+    keep[..., 0] = True
+    yield gradient("luong_attention/grad-002", "luong_attention",
+                   "score='dot', values given (Dv = 2), a (2, 2, 4) mask, cotangents on the "
+                   "context and the weights.",
+                   inputs={"query": u(2, 2, 3), "keys": u(2, 4, 3), "values": u(2, 4, 2),
+                           "mask": keep},
+                   attributes={"score": "dot"},
+                   cotangents={"context": r.uniform((2, 2, 2)), "weights": r.uniform((2, 2, 4))},
+                   flags=["gradient", "dot", "mask", "weights-cotangent"])
+    yield gradient("luong_attention/grad-003", "luong_attention",
+                   "score='general', Dq = 3 != Dk = 2, values given: dW = sum_b q^T de k is "
+                   "(3, 2), dq = de k W^T, dk = de^T q W (a missing transpose cannot take the "
+                   "shape).",
+                   inputs={"query": u(2, 3, 3), "keys": u(2, 4, 2), "values": u(2, 4, 2)},
+                   attributes={"score": "general"}, params={"w": r.weights((3, 2))},
+                   cotangents={"context": r.uniform((2, 3, 2))}, flags=["gradient", "general"])
+    yield gradient("luong_attention/grad-004", "luong_attention",
+                   "score='general' with a square W (Dq = Dk = 3), values omitted and a cotangent "
+                   "on the weights: W's gradient in the wrong layout (its transpose) fails.",
+                   inputs={"query": u(1, 3, 3), "keys": u(1, 4, 3)},
+                   attributes={"score": "general"}, params={"w": r.weights((3, 3))},
+                   cotangents={"context": r.uniform((1, 3, 3)), "weights": r.uniform((1, 3, 4))},
+                   flags=["gradient", "general", "default-values", "weights-cotangent"])
+    yield gradient("luong_attention/grad-005", "luong_attention",
+                   "score='concat', Dq = 2, Dk = 3, A = 4, values given: W's top 2 rows get "
+                   "the query's share and its bottom 3 the keys'; tanh' = 1 - h^2.",
+                   inputs={"query": u(2, 2, 2), "keys": u(2, 3, 3), "values": u(2, 3, 2)},
+                   attributes={"score": "concat"}, params=concat_params(r, 2, 3, 4),
+                   cotangents={"context": r.uniform((2, 2, 2))}, flags=["gradient", "concat"])
+    yield gradient("luong_attention/grad-006", "luong_attention",
+                   "score='concat', values omitted, inputs in [-2, 2] (some tanh saturated), "
+                   "cotangents on the context and the weights.",
+                   inputs={"query": r.uniform((1, 2, 3)), "keys": r.uniform((1, 4, 2))},
+                   attributes={"score": "concat"}, params=concat_params(r, 3, 2, 3),
+                   cotangents={"context": r.uniform((1, 2, 2)), "weights": r.uniform((1, 2, 4))},
+                   flags=["gradient", "concat", "default-values", "saturation"])
+
+
+CASES.update(additive_attention=additive_attention_grad_cases,
+             luong_attention=luong_attention_grad_cases)
+
+
+def relative_attention_grad_cases(r):
+    def t(m, kw, vw):
+        return {"rel_k": r.weights((2 * m + 1, kw)), "rel_v": r.weights((2 * m + 1, vw))}
+
+    yield gradient("relative_attention/grad-001", "relative_attention",
+                   "T = 3, S = 5, K = 3, V = 2, max_distance = 1 (distances 2..4 "
+                   "clipped): the rows 0 and 2 of rel_k and rel_v collect the gradient of every "
+                   "clipped pair (overwriting instead of accumulating fails).",
+                   inputs={"q": r.uniform((2, 3, 3)), "k": r.uniform((2, 5, 3)),
+                           "v": r.uniform((2, 5, 2))},
+                   attributes={"max_distance": 1}, params=t(1, 3, 2),
+                   cotangents={"output": r.uniform((2, 3, 2))},
+                   flags=["gradient", "clipping", "accumulation"])
+    yield gradient("relative_attention/grad-002", "relative_attention",
+                   "max_distance = 3 >= every distance (T = S = 4), a causal mask and cotangents "
+                   "on the output and the weights: masked pairs add nothing to the tables' "
+                   "gradients, rel_k's upper rows (j > i) get 0.",
+                   inputs={"q": r.uniform((1, 4, 2)), "k": r.uniform((1, 4, 2)),
+                           "v": r.uniform((1, 4, 3)), "mask": np.tril(np.ones((4, 4), dtype=bool))},
+                   attributes={"max_distance": 3}, params=t(3, 2, 3),
+                   cotangents={"output": r.uniform((1, 4, 3)), "weights": r.uniform((1, 4, 4))},
+                   flags=["gradient", "causal", "weights-cotangent"])
+    yield gradient("relative_attention/grad-003", "relative_attention",
+                   "max_distance = 0 (a single table row shared by every pair), scale = 0.5: "
+                   "drel_v = sum over every pair of alpha_ij dz_i; drel_k is 0 (the one row "
+                   "shifts a query's every score alike, which the softmax ignores).",
+                   inputs={"q": r.uniform((2, 2, 2)), "k": r.uniform((2, 3, 2)),
+                           "v": r.uniform((2, 3, 2))},
+                   attributes={"max_distance": 0, "scale": 0.5}, params=t(0, 2, 2),
+                   cotangents={"output": r.uniform((2, 2, 2))},
+                   flags=["gradient", "max-distance-0", "scale"])
+    keep = r.bools((2, 4, 3))
+    keep[..., 0] = True
+    yield gradient("relative_attention/grad-004", "relative_attention",
+                   "T = 4 > S = 3 with max_distance = 2, a (2, 4, 3) mask and a cotangent on "
+                   "the weights only: dq_i includes the scaled a^K term c sum_j de_ij a^K_ij.",
+                   inputs={"q": r.uniform((2, 4, 2)), "k": r.uniform((2, 3, 2)),
+                           "v": r.uniform((2, 3, 2)), "mask": keep},
+                   attributes={"max_distance": 2}, params=t(2, 2, 2),
+                   cotangents={"weights": r.uniform((2, 4, 3))},
+                   flags=["gradient", "mask", "weights-cotangent"])
+
+
+CASES.update(relative_attention=relative_attention_grad_cases)

@@ -555,6 +555,153 @@ GRAD2_VJPS = {"embedding": embedding_vjp, "lm_head": lm_head_vjp, "rope": rope_v
 # == end grad2 ===============================================================================
 
 
+def _scored_attention_vjp(cot, e, vals, mask):
+    """weights = softmax(e) (masked), context = weights values; cotangents dC (and dW):
+        dW' = dC values^T + dW,  de = W * (dW' - rowsum(dW' * W)),  dvalues = W^T dC
+    Returns (de, dvalues), (B, T, S) and (B, S, Dv)."""
+    b, t, s = e.shape
+    keep = None if mask is None else np.broadcast_to(np.asarray(mask, dtype=bool), (b, t, s))
+    w = softmax(e, axis=-1, keep=keep)  # (B, T, S)
+    dC = _cot(cot, "context", (b, t, vals.shape[-1]))
+    dWt = matmul(dC, transpose_last(vals))
+    if "weights" in cot:
+        dWt = dWt + mpa(cot["weights"])
+    de = np.empty(w.shape, dtype=object)
+    for idx, row in _rows(w):
+        de[idx] = softmax_backward_row(row, list(dWt[idx]))
+    return de, matmul(transpose_last(w), dC)
+
+
+def _tanh_scores_vjp(q, k, w_q, w_k, v, de):
+    """e[b,t,s] = sum_a v_a tanh(u), u = (q w_q)[b,t,a] + (k w_k)[b,s,a], h = tanh(u):
+        dv_a = sum_{b,t,s} de h_a,   du = de v_a (1 - h^2),
+        d(q w_q) = sum_s du,  d(k w_k) = sum_t du,  then the two projections' backward.
+    Returns dq, dk, dw_q, dw_k, dv."""
+    qa, ka = matmul(q, w_q), matmul(k, w_k)  # (B, T, A), (B, S, A)
+    (b, t, s), a = de.shape, v.shape[0]
+    dqa, dka, dv_terms = zeros(qa.shape), zeros(ka.shape), [[] for _ in range(a)]
+    du = zeros((b, t, s, a))
+    for bi, ti, si in np.ndindex(b, t, s):
+        for j in range(a):
+            h = mpmath.tanh(qa[bi, ti, j] + ka[bi, si, j])
+            dv_terms[j].append(de[bi, ti, si] * h)
+            du[bi, ti, si, j] = de[bi, ti, si] * v[j] * (1 - h * h)
+    dqa, dka = fsum_axes(du, (2,)), fsum_axes(du, (1,))  # (B, T, A), (B, S, A)
+    dq, dw_q, _ = linear_vjp(q, w_q, dqa)
+    dk, dw_k, _ = linear_vjp(k, w_k, dka)
+    return dq, dk, dw_q, dw_k, np.array([mp.fsum(x) for x in dv_terms], dtype=object)
+
+
+def additive_attention_vjp(cot, query, keys, values=None, mask=None, params=None):
+    """e = v^T tanh(query W_q + keys W_k) (Bahdanau), weights = softmax(e), context = W values:
+    de from the softmax backward, then tanh' = 1 - h^2 (see _tanh_scores_vjp); with values
+    omitted (= keys), dkeys also gets dvalues."""
+    q, k = mpa(query), mpa(keys)
+    vals = k if values is None else mpa(values)
+    w_q, w_k, v = (mpa(params[n]) for n in ("w_q", "w_k", "v"))
+    e = additive_scores(q, k, w_q, w_k, v)
+    de, dvals = _scored_attention_vjp(cot, e, vals, mask)
+    dq, dk, dw_q, dw_k, dv = _tanh_scores_vjp(q, k, w_q, w_k, v, de)
+    grads = {"query": dq, "keys": dk + dvals if values is None else dk}
+    if values is not None:
+        grads["values"] = dvals
+    return grads, {"w_q": dw_q, "w_k": dw_k, "v": dv}
+
+
+def additive_scores(q, k, w_q, w_k, v):
+    """e[b,t,s] = sum_a v_a tanh((q w_q)[b,t,a] + (k w_k)[b,s,a]), as the forward oracle."""
+    qa, ka = matmul(q, w_q), matmul(k, w_k)  # (B, T, A), (B, S, A)
+    e = zeros((q.shape[0], q.shape[1], k.shape[1]))
+    for bi, ti, si in np.ndindex(e.shape):
+        e[bi, ti, si] = mp.fsum(v[j] * mpmath.tanh(qa[bi, ti, j] + ka[bi, si, j])
+                                for j in range(v.shape[0]))
+    return e
+
+
+def luong_attention_vjp(cot, query, keys, values=None, mask=None, score="dot", params=None):
+    """weights = softmax(e), context = weights values, de from the softmax backward:
+        dot:     e = q k^T:        dq = de k,  dk = de^T q
+        general: e = q W k^T:      dq = de k W^T,  dk = de^T q W,  dW = sum_b q^T de k
+        concat:  e = v^T tanh([q; k] W): additive attention's backward with W = [W_q; W_k]
+    with values omitted (= keys), dkeys also gets dvalues."""
+    from .luong_attention import _concat_scores
+
+    q, k = mpa(query), mpa(keys)
+    vals = k if values is None else mpa(values)
+    params = {n: mpa(a) for n, a in (params or {}).items()}
+    if score == "dot":
+        e = matmul(q, transpose_last(k))  # (B, T, S)
+    elif score == "general":
+        e = matmul(matmul(q, params["w"]), transpose_last(k))
+    else:
+        e = _concat_scores(q, k, params["w"], params["v"])
+    de, dvals = _scored_attention_vjp(cot, e, vals, mask)
+    grads = {}
+    if score == "dot":
+        dq, dk = matmul(de, k), matmul(transpose_last(de), q)
+    elif score == "general":
+        w = params["w"]
+        dq = matmul(matmul(de, k), transpose_last(w))
+        dk = matmul(matmul(transpose_last(de), q), w)
+        qf, dek = q.reshape(-1, q.shape[-1]), matmul(de, k).reshape(-1, k.shape[-1])
+        grads["w"] = matmul(transpose_last(qf), dek)  # sum over b, t of q^T (de k)
+    else:
+        w, d_q = params["w"], q.shape[-1]
+        dq, dk, dw_q, dw_k, grads["v"] = _tanh_scores_vjp(q, k, w[:d_q], w[d_q:], params["v"], de)
+        grads = {"w": np.concatenate([dw_q, dw_k], axis=0), "v": grads["v"]}
+    dx = {"query": dq, "keys": dk + dvals if values is None else dk}
+    if values is not None:
+        dx["values"] = dvals
+    return dx, grads
+
+
+def relative_attention_vjp(cot, q, k, v, mask=None, max_distance=None, scale=None,
+                           params=None):
+    """e_ij = c q_i . (k_j + a^K_ij), alpha = softmax(e), z_i = sum_j alpha_ij (v_j + a^V_ij),
+    a^K_ij = rel_k[r_ij], a^V_ij = rel_v[r_ij], r_ij = clip(j - i, -m, m) + m:
+        dalpha'_ij = dz_i . (v_j + a^V_ij) + dalpha_ij,  de = softmax backward of dalpha'
+        dq_i = c sum_j de_ij (k_j + a^K_ij),  dk_j = c sum_i de_ij q_i,  dv_j = sum_i alpha_ij dz_i
+        drel_k[r] = c sum_{b, (i, j): r_ij = r} de_ij q_i,
+        drel_v[r] = sum_{b, (i, j): r_ij = r} alpha_ij dz_i
+    """
+    from .relative_attention import relative_attention
+
+    q, k, v = mpa(q), mpa(k), mpa(v)
+    rel_k, rel_v = mpa(params["rel_k"]), mpa(params["rel_v"])
+    (b, t, kw), s, vw = q.shape, k.shape[1], v.shape[2]
+    m = max_distance
+    c = 1 / mpmath.sqrt(kw) if scale is None else mpmath.mpf(scale)
+    alpha = relative_attention(q, k, v, mask=mask, max_distance=m, scale=scale,
+                               params={"rel_k": rel_k, "rel_v": rel_v})["weights"]
+    dz = _cot(cot, "output", (b, t, vw))
+    dalpha = _cot(cot, "weights", (b, t, s))
+    rows = [[min(max(j - i, -m), m) + m for j in range(s)] for i in range(t)]
+    terms = {n: np.empty(shape, dtype=object) for n, shape in
+             (("q", q.shape), ("k", k.shape), ("v", v.shape), ("rel_k", rel_k.shape),
+              ("rel_v", rel_v.shape))}
+    for a in terms.values():
+        for idx in np.ndindex(a.shape):
+            a[idx] = []
+    for bi in range(b):
+        for i in range(t):
+            da = [mp.fsum(dz[bi, i, x] * (v[bi, j, x] + rel_v[rows[i][j], x]) for x in range(vw))
+                  + dalpha[bi, i, j] for j in range(s)]
+            de = softmax_backward_row(list(alpha[bi, i]), da)
+            for j in range(s):
+                r = rows[i][j]
+                for x in range(kw):
+                    terms["q"][bi, i, x].append(c * de[j] * (k[bi, j, x] + rel_k[r, x]))
+                    terms["k"][bi, j, x].append(c * de[j] * q[bi, i, x])
+                    terms["rel_k"][r, x].append(c * de[j] * q[bi, i, x])
+                for x in range(vw):
+                    terms["v"][bi, j, x].append(alpha[bi, i, j] * dz[bi, i, x])
+                    terms["rel_v"][r, x].append(alpha[bi, i, j] * dz[bi, i, x])
+    out = {n: np.vectorize(mp.fsum, otypes=[object])(a) if a.size else zeros(a.shape)
+           for n, a in terms.items()}
+    return ({n: out[n] for n in ("q", "k", "v")},
+            {"rel_k": out["rel_k"], "rel_v": out["rel_v"]})
+
+
 VJPS = {"softmax": softmax_vjp, "sdpa": sdpa_vjp, "layer_norm": layer_norm_vjp,
         "rms_norm": rms_norm_vjp, "feedforward": feedforward_vjp,
         "cross_entropy": cross_entropy_vjp, "residual": residual_vjp}
@@ -817,3 +964,5 @@ def decoder_only_loss_vjp(cot, ids, targets, pad_id=0, num_layers=1, num_heads=1
 
 
 VJPS["decoder_only_loss"] = decoder_only_loss_vjp
+VJPS.update(additive_attention=additive_attention_vjp, luong_attention=luong_attention_vjp,
+            relative_attention=relative_attention_vjp)
