@@ -122,7 +122,7 @@ class TensorFlowBackend(Backend):
                                   unconnected_gradients=tf.UnconnectedGradients.ZERO)
         result: tuple[dict, dict] = ({}, {})
         for (group, k), g in zip(sources, grads):
-            result[group == "params"][k] = g
+            result[group == "params"][k] = _dense(g)
         return result
 
     def _vjp_compiled(self, name: str, module: str, call: dict, cotangents: dict):
@@ -138,9 +138,10 @@ class TensorFlowBackend(Backend):
                 tape.watch((inputs, params))
                 out = raw(**inputs, **rest, **({"params": params} if has_params else {}))
             out = dict(zip(names, out if len(names) > 1 else (out,)))
-            return tape.gradient([out[k] for k in cot], (inputs, params),
-                                 output_gradients=list(cot.values()),
-                                 unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            grads = tape.gradient([out[k] for k in cot], (inputs, params),
+                                  output_gradients=list(cot.values()),
+                                  unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            return tf.nest.map_structure(_dense, grads, expand_composites=False)
 
         compiled = tf.function(forward_backward, jit_compile=True, autograph=False)
         with tf.device(self._tf_device(self._device)):
@@ -162,3 +163,10 @@ class TensorFlowBackend(Backend):
     def synchronize(self, device: str) -> None:
         if device == "gpu":
             tf.test.experimental.sync_devices()
+
+
+def _dense(g):
+    """A gradient as a dense tensor: the gradient of a gather (``embedding``'s table[ids]) is
+    an ``IndexedSlices`` with one slice per id, repeated ids included; making it dense sums
+    the slices of a repeated id (the scatter-add)."""
+    return tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
