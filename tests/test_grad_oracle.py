@@ -367,3 +367,15 @@ def test_relative_attention_vjp_matches_central_differences(max_distance):
            {"q": r.uniform((2, 3, 2)), "k": r.uniform((2, 4, 2)), "v": r.uniform((2, 4, 2)),
             "mask": mask}, {"max_distance": m, "scale": None},
            {"rel_k": r.uniform((2 * m + 1, 2)), "rel_v": r.uniform((2 * m + 1, 2))})
+
+
+@pytest.mark.parametrize("attention", ["additive", "dot", "general", "concat"])
+def test_seq2seq_attention_vjp_matches_central_differences(attention):
+    from attnspec.spec.cases.seq2seq_attention import s2s_params
+    from attnspec.spec.oracle.seq2seq_attention import seq2seq_attention
+
+    r = Rng(f"test/grad/seq2seq/{attention}")
+    _check(seq2seq_attention, grad.seq2seq_attention_vjp, {"logits": r.uniform((2, 2, 4))},
+           {"src_ids": np.array([[3, 1, 2], [2, 3, 0]]), "tgt_ids": np.array([[1, 3], [2, 1]])},
+           {"attention": attention, "pad_id": 0},
+           s2s_params(r, attention, src_vocab=4, vocab=4, e=2, h=2, a=2))

@@ -50,7 +50,8 @@ class Tracked:
         return out  # comparisons: no gradient flows
 
     def __getitem__(self, index):
-        raise NotImplementedComponent("the composite tape has no backward for slicing")
+        out = self.plain()[index]
+        return self.tape.op(lambda g: [_scatter(g, index, self.shape)], [self], out)
 
 
 _TRACKED: dict = {}
@@ -67,6 +68,13 @@ def _plain(a):
     return a.plain() if isinstance(a, Tracked) else a
 
 
+def _scatter(g, index, shape):
+    """The gradient of x[index] (basic indexing: ints, slices, None) in x's shape."""
+    dx = np.zeros(shape, dtype=g.dtype)
+    dx[index] += g
+    return dx
+
+
 def _unbroadcast(g, shape):
     """The gradient of an operand of ``shape`` that broadcast to g.shape."""
     g = g.sum(axis=tuple(range(g.ndim - len(shape))))
@@ -78,6 +86,7 @@ class Tape:
 
     def __init__(self, backend):
         self.backend = backend
+        self.plain_params: dict = {}  # the parameters as the kernels get them
         self.steps: list = []   # ("kernel", ...) or ("add", ...), in forward order
         self.count = 0
 
@@ -97,10 +106,25 @@ class Tape:
         self.steps.append(("add", list(zip(nodes, shapes)), out.node))
         return out
 
+    def op(self, backward, args: list, out):
+        """out = an op of args (arrays or lists of arrays); backward(dout) -> one gradient per
+        arg, in order (None: none)."""
+        flat = [a for x in args for a in (x if isinstance(x, (list, tuple)) else [x])]
+        if not any(isinstance(a, Tracked) for a in flat):
+            return out
+        outs = list(out) if isinstance(out, list) else [out]
+        outs = [self.track(o) for o in outs]
+        nodes = [a.node if isinstance(a, Tracked) else None for a in flat]
+        self.steps.append(("op", backward, nodes, [o.node for o in outs],
+                           [(o.shape, o.dtype) for o in outs]))
+        return outs if isinstance(out, list) else outs[0]
+
     def kernel(self, name: str, fn, args, kwargs):
         """out = fn(*args, **kwargs), recorded with its tracked inputs by argument name."""
         bound = inspect.signature(fn).bind(*args, **kwargs)
         call = {n: _plain(a) for n, a in bound.arguments.items()}
+        if isinstance(call.get("params"), check.Params):  # the kernels' VJPs give these
+            call["params"] = check.Params(self.plain_params, call["params"].prefix)
         tracked = {n: a.node for n, a in bound.arguments.items() if isinstance(a, Tracked)}
         params = call.get("params")
         if tracked or (params is not None and check.params_of(params).keys()):
@@ -124,6 +148,15 @@ class Tape:
             grads[node] = g if node not in grads else grads[node] + g
 
         for step in reversed(self.steps):
+            if step[0] == "op":
+                _, back, nodes, outs, shapes = step
+                if any(o in grads for o in outs):
+                    douts = [grads[o] if o in grads else np.zeros(*sh)
+                             for o, sh in zip(outs, shapes)]
+                    for node, g in zip(nodes, back(douts if len(outs) > 1 else douts[0])):
+                        if node is not None and g is not None:
+                            give(node, g)
+                continue
             if step[0] == "add":
                 _, operands, out = step
                 if out in grads:
@@ -154,10 +187,58 @@ def vjp_of(backend, name: str):
 
 
 class TapeOps:
-    """The backend's ops, keeping ``floating`` and a same-dtype ``cast`` on the tape."""
+    """The backend's ops as a composite sees them: those that carry gradients are recorded
+    on the tape with their backward pass; the others refuse a tracked array."""
 
-    def __init__(self, ops):
-        self._ops = ops
+    def __init__(self, ops, tape: Tape):
+        self._ops, self.tape = ops, tape
+
+    def tanh(self, x):
+        """y = tanh x:  dx = dy (1 - y^2)."""
+        y = self._ops.tanh(_plain(x))
+        return self.tape.op(lambda g: [g * (1 - y * y)], [x], y)
+
+    def matmul(self, a, b):
+        """y = a b:  da = dy b^T,  db = a^T dy (summed over a's batch axes)."""
+        pa, pb = _plain(a), _plain(b)
+
+        def back(g):
+            return [_unbroadcast(g @ np.swapaxes(pb, -1, -2), pa.shape),
+                    _unbroadcast(np.swapaxes(pa, -1, -2) @ g, pb.shape)]
+        return self.tape.op(back, [a, b], self._ops.matmul(pa, pb))
+
+    def concat(self, xs, axis):
+        """dx_i = the slice of dy that x_i fills."""
+        plain = [_plain(x) for x in xs]
+        cuts = np.cumsum([x.shape[axis] for x in plain])[:-1]
+        return self.tape.op(lambda g: [np.split(g, cuts, axis=axis)], [list(xs)],
+                            self._ops.concat(plain, axis))
+
+    def stack(self, xs, axis):
+        return self.tape.op(lambda g: [list(np.moveaxis(g, axis, 0))], [list(xs)],
+                            self._ops.stack([_plain(x) for x in xs], axis))
+
+    def unstack(self, x, axis):
+        return self.tape.op(lambda gs: [np.stack(gs, axis=axis)], [x],
+                            list(self._ops.unstack(_plain(x), axis)))
+
+    def take_rows(self, x, index):
+        """y[b] = x[b, index[b]]:  dx[b, index[b]] = dy[b], 0 elsewhere."""
+        px = _plain(x)
+
+        def back(g):
+            dx = np.zeros(px.shape, dtype=g.dtype)
+            dx[np.arange(px.shape[0]), np.asarray(index)] = g
+            return [dx, None]
+        return self.tape.op(back, [x, index], self._ops.take_rows(px, index))
+
+    def where(self, c, a, b):
+        """da = dy where c, db = dy elsewhere (each summed to its shape)."""
+        def back(g):
+            return [None] + [None if not isinstance(v, np.ndarray) else
+                             _unbroadcast(np.where(keep, g, 0), np.shape(v))
+                             for v, keep in ((a, c), (b, np.logical_not(c)))]
+        return self.tape.op(back, [c, a, b], self._ops.where(c, _plain(a), _plain(b)))
 
     def floating(self, name, x, like=None):
         out = self._ops.floating(name, _plain(x), _plain(like))
@@ -187,7 +268,7 @@ class TapeKernels(Kernels):
     def __init__(self, tape: Tape):
         super().__init__(tape.backend.package)
         self.tape = tape
-        self._ops = TapeOps(importlib.import_module(f"{self.package}.ops"))
+        self._ops = TapeOps(importlib.import_module(f"{self.package}.ops"), tape)
 
     def __getattr__(self, name: str):
         from . import shared
@@ -230,6 +311,11 @@ def composite_vjp(backend, name: str, call: dict, cotangents: dict) -> tuple[dic
     tape = Tape(backend)
     kernels = TapeKernels(tape)
     call = dict(call)
+    store = call.get("params") or {}
+    tape.plain_params = dict(store)
+    leaves = {path: tape.track(w) for path, w in store.items()}  # read by the composite itself
+    if "params" in call:
+        call["params"] = leaves
     inputs = [n for n, a in call.items()
               if n != "params" and isinstance(a, np.ndarray) and a.dtype.kind == "f"]
     for n in inputs:
@@ -246,7 +332,10 @@ def composite_vjp(backend, name: str, call: dict, cotangents: dict) -> tuple[dic
     for n in inputs:
         a = call[n]
         grad_inputs[n] = _as(_plain(grads.get(a.node, np.zeros(a.shape))), a.dtype)
-    store = call.get("params") or {}
+    for path, leaf in leaves.items():
+        if leaf.node in grads:
+            g = _plain(grads[leaf.node])
+            gparams[path] = g if path not in gparams else gparams[path] + g
     grad_params = {path: _as(gparams.get(path, np.zeros(np.shape(w))), w.dtype)
                    for path, w in store.items()}
     return grad_inputs, grad_params
