@@ -383,11 +383,12 @@ TAPE_BUGS = {
 
 
 COMPOSITES = ["residual", "encoder_layer", "decoder_layer", "encoder", "decoder",
-              "encoder_only", "decoder_only", "transformer", "decoder_only_loss"]
+              "encoder_only", "decoder_only", "transformer", "decoder_only_loss",
+              "seq2seq_attention"]
 
 
 @pytest.mark.parametrize("bug", sorted(TAPE_BUGS))
-@pytest.mark.parametrize("component", COMPOSITES)
+@pytest.mark.parametrize("component", [c for c in COMPOSITES if c != "seq2seq_attention"])
 def test_tape_bug_fails_at_every_dtype(monkeypatch, bug, component):
     from attnspec.backends.composite import tape
 
@@ -654,3 +655,28 @@ def test_kernel_backward_bug_fails_at_every_dtype(component, bug):
 def test_correct_kernel_backward_passes(component):
     assert gradient_rejections(mutant(), component) == dict.fromkeys(
         ("float64", "float32", "float16", "bfloat16"), 0)
+
+
+def _tanh_without_derivative(self, x):
+    """h~ = tanh(z): dz = dh~, the (1 - h~^2) factor left out."""
+    from attnspec.backends.composite.tape import _plain
+
+    y = self._ops.tanh(_plain(x))
+    return self.tape.op(lambda g: [g], [x], y)
+
+
+def _initial_state_not_backpropagated(self, x, index):
+    """h_0 = o[b, last_b]: its gradient never reaches the encoder outputs."""
+    from attnspec.backends.composite.tape import _plain
+
+    return self.tape.op(lambda g: [None, None], [x, index],
+                        self._ops.take_rows(_plain(x), index))
+
+
+@pytest.mark.parametrize("op, bug", [("tanh", _tanh_without_derivative),
+                                     ("take_rows", _initial_state_not_backpropagated)])
+def test_seq2seq_op_backward_bug_fails_at_every_dtype(monkeypatch, op, bug):
+    from attnspec.backends.composite import tape
+
+    monkeypatch.setattr(tape.TapeOps, op, bug)
+    assert_gradient_bug_fails(mutant(), "seq2seq_attention")

@@ -108,7 +108,7 @@ class Tape:
 
     def op(self, backward, args: list, out):
         """out = an op of args (arrays or lists of arrays); backward(dout) -> one gradient per
-        arg, in order (None: none)."""
+        array of args, lists flattened, in order (None: none)."""
         flat = [a for x in args for a in (x if isinstance(x, (list, tuple)) else [x])]
         if not any(isinstance(a, Tracked) for a in flat):
             return out
@@ -171,10 +171,13 @@ class Tape:
             cot = {n: grads[o] for n, o in zip(names, outs) if o in grads}
             if names[0] not in cot:  # the vjps take the first output's cotangent always
                 cot[names[0]] = np.zeros(*shapes[0])
+            scope = call.get("params")
+            if isinstance(scope, check.Params):  # the kernel's own parameters, as a mapping
+                call = {**call, "params": {k: scope[k] for k in scope.keys()}}
             gi, gp = vjp_of(self.backend, name)(cot, **call)
             for arg, node in tracked.items():
                 give(node, gi[arg])
-            scope = check.params_of(call.get("params"))
+            scope = check.params_of(scope)
             for path, g in gp.items():
                 full = scope.path(path)
                 params[full] = g if full not in params else params[full] + g
@@ -211,11 +214,11 @@ class TapeOps:
         """dx_i = the slice of dy that x_i fills."""
         plain = [_plain(x) for x in xs]
         cuts = np.cumsum([x.shape[axis] for x in plain])[:-1]
-        return self.tape.op(lambda g: [np.split(g, cuts, axis=axis)], [list(xs)],
+        return self.tape.op(lambda g: np.split(g, cuts, axis=axis), [list(xs)],
                             self._ops.concat(plain, axis))
 
     def stack(self, xs, axis):
-        return self.tape.op(lambda g: [list(np.moveaxis(g, axis, 0))], [list(xs)],
+        return self.tape.op(lambda g: list(np.moveaxis(g, axis, 0)), [list(xs)],
                             self._ops.stack([_plain(x) for x in xs], axis))
 
     def unstack(self, x, axis):

@@ -69,12 +69,24 @@ def _layers(name, norm):
     return "transformer", "models", call, {"logits": r.uniform((2, 3, 7))}
 
 
+def _seq2seq(kind):
+    from attnspec.spec.cases.seq2seq_attention import s2s_params
+
+    r = Rng(f"test/tape/seq2seq/{kind}")
+    call = {"src_ids": np.array([[3, 5, 4, 6], [7, 3, 0, 0]]),
+            "tgt_ids": np.array([[1, 4, 5], [1, 6, 3]]), "attention": kind, "pad_id": 0,
+            "params": s2s_params(r, kind, src_vocab=8, vocab=8, e=4, h=4, a=4)}
+    return "seq2seq_attention", "rnn", call, {"logits": r.uniform((2, 3, 8))}
+
+
 CASES = {f"residual-{pos}-{act}": (_residual, pos, act)
          for pos in ("post", "pre") for act in ("relu", "gelu")}
 CASES.update({f"{name}-{norm}": (_layers, name, norm)
               for name in ("encoder_layer", "decoder_layer", "decoder", "encoder_only",
                            "decoder_only", "transformer", "transformer-tied")
               for norm in ("post", "pre")})
+CASES.update({f"seq2seq-{kind}": (_seq2seq, kind)
+              for kind in ("additive", "dot", "general", "concat")})
 
 
 def _both(name, module, call, cot):
