@@ -3,13 +3,16 @@
 
 The composite runs once, unchanged, over :class:`TapeKernels`: each kernel call
 ``k.<fn>(...)`` is recorded with its arguments, and each array that depends on an input
-or a parameter is a :class:`Tracked` (an ndarray subclass knowing its node on the tape).
-The composites' own arithmetic between kernels (the residual ``x + f(x)``, the positions
-added to the embeddings) is recorded by ``Tracked.__array_ufunc__``. The backward pass
-replays the tape in reverse: a kernel's cotangents go to its ``<fn>_vjp``, whose input
-gradients are summed into the nodes it read and whose parameter gradients are summed by
-canonical path (the kernel's ``params`` is a scoped view, ``layers.1.self_attn.``), so a
-parameter read twice (tied embeddings) gets the sum.
+or a parameter is a :class:`Tracked` (a subclass of the backend's array class knowing its
+node on the tape). What the composites compute themselves between kernels is recorded
+too, each with its backward pass: ``x + y`` (the residual ``x + f(x)``, the positions added
+to the embeddings) by ``Tracked.__array_ufunc__``, basic slicing by ``Tracked.__getitem__``,
+and the ops ``tanh``, ``matmul``, ``concat``, ``stack``, ``unstack``, ``take_rows``, ``where``
+by :class:`TapeOps`; a parameter the composite reads itself (Luong's ``decoder.combine.w``)
+is a leaf. The backward pass replays the tape in reverse: a kernel's cotangents go to its
+``<fn>_vjp``, whose input gradients are summed into the nodes it read and whose parameter
+gradients are summed by canonical path (the kernel's ``params`` is a scoped view,
+``layers.1.self_attn.``), so a parameter read twice (tied embeddings) gets the sum.
 
 A composite called by a composite (``k.encoder_layer`` inside ``encoder``) is expanded
 through the tape unless the backend hand-writes its VJP, in which case it is one kernel.
@@ -82,12 +85,12 @@ def _unbroadcast(g, shape):
 
 
 class Tape:
-    """The kernel calls and additions of one forward pass, and their backward pass."""
+    """The kernel calls and ops of one forward pass, and their backward pass."""
 
     def __init__(self, backend):
         self.backend = backend
         self.plain_params: dict = {}  # the parameters as the kernels get them
-        self.steps: list = []   # ("kernel", ...) or ("add", ...), in forward order
+        self.steps: list = []   # ("kernel" | "op" | "add", ...), in forward order
         self.count = 0
 
     def track(self, x):
