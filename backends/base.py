@@ -79,8 +79,20 @@ class Backend:
 
         By default the hand-written ``<module>.<name>_vjp(cotangents, **call)``; a function
         without one raises NotImplementedComponent (reported ``missing``, never a pass).
+        A shared composite (``backends/composite/``) without one gets the composite tape's:
+        its kernels' hand-written VJPs replayed in reverse (``composite/tape.py``).
         Autodiff backends override this generically."""
-        return self.function(f"{name}_vjp", module)(cotangents, **call)
+        from .composite import shared
+
+        try:
+            vjp = self.function(f"{name}_vjp", module)
+        except NotImplementedComponent:
+            if name not in shared():
+                raise
+            from .composite.tape import composite_vjp
+
+            return composite_vjp(self, name, call, cotangents)
+        return vjp(cotangents, **call)
 
     def select_device(self, device: str) -> None:
         """The device for functions that take no array to infer it from (``causal_mask``,

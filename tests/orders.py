@@ -32,6 +32,7 @@ from unittest import mock
 import ml_dtypes
 import numpy as np
 from attnspec.backends.numpy import NumpyBackend
+from attnspec.spec.errors import NotImplementedComponent
 
 DTYPES = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16),
           "bfloat16": np.dtype(ml_dtypes.bfloat16)}
@@ -359,14 +360,41 @@ class EmulatedBackend(NumpyBackend):
         return run
 
     def vjp(self, name, module, call, cotangents):
-        """The hand-written backward pass (``<module>.<name>_vjp``) under the order."""
-        impl = self.overrides.get(f"{name}_vjp") or super().function(f"{name}_vjp", module)
+        """The hand-written backward pass (``<module>.<name>_vjp``) under the order; a
+        shared composite without one: the composite tape over the kernels' VJPs."""
+        from attnspec.backends.composite import shared
+        from attnspec.backends.composite.tape import composite_vjp
+
+        impl = self.overrides.get(f"{name}_vjp")
+        if impl is None:
+            try:
+                impl = super().function(f"{name}_vjp", module)
+            except NotImplementedComponent:
+                if name not in shared():
+                    raise
+                impl = functools.partial(_composite_vjp, composite_vjp, _Kernels(self), name)
         with emulating(self.dtype, self.order):
             grad_inputs, grad_params = impl(cotangents, **call)
         for group in (grad_inputs, grad_params):
             _check_emulated(f"{name}_vjp", DTYPES[self.dtype], call, list(group.values()))
         return ({k: self.to_numpy(g) for k, g in grad_inputs.items()},
                 {k: self.to_numpy(g) for k, g in grad_params.items()})
+
+
+class _Kernels:
+    """The emulated backend as the composite tape looks its kernels up: the NumPy module
+    functions themselves (already inside the emulation), or their overrides."""
+
+    def __init__(self, backend):
+        self.backend, self.package = backend, backend.package
+
+    def function(self, name, module):
+        return self.backend.overrides.get(name) or NumpyBackend.function(self.backend, name,
+                                                                           module)
+
+
+def _composite_vjp(composite_vjp, kernels, name, cotangents, **call):
+    return composite_vjp(kernels, name, call, cotangents)
 
 
 def _traced(trace) -> list:

@@ -18,6 +18,8 @@ def test_the_composites_import_no_framework():
     through a backend's ops module."""
     allowed = ("__future__", "importlib", "typing", "attnspec.spec")
     for path in sorted(COMPOSITE.glob("*.py")):
+        if path.name == "tape.py":  # the reverse mode over NumPy arrays (hand-written VJPs)
+            continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
@@ -72,3 +74,16 @@ def test_a_backend_override_is_used_by_the_composites_above_it(monkeypatch):
 def test_kernels_refuse_a_name_no_composite_calls():
     with pytest.raises(AttributeError, match="no spec function 'softmax_typo'"):
         Kernels("attnspec.backends.numpy").softmax_typo  # noqa: B018
+
+
+def test_the_tape_is_the_only_composite_module_on_numpy():
+    """tape.py holds NumPy arrays (a backend's hand-written VJPs are NumPy code); it imports
+    NumPy and the standard library only, and no composite imports it."""
+    tape = (COMPOSITE / "tape.py").read_text()
+    mods = {n.module if isinstance(n, ast.ImportFrom) else a.name
+            for n in ast.walk(ast.parse(tape)) if isinstance(n, (ast.Import, ast.ImportFrom))
+            for a in n.names}
+    assert not {m for m in mods if m and m.split(".")[0] in ("torch", "tensorflow", "keras")}
+    for path in sorted(COMPOSITE.glob("*.py")):
+        if path.name != "tape.py":
+            assert "tape" not in path.read_text().replace("tape.py", ""), path.name

@@ -106,6 +106,89 @@ def test_cross_entropy_vjp_matches_central_differences(reduction):
            {"ignore_index": -100, "label_smoothing": 0.1, "reduction": reduction})
 
 
+def _ffn_ln(r, d, f):
+    return {"ffn.w1": r.uniform((d, f)), "ffn.b1": r.uniform((f,)), "ffn.w2": r.uniform((f, d)),
+            "ffn.b2": r.uniform((d,)), "norm.gamma": r.uniform((d,)), "norm.beta": r.uniform((d,))}
+
+
+@pytest.mark.parametrize("position", ["post", "pre"])
+def test_residual_vjp_matches_central_differences(position):
+    from attnspec.spec.oracle.residual import residual
+
+    r = Rng(f"test/grad/residual/{position}")
+    x = r.uniform((2, 3)) + 2.0**-9
+    _check(residual, grad.residual_vjp, {"y": r.uniform((2, 3))}, {"x": x},
+           {"position": position, "eps": 0.01, "activation": "gelu"}, _ffn_ln(r, 3, 4))
+
+
+# -- composites: the kernels' VJPs chained (tiny sizes: every element is perturbed) --------
+
+def _tiny_layer(r, d, f, cross=False):
+    from attnspec.spec.cases.encoder_layer import dec_layer_params, enc_layer_params
+
+    p = (dec_layer_params if cross else enc_layer_params)(r, d, f)
+    return {k: a + r.uniform(a.shape, -0.25, 0.25) for k, a in p.items()}
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_encoder_layer_vjp_matches_central_differences(norm):
+    from attnspec.spec.oracle.encoder_layer import encoder_layer
+
+    r = Rng(f"test/grad/encoder_layer/{norm}")
+    mask = np.array([[[[True, True, False]]]])
+    _check(encoder_layer, grad.encoder_layer_vjp, {"y": r.uniform((1, 3, 4))},
+           {"x": r.uniform((1, 3, 4))},
+           {"mask": mask, "num_heads": 2, "norm": norm, "activation": "gelu"},
+           _tiny_layer(r, 4, 3))
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_decoder_layer_vjp_matches_central_differences(norm):
+    from attnspec.spec.oracle.decoder_layer import decoder_layer
+
+    r = Rng(f"test/grad/decoder_layer/{norm}")
+    _check(decoder_layer, grad.decoder_layer_vjp, {"y": r.uniform((1, 2, 2))},
+           {"x": r.uniform((1, 2, 2)), "memory": r.uniform((1, 3, 2))},
+           {"self_mask": np.tril(np.ones((2, 2), dtype=bool)), "num_heads": 1, "norm": norm,
+            "activation": "gelu"}, _tiny_layer(r, 2, 2, cross=True))
+
+
+def test_decoder_vjp_matches_central_differences():
+    from attnspec.spec.cases.encoder_layer import dec_layer_params, stack_params
+    from attnspec.spec.oracle.decoder import decoder
+
+    r = Rng("test/grad/decoder")
+    _check(decoder, grad.decoder_vjp, {"y": r.uniform((1, 2, 2))},
+           {"x": r.uniform((1, 2, 2)), "memory": r.uniform((1, 2, 2))},
+           {"num_layers": 2, "num_heads": 1, "norm": "pre", "activation": "gelu"},
+           stack_params(r, dec_layer_params, 2, 2, 2, True))
+
+
+@pytest.mark.parametrize("model", ["encoder_only", "decoder_only", "transformer"])
+def test_model_vjp_matches_central_differences(model):
+    from attnspec.spec.cases import decoder_only, encoder_only, transformer
+    from attnspec.spec.oracle import decoder_only as o_do
+    from attnspec.spec.oracle import encoder_only as o_eo
+    from attnspec.spec.oracle import transformer as o_tr
+
+    r = Rng(f"test/grad/{model}")
+    ids = np.array([[1, 2, 0]])
+    attrs = {"pad_id": 0, "num_layers": 1, "num_heads": 1, "activation": "gelu"}
+    if model == "encoder_only":
+        _check(o_eo.encoder_only, grad.encoder_only_vjp,
+               {"hidden": r.uniform((1, 3, 2)), "logits": r.uniform((1, 3, 3))}, {"ids": ids},
+               {**attrs, "norm": "pre"}, encoder_only.params(r, 1, 2, 2, 3, 4, "pre"))
+    elif model == "decoder_only":
+        _check(o_do.decoder_only, grad.decoder_only_vjp, {"logits": r.uniform((1, 3, 3))},
+               {"ids": ids}, {**attrs, "norm": "post"},
+               decoder_only.params(r, 1, 2, 2, 3, 4, "post"))
+    else:
+        _check(o_tr.transformer, grad.transformer_vjp, {"logits": r.uniform((1, 2, 3))},
+               {"src_ids": ids, "tgt_ids": ids[:, :2]},
+               {**attrs, "norm": "pre", "tie_embeddings": True},
+               transformer.transformer_params(r, 1, 2, 2, 3, "pre", tied=True))
+
+
 def test_a_wrong_formula_is_caught():
     """The check itself can fail: softmax backward without the subtraction term."""
     def bad(cot, x, mask=None, axis=-1):
@@ -161,6 +244,83 @@ def test_self_attention_vjp_matches_central_differences():
            {"w_q": r.uniform((3, 2)), "b_q": r.uniform((2,)), "w_k": r.uniform((3, 2)),
             "w_v": r.uniform((3, 2)), "b_v": r.uniform((2,))})
 
+# == grad2: embedding, lm_head, rope, gated_feedforward, gru_cell, gru, softcap, dropout ====
+
+from attnspec.spec.oracle.dropout import dropout  # noqa: E402
+from attnspec.spec.oracle.embedding import embedding, lm_head  # noqa: E402
+from attnspec.spec.oracle.gated_feedforward import gated_feedforward  # noqa: E402
+from attnspec.spec.oracle.gru import gru  # noqa: E402
+from attnspec.spec.oracle.gru_cell import gru_cell  # noqa: E402
+from attnspec.spec.oracle.rope import rope  # noqa: E402
+from attnspec.spec.oracle.softcap import softcap  # noqa: E402
+
+
+@pytest.mark.parametrize("scale", [True, False])
+def test_embedding_vjp_matches_central_differences(scale):
+    r = Rng(f"test/grad/embedding/{scale}")
+    ids = np.array([[3, 1, 3], [0, 3, 1]])  # id 3 three times, id 2 never
+    _check(embedding, grad.embedding_vjp, {"y": r.uniform((2, 3, 4))}, {"ids": ids},
+           {"scale": scale}, {"table": r.uniform((4, 4))})
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_lm_head_vjp_matches_central_differences(tied):
+    r = Rng(f"test/grad/lm_head/{tied}")
+    params = {"table": r.uniform((5, 3))} if tied else {"w": r.uniform((3, 5))}
+    params["b"] = r.uniform((5,))
+    _check(lm_head, grad.lm_head_vjp, {"logits": r.uniform((2, 2, 5))},
+           {"x": r.uniform((2, 2, 3))}, {"tied": tied}, params)
+
+
+@pytest.mark.parametrize("convention", ["interleaved", "half"])
+def test_rope_vjp_matches_central_differences(convention):
+    r = Rng(f"test/grad/rope/{convention}")
+    _check(rope, grad.rope_vjp, {"y": r.uniform((2, 3, 6))}, {"x": r.uniform((2, 3, 6))},
+           {"offset": 2, "base": 100.0, "convention": convention})
+
+
+@pytest.mark.parametrize("act", ["silu", "gelu", "gelu_tanh"])
+def test_gated_feedforward_vjp_matches_central_differences(act):
+    r = Rng(f"test/grad/gated_ffn/{act}")
+    _check(gated_feedforward, grad.gated_feedforward_vjp, {"y": r.uniform((2, 2, 3))},
+           {"x": r.uniform((2, 2, 3))}, {"activation": act},
+           {"w_gate": r.uniform((3, 4)), "w_up": r.uniform((3, 4)), "w_down": r.uniform((4, 3))})
+
+
+def _gru_params(r, i, h, biases=True):
+    p = {"w_ih": r.uniform((i, 3 * h)), "w_hh": r.uniform((h, 3 * h))}
+    if biases:
+        p.update(b_ih=r.uniform((3 * h,)), b_hh=r.uniform((3 * h,)))
+    return p
+
+
+def test_gru_cell_vjp_matches_central_differences():
+    r = Rng("test/grad/gru_cell")
+    _check(gru_cell, grad.gru_cell_vjp, {"h": r.uniform((2, 3))},
+           {"x": r.uniform((2, 2)), "h": r.uniform((2, 3))}, {}, _gru_params(r, 2, 3))
+
+
+@pytest.mark.parametrize("with_h0", [False, True])
+def test_gru_vjp_matches_central_differences(with_h0):
+    r = Rng(f"test/grad/gru/{with_h0}")
+    inputs = {"x": r.uniform((2, 3, 2))}
+    if with_h0:
+        inputs["h0"] = r.uniform((2, 2))
+    cot = {"outputs": r.uniform((2, 3, 2)), "h_last": r.uniform((2, 2))}
+    _check(gru, grad.gru_vjp, cot, inputs, {}, _gru_params(r, 2, 2, biases=with_h0))
+
+
+def test_softcap_vjp_matches_central_differences():
+    r = Rng("test/grad/softcap")
+    _check(softcap, grad.softcap_vjp, {"y": r.uniform((3, 4))}, {"x": r.uniform((3, 4), -8, 8)},
+           {"cap": 3.0})
+
+
+def test_dropout_vjp_matches_central_differences():
+    r = Rng("test/grad/dropout")
+    _check(dropout, grad.dropout_vjp, {"y": r.uniform((3, 4))}, {"x": r.uniform((3, 4))},
+           {"keep_mask": r.bools((3, 4)), "p": 0.25})
+
 
 @pytest.mark.parametrize("with_values", [False, True])
 def test_additive_attention_vjp_matches_central_differences(with_values):
@@ -207,3 +367,15 @@ def test_relative_attention_vjp_matches_central_differences(max_distance):
            {"q": r.uniform((2, 3, 2)), "k": r.uniform((2, 4, 2)), "v": r.uniform((2, 4, 2)),
             "mask": mask}, {"max_distance": m, "scale": None},
            {"rel_k": r.uniform((2 * m + 1, 2)), "rel_v": r.uniform((2 * m + 1, 2))})
+
+
+@pytest.mark.parametrize("attention", ["additive", "dot", "general", "concat"])
+def test_seq2seq_attention_vjp_matches_central_differences(attention):
+    from attnspec.spec.cases.seq2seq_attention import s2s_params
+    from attnspec.spec.oracle.seq2seq_attention import seq2seq_attention
+
+    r = Rng(f"test/grad/seq2seq/{attention}")
+    _check(seq2seq_attention, grad.seq2seq_attention_vjp, {"logits": r.uniform((2, 2, 4))},
+           {"src_ids": np.array([[3, 1, 2], [2, 3, 0]]), "tgt_ids": np.array([[1, 3], [2, 1]])},
+           {"attention": attention, "pad_id": 0},
+           s2s_params(r, attention, src_vocab=4, vocab=4, e=2, h=2, a=2))

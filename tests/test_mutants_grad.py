@@ -3,7 +3,17 @@ gradient vectors must catch at every dtype's tolerance."""
 
 import numpy as np
 import pytest
-from attnspec.backends.numpy import alignment, attention, feedforward, losses, multihead, norm, positional
+from attnspec.backends.numpy import (
+    alignment,
+    attention,
+    embedding,
+    feedforward,
+    losses,
+    multihead,
+    norm,
+    positional,
+    rnn,
+)
 
 from .mutants import gradient_rejections, mutant
 
@@ -144,6 +154,171 @@ def ce_smoothing_ignored(cot, logits, targets, *, ignore_index=-100, label_smoot
                                     label_smoothing=0.0, reduction=reduction)
 
 
+# -- composites (the tape of backends/composite/tape.py, or a hand-written composite VJP) --
+
+def _scoped(params, name):
+    return {k[len(name) + 1:]: a for k, a in params.items() if k.startswith(name + ".")}
+
+
+def residual_norm_at_x(cot, x, *, position="post", eps=1e-5, activation="relu", params):
+    """post-norm: the LayerNorm's backward evaluated at x, not at its input x + f(x)."""
+    from attnspec.backends.composite.tape import composite_vjp
+
+    if position == "pre":
+        return composite_vjp(mutant(), "residual", dict(x=x, position=position, eps=eps,
+                                                        activation=activation, params=params),
+                             cot)
+    ffn, lnp = _scoped(params, "ffn"), _scoped(params, "norm")
+    gs, gn = norm.layer_norm_vjp(cot, x, eps=eps, params=lnp)
+    gx, gf = feedforward.feedforward_vjp({"y": gs["x"]}, x, activation=activation, params=ffn)
+    return {"x": gs["x"] + gx["x"]}, {**{f"ffn.{k}": g for k, g in gf.items()},
+                                      **{f"norm.{k}": g for k, g in gn.items()}}
+
+
+def residual_order_swapped(cot, x, *, position="post", eps=1e-5, activation="relu", params):
+    """The other arrangement's backward: post-norm differentiated as pre-norm and back."""
+    from attnspec.backends.composite.tape import composite_vjp
+
+    other = {"post": "pre", "pre": "post"}[position]
+    return composite_vjp(mutant(), "residual", dict(x=x, position=other, eps=eps,
+                                                    activation=activation, params=params),
+                         cot)
+
+# == grad2: embedding, lm_head, rope, gated_feedforward, gru_cell, gru, softcap, dropout ====
+
+def embedding_overwritten(cot, ids, *, scale=True, params):
+    """dtable[ids] = dy * f: a repeated id's rows overwrite each other, the last one wins,
+    instead of accumulating (scatter instead of scatter-add)."""
+    table = np.asarray(params["table"])
+    f = np.sqrt(table.shape[1]) if scale else 1.0
+    dtable = np.zeros_like(table)
+    dtable[np.asarray(ids).reshape(-1)] = np.asarray(cot["y"]).reshape(-1, table.shape[1]) * f
+    return {}, {"table": dtable}
+
+
+def embedding_unscaled_grad(cot, ids, *, scale=True, params):
+    """The sqrt(D) factor of the forward pass left out of the backward pass."""
+    return embedding.embedding_vjp(cot, ids, scale=False, params=params)
+
+
+def lm_head_tied_untransposed(cot, x, *, tied=False, params):
+    """Tied: dtable = x^T dlogits (the untied dW's layout) reshaped to (L, D)."""
+    gi, gp = embedding.lm_head_vjp(cot, x, tied=tied, params=params)
+    if tied:
+        gp = {**gp, "table": gp["table"].T.reshape(gp["table"].shape)}
+    return gi, gp
+
+
+def rope_forward_rotation(cot, x, *, offset=0, base=10000.0, convention="interleaved"):
+    """dx = R dy: the cotangent rotated forward, the inverse rotation not transposed."""
+    return {"x": positional.rope(cot["y"], offset=offset, base=base, convention=convention)}, {}
+
+
+def glu_no_up_path(cot, x, *, activation="silu", params):
+    """dx = dg W_gate^T: the path through the up projection left out of dx."""
+    gi, gp = feedforward.gated_feedforward_vjp(cot, x, activation=activation, params=params)
+    x2 = np.asarray(x).reshape(-1, np.shape(x)[-1])
+    du = (np.asarray(cot["y"]).reshape(-1, params["w_down"].shape[1]) @ params["w_down"].T
+          * feedforward.GATES[activation](x2 @ params["w_gate"]))
+    return {"x": gi["x"] - (du @ params["w_up"].T).reshape(np.shape(x))}, gp
+
+
+def glu_no_gate_grad(cot, x, *, activation="silu", params):
+    """dg = dh u: the gate activation's derivative left out."""
+    saved = dict(feedforward.GATE_GRADS)
+    feedforward.GATE_GRADS.update(dict.fromkeys(saved, np.ones_like))
+    try:
+        return feedforward.gated_feedforward_vjp(cot, x, activation=activation, params=params)
+    finally:
+        feedforward.GATE_GRADS.update(saved)
+
+
+def _gru_step_bug(kind):
+    """rnn._step_vjp with the reset gate's backward wrong: 'r_dropped' (da_r = 0, r treated
+    as a constant); 'reset_before' (the gradient of n = tanh(x W_in + b_in + (r h) W_hn +
+    b_hn), reset applied before the hidden matmul: dW_hn = (r h)^T da_n, dr = h (da_n W_hn^T))."""
+    def step(x, h, w, dh_next):
+        hid = h.shape[-1]
+        gi, gh = x @ w.w_ih + w.b_ih, h @ w.w_hh + w.b_hh
+        r = rnn._sigmoid(gi[:, :hid] + gh[:, :hid])
+        z = rnn._sigmoid(gi[:, hid:2 * hid] + gh[:, hid:2 * hid])
+        n = np.tanh(gi[:, 2 * hid:] + r * gh[:, 2 * hid:])
+        da_n = dh_next * (1 - z) * (1 - n * n)
+        da_z = dh_next * (h - n) * z * (1 - z)
+        w_hn = w.w_hh[:, 2 * hid:]
+        if kind == "r_dropped":
+            da_r = np.zeros_like(da_n)
+            dh_n, dw_hn = da_n * r @ w_hn.T, h.T @ (r * da_n)
+        else:
+            da_r = (da_n @ w_hn.T) * h * r * (1 - r)
+            dh_n, dw_hn = (da_n @ w_hn.T) * r, (r * h).T @ da_n
+        dg_i = np.concatenate([da_r, da_z, da_n], axis=-1)
+        dg_rz = np.concatenate([da_r, da_z], axis=-1)
+        dh = dh_next * z + dg_rz @ w.w_hh[:, :2 * hid].T + dh_n
+        grads = rnn.GRUWeights(x.T @ dg_i, np.concatenate([h.T @ dg_rz, dw_hn], axis=-1),
+                               dg_i.sum(axis=0), np.concatenate([dg_rz, da_n], -1).sum(axis=0))
+        return dg_i @ w.w_ih.T, dh, grads
+    return step
+
+
+def gru_mutant(name, kind):
+    def broken(cot, *args, **kw):
+        saved = rnn._step_vjp
+        rnn._step_vjp = _gru_step_bug(kind)
+        try:
+            return getattr(rnn, f"{name}_vjp")(cot, *args, **kw)
+        finally:
+            rnn._step_vjp = saved
+    return broken
+
+
+def gru_no_carry(cot, x, h0=None, *, params):
+    """Truncated backpropagation: each step's state gradient is not carried to the step
+    before (dh_{t-1} = 0 except through doutputs)."""
+    saved = rnn._step_vjp
+
+    def step(*a):
+        dx, dh, g = saved(*a)
+        return dx, np.zeros_like(dh), g
+    rnn._step_vjp = step
+    try:
+        return rnn.gru_vjp(cot, x, h0, params=params)
+    finally:
+        rnn._step_vjp = saved
+
+
+def softcap_cap_outside(cot, x, *, cap):
+    """dx = dy (1 - tanh^2(x)): the 1/cap inside tanh's argument forgotten."""
+    t = np.tanh(np.asarray(x))
+    return {"x": np.asarray(cot["y"]) * (1 - t * t)}, {}
+
+
+def dropout_unscaled_grad(cot, x, keep_mask=None, *, p, seed=None):
+    """dx = keep dy: the 1 / (1 - p) of inverted dropout left out of the backward pass."""
+    return {"x": np.where(keep_mask, cot["y"], 0) if p else np.asarray(cot["y"])}, {}
+
+
+GRAD2_BUGS = {
+    "embedding": {"overwritten_not_accumulated": embedding_overwritten,
+                  "unscaled_grad": embedding_unscaled_grad,
+                  "tied_untransposed": lm_head_tied_untransposed},
+    "rope": {"inverse_not_transposed": rope_forward_rotation},
+    "gated_feedforward": {"no_up_path": glu_no_up_path, "no_gate_grad": glu_no_gate_grad},
+    "gru_cell": {"reset_r_dropped": gru_mutant("gru_cell", "r_dropped"),
+                 "reset_before_matmul": gru_mutant("gru_cell", "reset_before")},
+    "gru": {"reset_r_dropped": gru_mutant("gru", "r_dropped"),
+            "reset_before_matmul": gru_mutant("gru", "reset_before"),
+            "no_carry": gru_no_carry},
+    "softcap": {"cap_outside": softcap_cap_outside},
+    "dropout": {"unscaled_grad": dropout_unscaled_grad},
+}
+GRAD2_FUNCTIONS = {("embedding", "unscaled_grad"): "embedding",
+                   ("embedding", "overwritten_not_accumulated"): "embedding",
+                   ("embedding", "tied_untransposed"): "lm_head"}
+
+# == end grad2 ===============================================================================
+
+
 BUGS = {
     "softmax": {"no_subtraction": softmax_no_subtraction, "sum_last_axis": softmax_sum_last_axis},
     "sdpa": {**{n: sdpa_mutant(f) for n, f in SDPA_BUGS.items() if f is not None},
@@ -156,15 +331,17 @@ BUGS = {
                     "dw1_transposed": ffn_dw1_transposed},
     "cross_entropy": {"mean_over_all_tokens": ce_mean_over_all_tokens,
                       "smoothing_ignored": ce_smoothing_ignored},
+    "residual": {"norm_at_x": residual_norm_at_x, "order_swapped": residual_order_swapped},
 }
+BUGS.update(GRAD2_BUGS)
 CASES = [(c, n) for c, bugs in BUGS.items() for n in bugs]
 
 
 @pytest.mark.parametrize("component, bug", CASES, ids=[f"{c}-{n}" for c, n in CASES])
 def test_backward_bug_fails_at_every_dtype(component, bug):
     with np.errstate(all="ignore"):
-        assert_gradient_bug_fails(mutant(**{f"{component}_vjp": BUGS[component][bug]}),
-                                  component)
+        name = GRAD2_FUNCTIONS.get((component, bug), component)
+        assert_gradient_bug_fails(mutant(**{f"{name}_vjp": BUGS[component][bug]}), component)
 
 
 @pytest.mark.parametrize("component", list(BUGS))
@@ -192,6 +369,101 @@ def test_a_backend_without_vjp_is_missing_not_passing():
     for v in grads:
         assert run_gradient_vector(NoGradients(), spec, v, "float64", "cpu").status == "missing"
 
+
+# -- the composite tape: a bug in the shared mechanism fails every composite's vectors ----
+
+TAPE_BUGS = {
+    # dout reaches the second operand only: the skip path of x + f(x) lost
+    "skip_path_lost": lambda add: lambda self, shapes, nodes, out: add(
+        self, shapes, [None, *nodes[1:]], out),
+    # dout reaches the skip path only: the sublayer's path of x + f(x) lost
+    "sublayer_path_lost": lambda add: lambda self, shapes, nodes, out: add(
+        self, shapes, [nodes[0], *[None] * (len(nodes) - 1)], out),
+}
+
+
+COMPOSITES = ["residual", "encoder_layer", "decoder_layer", "encoder", "decoder",
+              "encoder_only", "decoder_only", "transformer", "decoder_only_loss",
+              "seq2seq_attention"]
+
+
+@pytest.mark.parametrize("bug", sorted(TAPE_BUGS))
+@pytest.mark.parametrize("component", [c for c in COMPOSITES if c != "seq2seq_attention"])
+def test_tape_bug_fails_at_every_dtype(monkeypatch, bug, component):
+    from attnspec.backends.composite import tape
+
+    monkeypatch.setattr(tape.Tape, "add", TAPE_BUGS[bug](tape.Tape.add))
+    assert_gradient_bug_fails(mutant(), component)
+
+
+@pytest.mark.parametrize("component", ["decoder_only", "decoder_only_loss"])
+def test_broadcast_add_gradient_not_summed_fails(monkeypatch, component):
+    """e + pos.table[0..T-1]: the position table's gradient taken from batch row 0 instead
+    of summed over the batch."""
+    from attnspec.backends.composite import tape
+
+    def first_row(g, shape):
+        g = g[(0,) * (g.ndim - len(shape))]
+        return g.sum(axis=tuple(i for i, n in enumerate(shape) if n == 1), keepdims=True)
+
+    monkeypatch.setattr(tape, "_unbroadcast", first_row)
+    assert_gradient_bug_fails(mutant(), component)
+
+
+@pytest.mark.parametrize("component", COMPOSITES)
+def test_correct_composite_backward_passes(component):
+    assert gradient_rejections(mutant(), component) == dict.fromkeys(
+        ("float64", "float32", "float16", "bfloat16"), 0)
+
+
+def _swap_layers(name):
+    """The composite's VJP with the gradients of layers.0.* and layers.1.* exchanged."""
+    from attnspec.backends.composite.tape import composite_vjp
+
+    def broken(cot, **call):
+        gi, gp = composite_vjp(mutant(), name, call, cot)
+        swap = {k: k.replace("layers.0.", "layers.1.") if "layers.0." in k
+                else k.replace("layers.1.", "layers.0.") for k in gp}
+        if all(v in gp for v in swap.values()):
+            gp = {k: gp[swap[k]] for k in gp}
+        return gi, gp
+    return broken
+
+
+def mha_value_path_dropped(cot, query, key, value, mask=None, *, num_heads, params,
+                           num_kv_heads=None):
+    """dvalue = 0: memory (key and value of the cross-attention) gets dkey only."""
+    gi, gp = multihead.mha_vjp(cot, query, key, value, mask, num_heads=num_heads,
+                               params=params, num_kv_heads=num_kv_heads)
+    return {**gi, "value": np.zeros_like(gi["value"])}, gp
+
+
+def lm_head_tied_grad_dropped(cot, x, *, tied=False, params):
+    """Tied: the LM head's dtable left out, the embedding's rows only."""
+    gi, gp = embedding.lm_head_vjp(cot, x, tied=tied, params=params)
+    return gi, ({**gp, "table": np.zeros_like(gp["table"])} if tied else gp)
+
+
+COMPOSITE_BUGS = {
+    ("encoder", "layers_swapped"): {"encoder_vjp": _swap_layers("encoder")},
+    ("decoder", "layers_swapped"): {"decoder_vjp": _swap_layers("decoder")},
+    ("decoder_layer", "memory_value_path_dropped"): {"mha_vjp": mha_value_path_dropped},
+    ("encoder_layer", "self_attention_value_path_dropped"): {"mha_vjp": mha_value_path_dropped},
+    ("transformer", "tied_head_grad_dropped"): {"lm_head_vjp": lm_head_tied_grad_dropped},
+    ("decoder_only_loss", "mean_over_all_tokens"): {"cross_entropy_vjp":
+                                                     ce_mean_over_all_tokens},
+    # (label smoothing ignored moves a training step's gradients by less than bfloat16's
+    # tolerance; cross_entropy's own gradient vectors catch it at every dtype)
+}
+
+
+@pytest.mark.parametrize("component, bug", list(COMPOSITE_BUGS),
+                         ids=[f"{c}-{b}" for c, b in COMPOSITE_BUGS])
+def test_composite_backward_bug_fails_at_every_dtype(component, bug):
+    """A kernel VJP or the composite's own, planted through the backend's function lookup
+    (the tape finds kernel VJPs there)."""
+    with np.errstate(all="ignore"):
+        assert_gradient_bug_fails(mutant(**COMPOSITE_BUGS[component, bug]), component)
 
 # -- attention kernels: sdpa (num_kv_heads, softcap), mha, self_attention, additive_attention,
 # luong_attention, relative_attention -----------------------------------------------------------
@@ -386,3 +658,28 @@ def test_kernel_backward_bug_fails_at_every_dtype(component, bug):
 def test_correct_kernel_backward_passes(component):
     assert gradient_rejections(mutant(), component) == dict.fromkeys(
         ("float64", "float32", "float16", "bfloat16"), 0)
+
+
+def _tanh_without_derivative(self, x):
+    """h~ = tanh(z): dz = dh~, the (1 - h~^2) factor left out."""
+    from attnspec.backends.composite.tape import _plain
+
+    y = self._ops.tanh(_plain(x))
+    return self.tape.op(lambda g: [g], [x], y)
+
+
+def _initial_state_not_backpropagated(self, x, index):
+    """h_0 = o[b, last_b]: its gradient never reaches the encoder outputs."""
+    from attnspec.backends.composite.tape import _plain
+
+    return self.tape.op(lambda g: [None, None], [x, index],
+                        self._ops.take_rows(_plain(x), index))
+
+
+@pytest.mark.parametrize("op, bug", [("tanh", _tanh_without_derivative),
+                                     ("take_rows", _initial_state_not_backpropagated)])
+def test_seq2seq_op_backward_bug_fails_at_every_dtype(monkeypatch, op, bug):
+    from attnspec.backends.composite import tape
+
+    monkeypatch.setattr(tape.TapeOps, op, bug)
+    assert_gradient_bug_fails(mutant(), "seq2seq_attention")

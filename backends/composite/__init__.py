@@ -69,6 +69,7 @@ MODULES = {
     "decoder_only": "models", "decoder_only_init_cache": "decoding",
     "decoder_only_step": "decoding", "llama_layer": "layers", "llama_decoder_only": "models",
     "llama_init_cache": "decoding", "llama_step": "decoding",
+    "cross_entropy": "losses", "decoder_only_loss": "models",
 }
 
 

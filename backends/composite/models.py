@@ -10,7 +10,8 @@ from .layers import Layers
 
 
 class Models(Layers):
-    EXPORTS = ("transformer", "encoder_only", "decoder_only", "llama_decoder_only")
+    EXPORTS = ("transformer", "encoder_only", "decoder_only", "llama_decoder_only",
+               "decoder_only_loss")
 
     def token_ids(self, name: str, ids, vocab: int, table_path: str):
         """(B, T) integer ids in [0, L), or DomainError naming the offending ids."""
@@ -114,6 +115,18 @@ class Models(Layers):
         h = self.k.encoder(e, mask, num_layers=num_layers, num_heads=num_heads, norm=norm,
                            eps=eps, activation=activation, params=p, trace=trace)
         return self.k.lm_head(h, params=p.scope("lm_head"))
+
+    def decoder_only_loss(self, ids, targets, *, pad_id, num_layers, num_heads, norm="pre",
+                          eps=1e-5, activation="gelu", ignore_index=-100, label_smoothing=0.0,
+                          params, trace=None):
+        """loss = CrossEntropy(DecoderOnly(ids), targets): the mean over the targets that are
+        not ignore_index (targets[b, t] = the id after position t); one training step's loss."""
+        logits = self.k.decoder_only(ids, pad_id=pad_id, num_layers=num_layers,
+                                     num_heads=num_heads, norm=norm, eps=eps,
+                                     activation=activation, params=params, trace=trace)
+        record(trace, "logits", logits)
+        return self.k.cross_entropy(logits, targets, ignore_index=ignore_index,
+                                    label_smoothing=label_smoothing)
 
     def llama_decoder_only(self, ids, *, pad_id, num_layers, num_heads, num_kv_heads=None,
                            eps=1e-6, rope_base=10000.0, window=None, params, trace=None):

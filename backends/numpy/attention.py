@@ -247,3 +247,13 @@ def sdpa_vjp(cotangents, q, k, v, mask=None, bias=None, *, scale=None, num_kv_he
     if bias is not None:
         grads["bias"] = _unbroadcast(dS, np.shape(bias))
     return grads, {}
+
+
+# == grad2: softcap backward ================================================================
+
+# y = cap tanh(x / cap):  dx = dy (1 - tanh^2(x / cap))
+def softcap_vjp(cotangents, x, *, cap):
+    x = floating("x", x)
+    c = x.dtype.type(check.eps(cap, "cap"))
+    t = np.tanh(x / c)
+    return {"x": np.asarray(cotangents["y"], dtype=x.dtype) * (1 - t * t)}, {}

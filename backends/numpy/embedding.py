@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from attnspec.spec.errors import DomainError
 
 from .. import _checks as check
@@ -35,3 +36,30 @@ def lm_head(x, *, tied=False, params):
     b = p.get("b", (w.shape[1],))
     logits = x @ w                                                      # (..., L)
     return logits if b is None else logits + b
+
+
+# == grad2: backward (vector-Jacobian products) =============================================
+
+# y[n] = table[ids[n]] * f  (f = sqrt(D) or 1):  a scatter-add, repeated ids accumulate:
+#   dtable[l] = f * sum over the n with ids[n] = l of dy[n];   the integer ids get none
+def embedding_vjp(cotangents, ids, *, scale=True, params):
+    y = embedding(ids, scale=scale, params=params)                      # the checks, once
+    table = np.asarray(params["table"])
+    dy = np.asarray(cotangents["y"], dtype=y.dtype).reshape(-1, table.shape[1])  # (N, D)
+    dtable = np.zeros_like(table)
+    np.add.at(dtable, np.asarray(ids).reshape(-1), dy)                  # (L, D)
+    return {}, {"table": dtable * math.sqrt(table.shape[1]) if scale else dtable}
+
+
+# logits = x W + b  (tied: W = table^T):
+#   dx = dlogits W^T,  dW = x^T dlogits,  dtable = dlogits^T x,  db = sum dlogits
+def lm_head_vjp(cotangents, x, *, tied=False, params):
+    logits = lm_head(x, tied=tied, params=params)                       # the checks, once
+    x = np.asarray(x)
+    w = np.asarray(params["table"]).T if tied else np.asarray(params["w"])  # (D, L)
+    x2 = x.reshape(-1, x.shape[-1])                                      # (N, D)
+    dl = np.asarray(cotangents["logits"], dtype=logits.dtype).reshape(-1, w.shape[1])  # (N, L)
+    grads = {"table": dl.T @ x2} if tied else {"w": x2.T @ dl}
+    if "b" in params:
+        grads["b"] = dl.sum(axis=0)
+    return {"x": (dl @ w.T).reshape(x.shape)}, grads

@@ -123,3 +123,42 @@ def feedforward_vjp(cotangents, x, *, activation="relu", params):
     return ({"x": (dh @ w1.T).reshape(x.shape)},
             {"w1": x2.T @ dh, "b1": dh.sum(axis=0),
              "w2": ACTIVATIONS[activation](h).T @ dy, "b2": dy.sum(axis=0)})
+
+
+# == grad2: gated_feedforward, dropout backward =============================================
+
+def silu_grad(h):
+    """s = sigmoid(h):  silu'(h) = s (1 + h (1 - s))."""
+    s = 1 / (1 + np.exp(-h))
+    return s * (1 + h * (1 - s))
+
+
+GATE_GRADS = {"silu": silu_grad, "gelu": gelu_grad, "gelu_tanh": gelu_tanh_grad}
+
+
+# g = x W_gate, u = x W_up, h = act(g) u, y = h W_down:
+#   dW_down = h^T dy,  dh = dy W_down^T,  dg = dh u act'(g),  du = dh act(g),
+#   dW_gate = x^T dg,  dW_up = x^T du,  dx = dg W_gate^T + du W_up^T
+def gated_feedforward_vjp(cotangents, x, *, activation="silu", params):
+    y = gated_feedforward(x, activation=activation, params=params)   # the checks, once
+    x = np.asarray(x)
+    w_gate, w_up, w_down = (np.asarray(params[n]) for n in ("w_gate", "w_up", "w_down"))
+    x2 = x.reshape(-1, x.shape[-1])                                    # (N, D)
+    dy = np.asarray(cotangents["y"], dtype=y.dtype).reshape(-1, w_down.shape[1])  # (N, D)
+    g, u = x2 @ w_gate, x2 @ w_up                                      # (N, F)
+    a = GATES[activation](g)
+    dh = dy @ w_down.T                                                 # (N, F)
+    dg, du = dh * u * GATE_GRADS[activation](g), dh * a
+    return ({"x": (dg @ w_gate.T + du @ w_up.T).reshape(x.shape)},
+            {"w_gate": x2.T @ dg, "w_up": x2.T @ du, "w_down": (a * u).T @ dy})
+
+
+# y = keep x / (1 - p):  dx = keep dy / (1 - p)   (p = 0: dx = dy); the keep mask is needed
+def dropout_vjp(cotangents, x, keep_mask=None, *, p, seed=None):
+    y = dropout(x, keep_mask, p=p, seed=seed)                         # the checks, once
+    dy = np.asarray(cotangents["y"], dtype=y.dtype)
+    if p == 0:
+        return {"x": dy.copy()}, {}
+    if keep_mask is None:
+        raise NotImplementedError("dropout_vjp without keep_mask: the drawn mask is not returned")
+    return {"x": np.where(keep_mask, dy / y.dtype.type(1 - p), y.dtype.type(0))}, {}

@@ -110,6 +110,37 @@ def rope(x, *, offset=0, base=10000.0, convention="interleaved"):
     return np.concatenate([ya, yb], axis=-1)
 
 
+# == grad2: backward (vector-Jacobian products) =============================================
+
+# y = R x, R the rotation of each pair (a, b) by p theta_i: orthogonal, so dx = R^T dy,
+# the rotation by the opposite angle:  dx_a = dy_a cos + dy_b sin,  dx_b = -dy_a sin + dy_b cos
+def rope_vjp(cotangents, x, *, offset=0, base=10000.0, convention="interleaved"):
+    y = rope(x, offset=offset, base=base, convention=convention)     # the checks, once
+    dy = np.asarray(cotangents["y"], dtype=y.dtype)
+    *_, t, kw = y.shape
+    theta = float(base) ** (-2.0 * np.arange(kw // 2) / kw)           # (K/2,)
+    angle = np.arange(offset, offset + t, dtype=np.float64)[:, None] * theta  # (T, K/2)
+    cos, sin = np.cos(angle).astype(y.dtype), np.sin(angle).astype(y.dtype)
+    if convention == "interleaved":
+        da, db = dy[..., 0::2], dy[..., 1::2]
+    else:
+        da, db = dy[..., : kw // 2], dy[..., kw // 2:]
+    dxa, dxb = da * cos + db * sin, -da * sin + db * cos
+    if convention == "interleaved":
+        return {"x": np.stack([dxa, dxb], axis=-1).reshape(y.shape)}, {}
+    return {"x": np.concatenate([dxa, dxb], axis=-1)}, {}
+
+
+# pe[...] = table[positions[...]]:  a scatter-add, repeated positions accumulate:
+#   dtable[m] = sum over the n with positions[n] = m of dpe[n];   the positions get none
+def learned_pe_vjp(cotangents, positions, *, params):
+    pe = learned_pe(positions, params=params)                            # the checks, once
+    table = np.asarray(params["table"])
+    dtable = np.zeros_like(table)
+    np.add.at(dtable, np.asarray(positions).reshape(-1),
+              np.asarray(cotangents["pe"], dtype=pe.dtype).reshape(-1, table.shape[1]))
+    return {}, {"table": dtable}
+
 # -- backward of relative_attention (attention kernels) -------------------------------------
 
 def _scatter_add(table, rows, g):

@@ -93,3 +93,60 @@ def gru(x, h0=None, *, params):
 
 
 seq2seq_attention, seq2seq_greedy_decode = Seq2Seq.bind(__package__)  # backends/composite/rnn.py
+
+
+# == grad2: backward (vector-Jacobian products) =============================================
+
+# One step backward (reset after the hidden matmul), with dh' the gradient of h':
+#   dn = dh' (1 - z),  da_n = dn (1 - n^2),  dr = da_n (h W_hn + b_hn),
+#   da_r = dr r (1 - r),  da_z = dh' (h - n) z (1 - z)
+#   dg_i = [da_r | da_z | da_n],  dg_h = [da_r | da_z | r da_n]
+#   dx = dg_i W_ih^T,  dh = dh' z + dg_h W_hh^T,
+#   dW_ih = x^T dg_i,  dW_hh = h^T dg_h,  db_ih = sum dg_i,  db_hh = sum dg_h
+def _step_vjp(x, h, w: GRUWeights, dh_next):
+    hid = h.shape[-1]
+    gi = x @ w.w_ih + w.b_ih                                           # (B, 3H)
+    gh = h @ w.w_hh + w.b_hh                                           # (B, 3H)
+    r = _sigmoid(gi[:, :hid] + gh[:, :hid])
+    z = _sigmoid(gi[:, hid:2 * hid] + gh[:, hid:2 * hid])
+    n = np.tanh(gi[:, 2 * hid:] + r * gh[:, 2 * hid:])
+    da_n = dh_next * (1 - z) * (1 - n * n)
+    da_r = da_n * gh[:, 2 * hid:] * r * (1 - r)
+    da_z = dh_next * (h - n) * z * (1 - z)
+    dg_i = np.concatenate([da_r, da_z, da_n], axis=-1)                 # (B, 3H)
+    dg_h = np.concatenate([da_r, da_z, r * da_n], axis=-1)             # (B, 3H)
+    grads = GRUWeights(x.T @ dg_i, h.T @ dg_h, dg_i.sum(axis=0), dg_h.sum(axis=0))
+    return dg_i @ w.w_ih.T, dh_next * z + dg_h @ w.w_hh.T, grads
+
+
+def _present(params, grads: GRUWeights) -> dict:
+    """The gradients of the parameters given (an absent bias has none)."""
+    return {k: g for k, g in grads._asdict().items() if k in params}
+
+
+def gru_cell_vjp(cotangents, x, h, *, params):
+    h_next = gru_cell(x, h, params=params)                             # the checks, once
+    w = _gru_weights(check.params_of(params), np.shape(x)[1])
+    dh_next = np.asarray(cotangents["h"], dtype=h_next.dtype)
+    dx, dh, grads = _step_vjp(np.asarray(x), np.asarray(h), w, dh_next)
+    return {"x": dx, "h": dh}, _present(params, grads)
+
+
+# Backpropagation through time, from dh_T = dh_last, for t = T..1:
+#   dh_t += doutputs[:, t-1];  (dx_t, dh_{t-1}, dW_t) = step backward at (x_t, h_{t-1});
+#   dW = sum over t of dW_t,  dh0 = dh_0
+def gru_vjp(cotangents, x, h0=None, *, params):
+    outputs, h_last = gru(x, h0, params=params)                        # the checks, once
+    x = np.asarray(x)
+    w = _gru_weights(check.params_of(params), x.shape[-1])
+    states = [np.zeros_like(h_last) if h0 is None else np.asarray(h0)]  # h_0 .. h_{T-1}
+    states += [outputs[:, t] for t in range(x.shape[1] - 1)]
+    zero = np.zeros_like
+    dh = np.asarray(cotangents.get("h_last", zero(h_last)), dtype=h_last.dtype)     # (B, H)
+    dout = np.asarray(cotangents.get("outputs", zero(outputs)), dtype=outputs.dtype)  # (B, T, H)
+    dx = np.empty_like(x)
+    total = GRUWeights(*(zero(a) for a in w))
+    for t in reversed(range(x.shape[1])):
+        dx[:, t], dh, grads = _step_vjp(x[:, t], states[t], w, dh + dout[:, t])
+        total = GRUWeights(*(a + g for a, g in zip(total, grads)))
+    return ({"x": dx} if h0 is None else {"x": dx, "h0": dh}), _present(params, total)

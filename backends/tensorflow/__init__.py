@@ -138,9 +138,10 @@ class TensorFlowBackend(Backend):
                 tape.watch((inputs, params))
                 out = raw(**inputs, **rest, **({"params": params} if has_params else {}))
             out = dict(zip(names, out if len(names) > 1 else (out,)))
-            return tape.gradient([out[k] for k in cot], (inputs, params),
-                                 output_gradients=list(cot.values()),
-                                 unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            grads = tape.gradient([out[k] for k in cot], (inputs, params),
+                                  output_gradients=list(cot.values()),
+                                  unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            return tf.nest.map_structure(_dense, grads, expand_composites=False)
 
         compiled = tf.function(forward_backward, jit_compile=True, autograph=False)
         with tf.device(self._tf_device(self._device)):

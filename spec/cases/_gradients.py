@@ -183,9 +183,237 @@ def cross_entropy_cases(r):
                    flags=["gradient", "reduction"])
 
 
+def residual_cases(r):
+    from .residual import block_params
+
+    for n, pos in enumerate(["post", "pre"], 1):
+        how = ("ds = LN^T dy, dx = ds + FFN^T ds" if pos == "post"
+               else "dx = dy + LN^T (FFN^T dy)")
+        yield gradient(f"residual/grad-00{n}", "residual",
+                       f"position='{pos}', a (2, 3, 4) input, D = 4, F = 8: {how}; leaving out "
+                       f"the skip path's gradient (dx without the identity term) fails.",
+                       inputs={"x": r.uniform((2, 3, 4))}, attributes={"position": pos},
+                       params=block_params(r, 4, 8), cotangents={"y": r.uniform((2, 3, 4))},
+                       flags=["gradient", f"{pos}-norm", "relu"])
+    for n, pos in enumerate(["post", "pre"], 3):
+        yield gradient(f"residual/grad-00{n}", "residual",
+                       f"position='{pos}', activation='gelu', eps = 0.25 and small inputs: the "
+                       f"LayerNorm's backward sits {'after' if pos == 'post' else 'before'} the "
+                       f"feed-forward's in the backward pass (the other order fails), with eps "
+                       f"inside its root.",
+                       inputs={"x": r.uniform((3, 4), -0.375, 0.375)},
+                       attributes={"position": pos, "activation": "gelu", "eps": 0.25},
+                       params=block_params(r, 4, 6), cotangents={"y": r.uniform((3, 4))},
+                       flags=["gradient", f"{pos}-norm", "gelu", "eps"])
+
+# == grad2: embedding, lm_head, rope, gated_feedforward, gru_cell, gru, softcap, dropout ====
+
+def embedding_cases(r):
+    yield gradient("embedding/grad-001", "embedding",
+                   "ids (2, 3) = [[1, 4, 1], [1, 0, 4]] into a (6, 4) table, scale=True: a "
+                   "scatter-add, dtable[1] = 2 (dy[0,0] + dy[0,2] + dy[1,0]); writing each row's "
+                   "gradient over the last one (table[ids] = dy) instead of accumulating fails, "
+                   "and rows 2, 3, 5 (never looked up) get 0. The ids get no gradient.",
+                   inputs={"ids": np.array([[1, 4, 1], [1, 0, 4]])},
+                   params={"table": r.weights((6, 4))}, cotangents={"y": r.uniform((2, 3, 4))},
+                   flags=["gradient", "repeat", "accumulation", "sqrt-d-scale"])
+    yield gradient("embedding/grad-002", "embedding",
+                   "scale=False, ids (5,) = [2, 2, 2, 0, 3] into a (4, 3) table: dtable[2] is "
+                   "the sum of three cotangent rows, no sqrt(D) factor.",
+                   inputs={"ids": np.array([2, 2, 2, 0, 3])}, attributes={"scale": False},
+                   params={"table": r.weights((4, 3))}, cotangents={"y": r.uniform((5, 3))},
+                   flags=["gradient", "repeat", "unscaled"])
+    yield gradient("embedding/grad-003", "lm_head",
+                   "logits = x W + b for x (2, 3, 4), W (4, 7): dW = x^T dlogits and db = sum "
+                   "dlogits over all 6 tokens, dx = dlogits W^T.",
+                   inputs={"x": r.uniform((2, 3, 4))},
+                   params={"w": r.weights((4, 7)), "b": r.weights((7,))},
+                   cotangents={"logits": r.uniform((2, 3, 7))}, flags=["gradient", "lm-head"])
+    yield gradient("embedding/grad-004", "lm_head",
+                   "tied=True, table (9, 4), no bias: dtable = dlogits^T x of shape (L, D) = "
+                   "(9, 4), the transpose of the untied dW; dx = dlogits table.",
+                   inputs={"x": r.uniform((2, 3, 4))}, attributes={"tied": True},
+                   params={"table": r.weights((9, 4))},
+                   cotangents={"logits": r.uniform((2, 3, 9))},
+                   flags=["gradient", "tied-embeddings", "lm-head", "no-bias"])
+    yield gradient("embedding/grad-005", "lm_head",
+                   "tied=True with a square (4, 4) table and a bias: dtable = dlogits^T x; the "
+                   "untied layout x^T dlogits has the same shape and wrong values.",
+                   inputs={"x": r.uniform((3, 4))}, attributes={"tied": True},
+                   params={"table": r.weights((4, 4)), "b": r.weights((4,))},
+                   cotangents={"logits": r.uniform((3, 4))},
+                   flags=["gradient", "tied-embeddings", "transpose", "lm-head"])
+
+
+def rope_cases(r):
+    yield gradient("rope/grad-001", "rope",
+                   "interleaved, x (1, 5, 8), offset 3: dx = R^T dy, the rotation by the "
+                   "opposite angle (dx_a = dy_a cos + dy_b sin, dx_b = -dy_a sin + dy_b cos); "
+                   "rotating dy forward (R dy) fails.",
+                   inputs={"x": r.uniform((1, 5, 8))}, attributes={"offset": 3},
+                   cotangents={"y": r.uniform((1, 5, 8))},
+                   flags=["gradient", "interleaved", "offset", "sign"])
+    yield gradient("rope/grad-002", "rope",
+                   "half convention, x (2, 4, 8), offset 5: the pairs (i, i + K/2) in the "
+                   "backward pass too.",
+                   inputs={"x": r.uniform((2, 4, 8))},
+                   attributes={"offset": 5, "convention": "half"},
+                   cotangents={"y": r.uniform((2, 4, 8))}, flags=["gradient", "half", "offset"])
+    yield gradient("rope/grad-003", "rope",
+                   "x (1, 2, 4, 6) = (B, H, T, K), base 500, interleaved, offset 0: row 0 is "
+                   "not rotated, so its gradient is dy itself.",
+                   inputs={"x": r.uniform((1, 2, 4, 6))}, attributes={"base": 500.0},
+                   cotangents={"y": r.uniform((1, 2, 4, 6))},
+                   flags=["gradient", "heads", "base", "interleaved"])
+    yield gradient("rope/grad-004", "rope",
+                   "half convention, base 100, offset 37, rank-2 x (3, 10).",
+                   inputs={"x": r.uniform((3, 10))},
+                   attributes={"offset": 37, "base": 100.0, "convention": "half"},
+                   cotangents={"y": r.uniform((3, 10))},
+                   flags=["gradient", "half", "base", "rank-2"])
+
+
+def gated_feedforward_cases(r):
+    def p(d, f):
+        return {"w_gate": r.weights((d, f)), "w_up": r.weights((d, f)),
+                "w_down": r.weights((f, d))}
+
+    for n, act in enumerate(["silu", "gelu", "gelu_tanh"], 1):
+        yield gradient(f"gated_feedforward/grad-00{n}", "gated_feedforward",
+                       f"activation='{act}', x (2, 3, 4), D = 4, F = 6: dg = (dy W_down^T) u "
+                       f"act'(g) and du = (dy W_down^T) act(g), dx = dg W_gate^T + du W_up^T; "
+                       f"dropping either path into dx, or act'(g), fails.",
+                       inputs={"x": r.uniform((2, 3, 4))}, attributes={"activation": act},
+                       params=p(4, 6), cotangents={"y": r.uniform((2, 3, 4))},
+                       flags=["gradient", act])
+    yield gradient("gated_feedforward/grad-004", "gated_feedforward",
+                   "activation='silu', a single token (rank-1 x), D = 5, F = 3.",
+                   inputs={"x": r.uniform((5,))}, params=p(5, 3),
+                   cotangents={"y": r.uniform((5,))}, flags=["gradient", "silu", "rank-1"])
+
+
+def _gru_p(r, i, h, biases=True, scale=1.0):
+    p = {"w_ih": r.weights((i, 3 * h), scale), "w_hh": r.weights((h, 3 * h), scale)}
+    if biases:
+        p.update(b_ih=r.weights((3 * h,), scale), b_hh=r.weights((3 * h,), scale))
+    return p
+
+
+def gru_cell_cases(r):
+    yield gradient("gru_cell/grad-001", "gru_cell",
+                   "B = 2, I = 3, H = 4, all four parameters: dx, dh and every weight; the "
+                   "reset gate's gradient dr = da_n (h W_hn + b_hn) (reset after the hidden "
+                   "matmul) and dW_hn = h^T (r da_n).",
+                   inputs={"x": r.uniform((2, 3), -1, 1), "h": r.uniform((2, 4), -0.9, 0.9)},
+                   params=_gru_p(r, 3, 4), cotangents={"h": r.uniform((2, 4))},
+                   flags=["gradient", "reset-after", "gate-order", "layout"])
+    yield gradient("gru_cell/grad-002", "gru_cell",
+                   "No biases, B = 3, I = 5, H = 2: the gradients of the absent biases are not "
+                   "part of the result.",
+                   inputs={"x": r.uniform((3, 5), -1, 1), "h": r.uniform((3, 2), -0.9, 0.9)},
+                   params=_gru_p(r, 5, 2, biases=False), cotangents={"h": r.uniform((3, 2))},
+                   flags=["gradient", "optional-params"])
+    p = _gru_p(r, 2, 3)
+    p["b_hh"][6:] = 1.5
+    yield gradient("gru_cell/grad-003", "gru_cell",
+                   "b_hn = 1.5 and weights up to 1: the r term of the n gate (r (h W_hn + b_hn)) "
+                   "carries a large gradient into b_hh's n block (r da_n) and the reset gate.",
+                   inputs={"x": r.uniform((2, 2), -1, 1), "h": r.uniform((2, 3), -0.9, 0.9)},
+                   params=p, cotangents={"h": r.uniform((2, 3))},
+                   flags=["gradient", "reset-after"])
+    yield gradient("gru_cell/grad-004", "gru_cell",
+                   "B = 1, I = H = 3, weights up to 1.5 (saturating gates).",
+                   inputs={"x": r.uniform((1, 3), -1, 1), "h": r.uniform((1, 3), -0.9, 0.9)},
+                   params=_gru_p(r, 3, 3, scale=1.5), cotangents={"h": r.uniform((1, 3))},
+                   flags=["gradient", "saturation"])
+
+
+def gru_cases(r):
+    yield gradient("gru/grad-001", "gru",
+                   "Backpropagation through time: B = 2, T = 4, I = 3, H = 3, h0 given, "
+                   "cotangents on every output and on h_last; dW = sum over the steps, dh0 the "
+                   "state gradient after the last backward step.",
+                   inputs={"x": r.uniform((2, 4, 3), -1, 1), "h0": r.uniform((2, 3), -0.9, 0.9)},
+                   params=_gru_p(r, 3, 3),
+                   cotangents={"outputs": r.uniform((2, 4, 3)), "h_last": r.uniform((2, 3))},
+                   flags=["gradient", "accumulation", "initial-state"])
+    yield gradient("gru/grad-002", "gru",
+                   "h0 absent (zeros, no gradient), cotangent on h_last only: every step's "
+                   "gradient reaches back only through the state; I = 2, H = 4, T = 3.",
+                   inputs={"x": r.uniform((2, 3, 2), -1, 1)}, params=_gru_p(r, 2, 4),
+                   cotangents={"h_last": r.uniform((2, 4))},
+                   flags=["gradient", "default-state"])
+    yield gradient("gru/grad-003", "gru",
+                   "Cotangent on the outputs only, no biases, T = 5, B = 1: the outputs' "
+                   "cotangent enters at each step and adds to the carried state gradient.",
+                   inputs={"x": r.uniform((1, 5, 3), -1, 1), "h0": r.uniform((1, 2), -0.9, 0.9)},
+                   params=_gru_p(r, 3, 2, biases=False),
+                   cotangents={"outputs": r.uniform((1, 5, 2))},
+                   flags=["gradient", "optional-params", "long"])
+    yield gradient("gru/grad-004", "gru",
+                   "T = 1: the same as gru_cell's gradient with dh' = doutputs[:, 0] + dh_last.",
+                   inputs={"x": r.uniform((2, 1, 3), -1, 1), "h0": r.uniform((2, 3), -0.9, 0.9)},
+                   params=_gru_p(r, 3, 3),
+                   cotangents={"outputs": r.uniform((2, 1, 3)), "h_last": r.uniform((2, 3))},
+                   flags=["gradient", "single-step"])
+
+
+def softcap_cases(r):
+    yield gradient("softcap/grad-001", "softcap",
+                   "cap = 8, x in [-32, 32]: dx = dy (1 - tanh^2(x / cap)), near 0 where "
+                   "saturated; forgetting the 1/cap inside tanh's argument fails.",
+                   inputs={"x": r.uniform((3, 5), -32, 32, 0.25)}, attributes={"cap": 8.0},
+                   cotangents={"y": r.uniform((3, 5))}, flags=["gradient", "softcap",
+                                                              "saturation"])
+    yield gradient("softcap/grad-002", "softcap",
+                   "cap = 50 (Gemma 2), x in [-128, 128] on a (2, 2, 4) input.",
+                   inputs={"x": r.uniform((2, 2, 4), -128, 128, 1.0)}, attributes={"cap": 50.0},
+                   cotangents={"y": r.uniform((2, 2, 4))}, flags=["gradient", "softcap"])
+    yield gradient("softcap/grad-003", "softcap",
+                   "cap = 1, |x| <= 2: dx = dy (1 - tanh^2 x).",
+                   inputs={"x": r.uniform((4, 3))}, attributes={"cap": 1.0},
+                   cotangents={"y": r.uniform((4, 3))}, flags=["gradient", "softcap"])
+    yield gradient("softcap/grad-004", "softcap",
+                   "cap = 30, a rank-1 x of width 8 in [-64, 64].",
+                   inputs={"x": r.uniform((8,), -64, 64, 0.5)}, attributes={"cap": 30.0},
+                   cotangents={"y": r.uniform((8,))}, flags=["gradient", "softcap", "rank-1"])
+
+
+def dropout_cases(r):
+    yield gradient("dropout/grad-001", "dropout",
+                   "p = 0.25 with a (3, 4) keep mask: dx = dy / 0.75 where kept, 0 where "
+                   "dropped; the gradient uses the forward pass's mask, not a fresh one.",
+                   inputs={"x": r.uniform((3, 4)), "keep_mask": r.bools((3, 4), 0.75)},
+                   attributes={"p": 0.25}, cotangents={"y": r.uniform((3, 4))},
+                   flags=["gradient", "inverted-dropout", "mask-polarity"])
+    yield gradient("dropout/grad-002", "dropout",
+                   "p = 0.5 on a (2, 3, 4) input: kept gradients are doubled.",
+                   inputs={"x": r.uniform((2, 3, 4)), "keep_mask": r.bools((2, 3, 4), 0.5)},
+                   attributes={"p": 0.5}, cotangents={"y": r.uniform((2, 3, 4))},
+                   flags=["gradient", "inverted-dropout"])
+    yield gradient("dropout/grad-003", "dropout",
+                   "A (1, 5) keep mask broadcast over 3 rows, p = 0.375.",
+                   inputs={"x": r.uniform((3, 5)), "keep_mask": r.bools((1, 5), 0.6)},
+                   attributes={"p": 0.375}, cotangents={"y": r.uniform((3, 5))},
+                   flags=["gradient", "broadcast"])
+    yield gradient("dropout/grad-004", "dropout",
+                   "p = 0 (the identity): dx = dy whatever the mask.",
+                   inputs={"x": r.uniform((2, 4)), "keep_mask": r.bools((2, 4), 0.5)},
+                   attributes={"p": 0.0}, cotangents={"y": r.uniform((2, 4))},
+                   flags=["gradient", "p-zero"])
+
+
+GRAD2_CASES = {"embedding": embedding_cases, "rope": rope_cases,
+               "gated_feedforward": gated_feedforward_cases, "gru_cell": gru_cell_cases,
+               "gru": gru_cases, "softcap": softcap_cases, "dropout": dropout_cases}
+
+# == end grad2 ===============================================================================
+
+
 CASES = {"softmax": softmax_cases, "sdpa": sdpa_cases, "layer_norm": layer_norm_cases,
          "rms_norm": rms_norm_cases, "feedforward": feedforward_cases,
-         "cross_entropy": cross_entropy_cases}
+         "cross_entropy": cross_entropy_cases, "residual": residual_cases}
+CASES.update(GRAD2_CASES)
 
 
 def gradient_cases(component: str) -> list:
@@ -324,6 +552,202 @@ def self_attention_grad_cases(r):
 CASES.update(mha=mha_grad_cases, self_attention=self_attention_grad_cases)
 
 
+# == composites: layers, stacks, models (the kernels' VJPs chained; backends/composite/tape.py)
+
+def _L():
+    from . import encoder_layer as L
+    return L
+
+
+def encoder_layer_cases(r):
+    L = _L()
+    for n, norm in enumerate(["post", "pre"], 1):
+        yield gradient(f"encoder_layer/grad-00{n}", "encoder_layer",
+                       f"norm='{norm}', a (2, 3, 4) input, H = 2, F = 8, row 1 key-padded after "
+                       f"2: dx sums the self-attention's dquery, dkey and dvalue (x is all "
+                       f"three) and the skip paths of both residual blocks.",
+                       inputs={"x": r.uniform((2, 3, 4)), "mask": L.key_padding([3, 2], 3)},
+                       attributes={"num_heads": 2, "norm": norm},
+                       params=L.enc_layer_params(r, 4, 8), cotangents={"y": r.uniform((2, 3, 4))},
+                       flags=["gradient", f"{norm}-norm", "padding"])
+    yield gradient("encoder_layer/grad-003", "encoder_layer",
+                   "norm='post', activation='gelu', a causal (4, 4) mask, H = 1, no biases in "
+                   "the attention (no b_* gradients expected).",
+                   inputs={"x": r.uniform((1, 4, 4)), "mask": L.causal(4)},
+                   attributes={"num_heads": 1, "activation": "gelu"},
+                   params=L.enc_layer_params(r, 4, 6, bias=False),
+                   cotangents={"y": r.uniform((1, 4, 4))},
+                   flags=["gradient", "post-norm", "gelu", "causal", "no-bias"])
+    yield gradient("encoder_layer/grad-004", "encoder_layer",
+                   "norm='pre', eps = 0.25, a single token (T = 1): the attention weights are "
+                   "1 and its gradient reaches x through the value projection only.",
+                   inputs={"x": r.uniform((2, 1, 4))},
+                   attributes={"num_heads": 2, "norm": "pre", "eps": 0.25},
+                   params=L.enc_layer_params(r, 4, 8), cotangents={"y": r.uniform((2, 1, 4))},
+                   flags=["gradient", "pre-norm", "eps", "single-query"])
+
+
+def decoder_layer_cases(r):
+    L = _L()
+    for n, norm in enumerate(["post", "pre"], 1):
+        yield gradient(f"decoder_layer/grad-00{n}", "decoder_layer",
+                       f"norm='{norm}', x (2, 3, 4), memory (2, 5, 4), causal self-attention, "
+                       f"memory row 1 padded after 3, H = 2: dmemory = the cross-attention's "
+                       f"dkey + dvalue, 0 on the padded memory positions.",
+                       inputs={"x": r.uniform((2, 3, 4)), "memory": r.uniform((2, 5, 4)),
+                               "self_mask": L.causal(3),
+                               "memory_mask": L.key_padding([5, 3], 5)},
+                       attributes={"num_heads": 2, "norm": norm},
+                       params=L.dec_layer_params(r, 4, 8), cotangents={"y": r.uniform((2, 3, 4))},
+                       flags=["gradient", f"{norm}-norm", "causal", "padding"])
+    yield gradient("decoder_layer/grad-003", "decoder_layer",
+                   "norm='post', activation='gelu', T = 2 queries, S = 3 memory positions, "
+                   "H = 1, no masks: dx and dmemory have different shapes.",
+                   inputs={"x": r.uniform((1, 2, 4)), "memory": r.uniform((1, 3, 4))},
+                   attributes={"num_heads": 1, "activation": "gelu"},
+                   params=L.dec_layer_params(r, 4, 6), cotangents={"y": r.uniform((1, 2, 4))},
+                   flags=["gradient", "post-norm", "gelu", "cross-attention"])
+    yield gradient("decoder_layer/grad-004", "decoder_layer",
+                   "norm='pre', eps = 0.25, no biases, a memory mask only (self-attention "
+                   "unmasked).",
+                   inputs={"x": r.uniform((2, 2, 4)), "memory": r.uniform((2, 4, 4)),
+                           "memory_mask": L.key_padding([2, 4], 4)},
+                   attributes={"num_heads": 2, "norm": "pre", "eps": 0.25},
+                   params=L.dec_layer_params(r, 4, 6, bias=False),
+                   cotangents={"y": r.uniform((2, 2, 4))},
+                   flags=["gradient", "pre-norm", "eps", "no-bias", "padding"])
+
+
+def encoder_cases(r):
+    L = _L()
+    for n, (norm, layers) in enumerate([("post", 2), ("pre", 2), ("post", 1), ("pre", 3)], 1):
+        final = " and final_norm" if norm == "pre" else ""
+        yield gradient(f"encoder/grad-00{n}", "encoder",
+                       f"N = {layers}, norm='{norm}', a (2, 3, 4) input, row 1 key-padded after "
+                       f"2: dh_i = layer_i^T dh_(i+1), parameters layers.<i>.*{final} each get "
+                       f"their own layer's gradient (swapping two layers' fails).",
+                       inputs={"x": r.uniform((2, 3, 4)), "mask": L.key_padding([3, 2], 3)},
+                       attributes={"num_layers": layers, "num_heads": 2, "norm": norm,
+                                   "activation": "gelu" if n == 3 else "relu"},
+                       params=L.stack_params(r, L.enc_layer_params, layers, 4, 6, norm == "pre"),
+                       cotangents={"y": r.uniform((2, 3, 4))},
+                       flags=["gradient", f"{norm}-norm", "padding"])
+
+
+def decoder_cases(r):
+    L = _L()
+    for n, (norm, layers) in enumerate([("post", 2), ("pre", 2), ("post", 1), ("pre", 1)], 1):
+        yield gradient(f"decoder/grad-00{n}", "decoder",
+                       f"N = {layers}, norm='{norm}', x (2, 3, 4), memory (2, 4, 4), causal "
+                       f"self-attention, memory row 1 padded after 2: dmemory sums every "
+                       f"layer's cross-attention gradient.",
+                       inputs={"x": r.uniform((2, 3, 4)), "memory": r.uniform((2, 4, 4)),
+                               "self_mask": L.causal(3),
+                               "memory_mask": L.key_padding([4, 2], 4)},
+                       attributes={"num_layers": layers, "num_heads": 2, "norm": norm},
+                       params=L.stack_params(r, L.dec_layer_params, layers, 4, 6, norm == "pre"),
+                       cotangents={"y": r.uniform((2, 3, 4))},
+                       flags=["gradient", f"{norm}-norm", "causal", "padding"])
+
+
+def encoder_only_cases(r):
+    from .encoder_only import params
+    from .transformer import ids
+
+    for n, (norm, cot) in enumerate([("post", ("logits",)), ("post", ("hidden", "logits")),
+                                     ("pre", ("hidden", "logits")), ("pre", ("hidden",))], 1):
+        toks = ids(r, 7, [4, 2], 4, bos_id=1)
+        if n == 4:
+            toks = np.array([[1, 5, 5, 5], [1, 5, 3, 0]])  # repeated ids: rows accumulate
+        yield gradient(f"encoder_only/grad-00{n}", "encoder_only",
+                       f"norm='{norm}', N = 1, D = 4, vocabulary 7, T = 4, row 1 padded; "
+                       f"cotangents on {' and '.join(cot)}: dhidden = its cotangent + the LM "
+                       f"head's dx; embed.table and pos.table get scatter-added rows"
+                       + (" (id 5 three times in row 0)." if n == 4 else "."),
+                       inputs={"ids": toks},
+                       attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2, "norm": norm},
+                       params=params(r, 1, 4, 6, 7, 4, norm),
+                       cotangents={c: r.uniform((2, 4, 4 if c == "hidden" else 7)) for c in cot},
+                       flags=["gradient", f"{norm}-norm", "padding"]
+                       + (["repeat"] if n == 4 else []))
+
+
+def decoder_only_cases(r):
+    from .decoder_only import params
+    from .transformer import ids
+
+    for n, (norm, layers) in enumerate([("pre", 1), ("pre", 2), ("post", 1), ("pre", 1)], 1):
+        toks = ids(r, 7, [4, 3], 4, bos_id=1) if n != 4 else np.array([[1, 4, 4, 4],
+                                                                          [1, 4, 0, 0]])
+        yield gradient(f"decoder_only/grad-00{n}", "decoder_only",
+                       f"N = {layers}, norm='{norm}', D = 4, H = 2, vocabulary 7, T = 4, causal "
+                       f"and padded: dlogits through lm_head, the stack, then embed.table and "
+                       f"pos.table (pos.table row t sums the batch)"
+                       + (", id 4 repeated: its table row accumulates." if n == 4 else "."),
+                       inputs={"ids": toks},
+                       attributes={"pad_id": 0, "num_layers": layers, "num_heads": 2,
+                                   "norm": norm, "activation": "relu" if n == 4 else "gelu"},
+                       params=params(r, layers, 4, 6, 7, 4, norm),
+                       cotangents={"logits": r.uniform((2, 4, 7))},
+                       flags=["gradient", f"{norm}-norm", "causal", "padding"]
+                       + (["repeat"] if n == 4 else []))
+
+
+def transformer_cases(r):
+    from .transformer import ids, transformer_params
+
+    for n, (norm, tied, layers) in enumerate([("post", False, 1), ("pre", False, 1),
+                                              ("post", True, 1), ("pre", True, 2)], 1):
+        tie = ("tied: tgt_embed.table gets dlogits^T h from the LM head plus the embedding's "
+               "scatter-added rows" if tied else "untied")
+        yield gradient(f"transformer/grad-00{n}", "transformer",
+                       f"N = {layers}, norm='{norm}', {tie}; D = 4, H = 2, vocabulary 7, source "
+                       f"T = 4 and target T = 3, padded: the encoder's gradient comes only "
+                       f"through the decoder's cross-attention (dmemory).",
+                       inputs={"src_ids": ids(r, 7, [4, 3], 4), "tgt_ids": ids(r, 7, [3, 2], 3,
+                                                                              bos_id=1)},
+                       attributes={"pad_id": 0, "num_layers": layers, "num_heads": 2,
+                                   "norm": norm, "tie_embeddings": tied},
+                       params=transformer_params(r, layers, 4, 6, 7, norm, tied),
+                       cotangents={"logits": r.uniform((2, 3, 7))},
+                       flags=["gradient", f"{norm}-norm", "padding"]
+                       + (["tied-embeddings"] if tied else []))
+
+
+CASES.update(encoder_layer=encoder_layer_cases, decoder_layer=decoder_layer_cases,
+             encoder=encoder_cases, decoder=decoder_cases, encoder_only=encoder_only_cases,
+             decoder_only=decoder_only_cases, transformer=transformer_cases)
+
+
+def decoder_only_loss_cases(r):
+    """One training step: the loss's gradient with respect to every parameter."""
+    from .decoder_only import params
+    from .decoder_only_loss import next_ids
+    from .transformer import ids
+
+    for n, (norm, layers, smooth) in enumerate([("pre", 1, 0.1), ("pre", 2, 0.1),
+                                                ("post", 1, 0.0), ("pre", 1, 0.0)], 1):
+        toks = ids(r, 7, [5, 3], 5, bos_id=1)
+        smoothing = f"label_smoothing = {smooth}" if smooth else "no label smoothing"
+        yield gradient(f"decoder_only_loss/grad-00{n}", "decoder_only_loss",
+                       f"One training step of a decoder-only model (N = {layers}, norm='{norm}', "
+                       f"D = 4, H = 2, vocabulary 7, B = 2, T = 5, row 1 padded after 3): "
+                       f"loss = the mean cross-entropy of the logits against the next ids over "
+                       f"the 6 counted targets (the last position and padding ignored), "
+                       f"{smoothing}, dloss = 1; expected: the loss and the gradient of every "
+                       f"parameter (embed.table, pos.table, layers.*, "
+                       f"{'final_norm.*, ' if norm == 'pre' else ''}lm_head.*).",
+                       inputs={"ids": toks, "targets": next_ids(toks)},
+                       attributes={"pad_id": 0, "num_layers": layers, "num_heads": 2,
+                                   "norm": norm, "label_smoothing": smooth},
+                       params=params(r, layers, 4, 6, 7, 5, norm),
+                       cotangents={"loss": np.array(1.0)},
+                       flags=["gradient", "training-step", f"{norm}-norm", "ignore-index",
+                              "padding"] + (["label-smoothing"] if smooth else []))
+
+
+CASES["decoder_only_loss"] = decoder_only_loss_cases
+
 def additive_attention_grad_cases(r):
     from .additive_attention import add_params
 
@@ -461,3 +885,27 @@ def relative_attention_grad_cases(r):
 
 
 CASES.update(relative_attention=relative_attention_grad_cases)
+
+
+def seq2seq_attention_cases(r):
+    from .seq2seq_attention import s2s_params, src_batch, tf, tgt_batch
+
+    for n, kind in enumerate(["additive", "dot", "general", "concat"], 1):
+        how = ("the attention reads h_(t-1), so dh_(t-1) gets the attention's dquery besides "
+               "the GRU's" if kind == "additive" else
+               "h~ = tanh([c; h] W_c): decoder.combine.w gets [c; h]^T dz, and h_t gets the "
+               "attention's dquery")
+        yield gradient(f"seq2seq_attention/grad-00{n}", "seq2seq_attention",
+                       f"{kind} attention, B = 2, S = 4, T = 3, E = H = A = 4, vocabularies of "
+                       f"8, source row 1 padded after 2: backpropagation through time in the "
+                       f"decoder ({how}), the encoder outputs get every step's dkeys plus dh_0 "
+                       f"at each row's last real token, then the encoder's BPTT.",
+                       inputs={"src_ids": src_batch(r, [4, 2], 4, vocab=8),
+                               "tgt_ids": tgt_batch(r, 2, 3, vocab=8)},
+                       attributes=tf(kind),
+                       params=s2s_params(r, kind, src_vocab=8, vocab=8, e=4, h=4, a=4),
+                       cotangents={"logits": r.uniform((2, 3, 8))},
+                       flags=["gradient", kind, "padding", "attention-state"])
+
+
+CASES["seq2seq_attention"] = seq2seq_attention_cases

@@ -255,6 +255,34 @@ def cross_entropy_vjp(cot, logits, targets, ignore_index=-100, label_smoothing=0
     return {"logits": out}, {}
 
 
+# -- composites: the kernels' VJPs chained, forward intermediates from the forward oracle --
+
+def _prefixed(prefix: str, grads: dict) -> dict:
+    return {f"{prefix}.{k}": g for k, g in grads.items()}
+
+
+def residual_vjp(cot, x, position="post", eps=1e-5, activation="relu", params=None):
+    """post: s = x + f(x), y = LN(s):  ds = LN^T dy,  dx = ds + f^T ds
+    pre:  n = LN(x), y = x + f(n):    dn = f^T dy,   dx = dy + LN^T dn
+    (f^T, LN^T: the feed-forward's and the LayerNorm's VJPs; ffn.*, norm.* their params)."""
+    from .core import add, sub
+    from .feedforward import feedforward
+    from .layer_norm import layer_norm
+
+    x, dy = mpa(x), mpa(cot["y"])
+    ffn, norm = sub(params, "ffn"), sub(params, "norm")
+    if position == "post":
+        s = add(x, feedforward(x, activation=activation, params=ffn)["y"])
+        gs, gnorm = layer_norm_vjp({"y": dy}, s, eps=eps, params=norm)
+        gx, gffn = feedforward_vjp({"y": gs["x"]}, x, activation=activation, params=ffn)
+        dx = gs["x"] + gx["x"]
+    else:
+        n = layer_norm(x, eps=eps, params=norm)["y"]
+        gn, gffn = feedforward_vjp({"y": dy}, n, activation=activation, params=ffn)
+        gx, gnorm = layer_norm_vjp({"y": gn["x"]}, x, eps=eps, params=norm)
+        dx = dy + gx["x"]
+    return {"x": dx}, {**_prefixed("ffn", gffn), **_prefixed("norm", gnorm)}
+
 # -- attention kernels: mha, self_attention, additive_attention, luong_attention,
 # relative_attention ---------------------------------------------------------------------------
 
@@ -341,6 +369,190 @@ def self_attention_vjp(cot, x, mask=None, scale=None, params=None):
     grads = {}
     dx = [_project_vjp(x, params, f"w_{n}", f"b_{n}", gs[n], grads) for n in "qkv"]
     return {"x": dx[0] + dx[1] + dx[2]}, grads
+
+# == grad2: embedding, lm_head, rope, gated_feedforward, gru_cell, gru, softcap, dropout ====
+
+def embedding_vjp(cot, ids, scale=True, params=None):
+    """y[n] = table[ids[n]] * f (f = sqrt(D) or 1): scatter-add,
+        dtable[l] = f * sum over the n with ids[n] = l of dy[n]   (repeated ids accumulate)
+    The integer ids get no gradient."""
+    table = mpa(params["table"])
+    ids = np.asarray(ids)
+    dy = mpa(cot["y"])
+    d = table.shape[1]
+    f = mpmath.sqrt(d) if scale else mpmath.mpf(1)
+    dtable = zeros(table.shape)
+    for row in range(table.shape[0]):
+        hits = [idx for idx in np.ndindex(ids.shape) if int(ids[idx]) == row]
+        dtable[row] = [f * mp.fsum(dy[idx + (j,)] for idx in hits) for j in range(d)]
+    return {}, {"table": dtable}
+
+
+def lm_head_vjp(cot, x, tied=False, params=None):
+    """logits = x W + b (tied: W = table^T):
+        dx = dlogits W^T,  dW = x^T dlogits,  dtable = dlogits^T x,  db = sum dlogits
+    (sums over every leading axis)."""
+    x, dl = mpa(x), mpa(cot["logits"])
+    w = transpose_last(mpa(params["table"])) if tied else mpa(params["w"])    # (D, L)
+    x2, dl2 = x.reshape(-1, x.shape[-1]), dl.reshape(-1, w.shape[1])          # (N, D), (N, L)
+    grads = {"table": matmul(transpose_last(dl2), x2)} if tied \
+        else {"w": matmul(transpose_last(x2), dl2)}
+    if "b" in params:
+        grads["b"] = fsum_axes(dl2, (0,))
+    return {"x": matmul(dl, transpose_last(w)).reshape(x.shape)}, grads
+
+
+def rope_vjp(cot, x, offset=0, base=10000.0, convention="interleaved"):
+    """y = R x with R the rotation of each pair (a, b) by the angle p theta_i; R is
+    orthogonal, so dx = R^T dy, the rotation by the opposite angle:
+        dx_a =  dy_a cos + dy_b sin,   dx_b = -dy_a sin + dy_b cos
+    """
+    x, dy = mpa(x), mpa(cot["y"])
+    t_len, kw = x.shape[-2], x.shape[-1]
+    half = kw // 2
+    dx = np.empty(x.shape, dtype=object)
+    for idx in np.ndindex(x.shape[:-2]):
+        for t in range(t_len):
+            p = mpmath.mpf(offset + t)
+            for i in range(half):
+                a, b = (2 * i, 2 * i + 1) if convention == "interleaved" else (i, i + half)
+                angle = p * mpmath.power(mpmath.mpf(base), -mpmath.mpf(2 * i) / kw)
+                cos, sin = mpmath.cos(angle), mpmath.sin(angle)
+                ga, gb = dy[idx + (t, a)], dy[idx + (t, b)]
+                dx[idx + (t, a)] = ga * cos + gb * sin
+                dx[idx + (t, b)] = -ga * sin + gb * cos
+    return {"x": dx}, {}
+
+
+def silu_grad(h):
+    """s = sigmoid(h): silu'(h) = s (1 + h (1 - s))."""
+    s = 1 / (1 + mpmath.exp(-h))
+    return s * (1 + h * (1 - s))
+
+
+GATE_GRADS = {"silu": silu_grad, "gelu": gelu_grad, "gelu_tanh": gelu_tanh_grad}
+
+
+def gated_feedforward_vjp(cot, x, activation="silu", params=None):
+    """g = x W_gate, u = x W_up, h = act(g) u, y = h W_down:
+        dW_down = h^T dy,  dh = dy W_down^T,  dg = dh u act'(g),  du = dh act(g),
+        dW_gate = x^T dg,  dW_up = x^T du,  dx = dg W_gate^T + du W_up^T
+    """
+    from .gated_feedforward import ACTIVATIONS as GATES
+
+    x, dy = mpa(x), mpa(cot["y"])
+    wg, wu, wd = (mpa(params[n]) for n in ("w_gate", "w_up", "w_down"))
+    x2, dy2 = x.reshape(-1, x.shape[-1]), dy.reshape(-1, wd.shape[1])       # (N, D)
+    g, u = matmul(x2, wg), matmul(x2, wu)                                    # (N, F)
+    a = np.vectorize(GATES[activation], otypes=[object])(g)
+    dh = matmul(dy2, transpose_last(wd))                                     # (N, F)
+    dg = dh * u * np.vectorize(GATE_GRADS[activation], otypes=[object])(g)
+    du = dh * a
+    dx = matmul(dg, transpose_last(wg)) + matmul(du, transpose_last(wu))
+    return ({"x": dx.reshape(x.shape)},
+            {"w_gate": matmul(transpose_last(x2), dg), "w_up": matmul(transpose_last(x2), du),
+             "w_down": matmul(transpose_last(a * u), dy2)})
+
+
+def gru_step_vjp(x, h, params, dh_next):
+    """One GRU step backward (reset after the hidden matmul), x (B, I), h (B, H):
+        dn = dh' (1 - z),  dz = dh' (h - n),  dh = dh' z + dg_h W_hh^T
+        da_n = dn (1 - n^2),  dr = da_n (h W_hn + b_hn),  da_r = dr r (1 - r),
+        da_z = dz z (1 - z)
+        dg_i = [da_r | da_z | da_n],  dg_h = [da_r | da_z | r da_n]
+        dW_ih = x^T dg_i, db_ih = sum dg_i, dW_hh = h^T dg_h, db_hh = sum dg_h,
+        dx = dg_i W_ih^T
+    Returns dx, dh and the parameter gradients of this step."""
+    from .gru_cell import sigmoid
+
+    w_ih, w_hh = mpa(params["w_ih"]), mpa(params["w_hh"])
+    hid = w_hh.shape[0]
+    b_ih = mpa(params["b_ih"]) if "b_ih" in params else zeros((3 * hid,))
+    b_hh = mpa(params["b_hh"]) if "b_hh" in params else zeros((3 * hid,))
+    gi = matmul(x, w_ih) + b_ih                                              # (B, 3H)
+    gh = matmul(h, w_hh) + b_hh                                              # (B, 3H)
+    dgi, dgh = zeros(gi.shape), zeros(gh.shape)
+    dh_direct = zeros(h.shape)
+    for b in range(h.shape[0]):
+        for j in range(hid):
+            jr, jz, jn = j, hid + j, 2 * hid + j
+            r = sigmoid(gi[b, jr] + gh[b, jr])
+            z = sigmoid(gi[b, jz] + gh[b, jz])
+            n = mpmath.tanh(gi[b, jn] + r * gh[b, jn])
+            g = dh_next[b, j]
+            dan = g * (1 - z) * (1 - n * n)
+            dar = dan * gh[b, jn] * r * (1 - r)
+            daz = g * (h[b, j] - n) * z * (1 - z)
+            dgi[b, jr], dgi[b, jz], dgi[b, jn] = dar, daz, dan
+            dgh[b, jr], dgh[b, jz], dgh[b, jn] = dar, daz, r * dan
+            dh_direct[b, j] = g * z
+    grads = {"w_ih": matmul(transpose_last(x), dgi), "w_hh": matmul(transpose_last(h), dgh),
+             "b_ih": fsum_axes(dgi, (0,)), "b_hh": fsum_axes(dgh, (0,))}
+    dx = matmul(dgi, transpose_last(w_ih))
+    dh = dh_direct + matmul(dgh, transpose_last(w_hh))
+    return dx, dh, {k: g for k, g in grads.items() if k in params}
+
+
+def gru_cell_vjp(cot, x, h, params=None):
+    x, h = mpa(x), mpa(h)
+    dx, dh, grads = gru_step_vjp(x, h, params, mpa(cot["h"]))
+    return {"x": dx, "h": dh}, grads
+
+
+def gru_vjp(cot, x, h0=None, params=None):
+    """Backpropagation through time: with dh_T = dh_last and, for t = T..1,
+        dh_t += doutputs[:, t-1];  (dx_t, dh_{t-1}, dtheta_t) = step backward at (x_t, h_{t-1})
+    dtheta = sum over t of dtheta_t, dh0 = dh_0 (only when h0 is given)."""
+    from .gru_cell import step
+
+    x = mpa(x)
+    b, t_len, _ = x.shape
+    hid = np.asarray(params["w_hh"]).shape[0]
+    hs = [zeros((b, hid)) if h0 is None else mpa(h0)]
+    for t in range(t_len):
+        hs.append(step(x[:, t], hs[-1], params))
+    dh = mpa(cot["h_last"]) if "h_last" in cot else zeros((b, hid))
+    dout = mpa(cot["outputs"]) if "outputs" in cot else zeros((b, t_len, hid))
+    dx = np.empty(x.shape, dtype=object)
+    total: dict = {}
+    for t in reversed(range(t_len)):
+        dh = dh + dout[:, t]
+        dx[:, t], dh, grads = gru_step_vjp(x[:, t], hs[t], params, dh)
+        total = {k: total[k] + g if k in total else g for k, g in grads.items()}
+    return ({"x": dx} if h0 is None else {"x": dx, "h0": dh}), total
+
+
+def softcap_vjp(cot, x, cap):
+    """y = cap tanh(x / cap):  dx = dy (1 - tanh^2(x / cap))."""
+    c = mpmath.mpf(cap)
+    x, dy = mpa(x), mpa(cot["y"])
+    dx = np.empty(x.shape, dtype=object)
+    for idx in np.ndindex(x.shape):
+        t = mpmath.tanh(x[idx] / c)
+        dx[idx] = dy[idx] * (1 - t * t)
+    return {"x": dx}, {}
+
+
+def dropout_vjp(cot, x, keep_mask=None, p=0.0, seed=None):
+    """y = keep x / (1 - p):  dx = keep dy / (1 - p) (p = 0: dx = dy); only with keep_mask."""
+    dy = mpa(cot["y"])
+    if p == 0:
+        return {"x": dy}, {}
+    if keep_mask is None:
+        raise NotImplementedError("dropout_vjp needs the keep mask")
+    keep = np.broadcast_to(np.asarray(keep_mask), dy.shape)
+    scale = 1 / (1 - mpmath.mpf(p))
+    dx = np.empty(dy.shape, dtype=object)
+    for idx in np.ndindex(dy.shape):
+        dx[idx] = dy[idx] * scale if keep[idx] else mpmath.mpf(0)
+    return {"x": dx}, {}
+
+
+GRAD2_VJPS = {"embedding": embedding_vjp, "lm_head": lm_head_vjp, "rope": rope_vjp,
+              "gated_feedforward": gated_feedforward_vjp, "gru_cell": gru_cell_vjp,
+              "gru": gru_vjp, "softcap": softcap_vjp, "dropout": dropout_vjp}
+
+# == end grad2 ===============================================================================
 
 
 def _scored_attention_vjp(cot, e, vals, mask):
@@ -492,7 +704,335 @@ def relative_attention_vjp(cot, q, k, v, mask=None, max_distance=None, scale=Non
 
 VJPS = {"softmax": softmax_vjp, "sdpa": sdpa_vjp, "layer_norm": layer_norm_vjp,
         "rms_norm": rms_norm_vjp, "feedforward": feedforward_vjp,
-        "cross_entropy": cross_entropy_vjp}
-VJPS.update(mha=mha_vjp, self_attention=self_attention_vjp,  # attention kernels
-            additive_attention=additive_attention_vjp, luong_attention=luong_attention_vjp,
+        "cross_entropy": cross_entropy_vjp, "residual": residual_vjp}
+VJPS.update(mha=mha_vjp, self_attention=self_attention_vjp)  # attention kernels
+VJPS.update(GRAD2_VJPS)
+
+
+# -- layers, stacks, models: the kernels' VJPs chained in reverse ------------------------------
+# Forward intermediates come from the forward oracle; a parameter reached twice (tied
+# embeddings) and an input read twice (self-attention's query, key, value; the memory of
+# every cross-attention) get the sum of their gradients.
+
+def _merge(*grads: dict) -> dict:
+    out: dict = {}
+    for g in grads:
+        for k, a in g.items():
+            out[k] = a if k not in out else out[k] + a
+    return out
+
+
+def _block_vjp(dy, x, f, f_vjp, params, name, norm, eps):
+    """A residual block with LayerNorm ``name``, f(h) its sublayer and f_vjp(dout, h) ->
+    (dh, grads) the sublayer's VJP:
+        post  y = LN(x + f(x)):  ds = LN^T dy,  dx = ds + f^T ds
+        pre   y = x + f(LN(x)):  dn = f^T dy,   dx = dy + LN^T dn
+    """
+    from .core import add, sub
+    from .layer_norm import layer_norm
+
+    lnp = sub(params, name)
+    if norm == "post":
+        gs, gn = layer_norm_vjp({"y": dy}, add(x, f(x)), eps=eps, params=lnp)
+        dh, gf = f_vjp(gs["x"], x)
+        return gs["x"] + dh, _merge(gf, _prefixed(name, gn))
+    dn, gf = f_vjp(dy, layer_norm(x, eps=eps, params=lnp)["y"])
+    gx, gn = layer_norm_vjp({"y": dn}, x, eps=eps, params=lnp)
+    return dy + gx["x"], _merge(gf, _prefixed(name, gn))
+
+
+def _attn_sublayer(name, memory, mask, heads, params, dmemory: list):
+    """MHA(h, kv, kv), kv = h (self) or memory (cross, whose gradient goes to dmemory)."""
+    from .core import sub
+    from .mha import mha
+
+    p = sub(params, name)
+
+    def f(h):
+        kv = h if memory is None else memory
+        return mha(h, kv, kv, mask=mask, num_heads=heads, params=p)["output"]
+
+    def f_vjp(dout, h):
+        kv = h if memory is None else memory
+        gi, gp = mha_vjp({"output": dout}, h, kv, kv, mask=mask, num_heads=heads, params=p)
+        if memory is None:
+            return gi["query"] + gi["key"] + gi["value"], _prefixed(name, gp)
+        dmemory.append(gi["key"] + gi["value"])
+        return gi["query"], _prefixed(name, gp)
+    return f, f_vjp
+
+
+def _ffn_sublayer(activation, params):
+    from .core import sub
+    from .feedforward import feedforward
+
+    p = sub(params, "ffn")
+
+    def f_vjp(dout, h):
+        gi, gp = feedforward_vjp({"y": dout}, h, activation=activation, params=p)
+        return gi["x"], _prefixed("ffn", gp)
+    return (lambda h: feedforward(h, activation=activation, params=p)["y"]), f_vjp
+
+
+def encoder_layer_vjp(cot, x, mask=None, num_heads=1, norm="post", eps=1e-5,
+                      activation="relu", params=None):
+    """r1 = block1(x; MHA), y = block2(r1; FFN):  dr1 = block2^T dy,  dx = block1^T dr1."""
+    from .encoder_layer import sublayer
+
+    x = mpa(x)
+    attn = _attn_sublayer("self_attn", None, mask, num_heads, params, [])
+    r1 = sublayer(x, attn[0], params, "norm1", norm, eps)
+    dr1, g2 = _block_vjp(mpa(cot["y"]), r1, *_ffn_sublayer(activation, params), params,
+                         "norm2", norm, eps)
+    dx, g1 = _block_vjp(dr1, x, *attn, params, "norm1", norm, eps)
+    return {"x": dx}, _merge(g1, g2)
+
+
+def decoder_layer_vjp(cot, x, memory, self_mask=None, memory_mask=None, num_heads=1,
+                      norm="post", eps=1e-5, activation="relu", params=None):
+    """r1 = block1(x; self-MHA), r2 = block2(r1; MHA(., memory)), y = block3(r2; FFN):
+    backward through block3, block2 (dmemory = dkey + dvalue of the cross-attention),
+    block1."""
+    from .encoder_layer import sublayer
+
+    x, memory, dmem = mpa(x), mpa(memory), []
+    sa = _attn_sublayer("self_attn", None, self_mask, num_heads, params, [])
+    ca = _attn_sublayer("cross_attn", memory, memory_mask, num_heads, params, dmem)
+    r1 = sublayer(x, sa[0], params, "norm1", norm, eps)
+    r2 = sublayer(r1, ca[0], params, "norm2", norm, eps)
+    dr2, g3 = _block_vjp(mpa(cot["y"]), r2, *_ffn_sublayer(activation, params), params,
+                         "norm3", norm, eps)
+    dr1, g2 = _block_vjp(dr2, r1, *ca, params, "norm2", norm, eps)
+    dx, g1 = _block_vjp(dr1, x, *sa, params, "norm1", norm, eps)
+    return {"x": dx, "memory": dmem[0]}, _merge(g1, g2, g3)
+
+
+def _stack_vjp(layer, layer_vjp, dy, x, num_layers, norm, eps, params, **kw):
+    """h_{i+1} = layer_i(h_i), y = h_N or LN_final(h_N):  dh_N = dy or LN_final^T dy,
+    dh_i = layer_i^T dh_{i+1}; returns (dx, dmemory or None, grads)."""
+    from .core import sub
+
+    hs = [mpa(x)]
+    for i in range(int(num_layers)):
+        hs.append(layer(hs[-1], norm=norm, eps=eps, params=sub(params, f"layers.{i}"), **kw)["y"])
+    grads, dmem = {}, None
+    if norm == "pre":
+        gi, gn = layer_norm_vjp({"y": dy}, hs[-1], eps=eps, params=sub(params, "final_norm"))
+        dy, grads = gi["x"], _prefixed("final_norm", gn)
+    for i in reversed(range(int(num_layers))):
+        gi, gp = layer_vjp({"y": dy}, hs[i], norm=norm, eps=eps,
+                           params=sub(params, f"layers.{i}"), **kw)
+        dy, grads = gi["x"], _merge(grads, _prefixed(f"layers.{i}", gp))
+        if "memory" in gi:
+            dmem = gi["memory"] if dmem is None else dmem + gi["memory"]
+    return dy, dmem, grads
+
+
+def encoder_vjp(cot, x, mask=None, num_layers=1, num_heads=1, norm="post", eps=1e-5,
+                activation="relu", params=None):
+    from .encoder_layer import encoder_layer
+
+    dx, _, grads = _stack_vjp(encoder_layer, encoder_layer_vjp, mpa(cot["y"]), x, num_layers,
+                              norm, eps, params, mask=mask, num_heads=num_heads,
+                              activation=activation)
+    return {"x": dx}, grads
+
+
+def decoder_vjp(cot, x, memory, self_mask=None, memory_mask=None, num_layers=1, num_heads=1,
+                norm="post", eps=1e-5, activation="relu", params=None):
+    from .decoder_layer import decoder_layer
+
+    dx, dmem, grads = _stack_vjp(decoder_layer, decoder_layer_vjp, mpa(cot["y"]), x,
+                                 num_layers, norm, eps, params, memory=mpa(memory),
+                                 self_mask=self_mask, memory_mask=memory_mask,
+                                 num_heads=num_heads, activation=activation)
+    return {"x": dx, "memory": dmem}, grads
+
+
+def learned_pe_vjp(cot, positions, params=None):
+    """pe[n] = table[positions[n]]: dtable[m] = sum over the n with positions[n] = m of dpe[n]."""
+    gi, gp = embedding_vjp({"y": cot["pe"]}, positions, scale=False, params=params)
+    return gi, gp
+
+
+def _embed_vjp(de, ids, params, name, scale, learned: bool):
+    """e = name.table[ids] (* sqrt(D)) + PE: dtable from de; with learned positions,
+    dpos.table[t] = sum over the batch of de[:, t]."""
+    from .core import sub
+
+    _, g = embedding_vjp({"y": de}, ids, scale=scale, params=sub(params, name))
+    grads = _prefixed(name, g)
+    if learned:
+        t = np.asarray(ids).shape[1]
+        _, gp = learned_pe_vjp({"pe": fsum_axes(de, (0,))}, np.arange(t), sub(params, "pos"))
+        grads = _merge(grads, _prefixed("pos", gp))
+    return grads
+
+
+def encoder_only_vjp(cot, ids, pad_id=0, num_layers=1, num_heads=1, norm="post", eps=1e-5,
+                     activation="gelu", params=None):
+    """hidden = Encoder(e), logits = LMHead(hidden):
+    dhidden = (its cotangent) + LMHead^T dlogits, de = Encoder^T dhidden, then the tables."""
+    from .core import sub
+    from .encoder_only import encoder_only
+
+    fwd = encoder_only(ids, pad_id, num_layers, num_heads, norm, eps, activation, params)
+    dh = zeros(fwd["hidden"].shape) if "hidden" not in cot else mpa(cot["hidden"])
+    dlogits = mpa(cot["logits"]) if "logits" in cot else zeros(fwd["logits"].shape)
+    gi, g = lm_head_vjp({"logits": dlogits}, fwd["hidden"], params=sub(params, "lm_head"))
+    dh, grads = dh + gi["x"], _prefixed("lm_head", g)
+    gi, g = encoder_vjp({"y": dh}, fwd["embed.output"], _padding(ids, pad_id), num_layers,
+                        num_heads, norm, eps, activation, sub(params, "encoder"))
+    return {}, _merge(grads, _prefixed("encoder", g),
+                      _embed_vjp(gi["x"], ids, params, "embed", False, True))
+
+
+def _padding(ids, pad_id):
+    from .masks import padding_mask
+
+    return padding_mask(ids, pad_id)["mask"]
+
+
+def decoder_only_vjp(cot, ids, pad_id=0, num_layers=1, num_heads=1, norm="pre", eps=1e-5,
+                     activation="gelu", params=None):
+    """logits = LMHead(Stack(e, pad & causal)):  dh = LMHead^T dlogits, de = Stack^T dh,
+    then the token and position tables."""
+    from .core import sub
+    from .encoder import encoder
+    from .encoder_only import embed_learned
+    from .masks import combined_mask
+
+    e = embed_learned(ids, params)
+    mask = combined_mask(ids, pad_id, t=np.asarray(ids).shape[1], num_heads=1, causal=True)
+    mask = mask["mask"]
+    h = encoder(e, mask, num_layers, num_heads, norm, eps, activation, params)["y"]
+    gi, g = lm_head_vjp({"logits": cot["logits"]}, h, params=sub(params, "lm_head"))
+    gs, g_stack = encoder_vjp({"y": gi["x"]}, e, mask, num_layers, num_heads, norm, eps,
+                              activation, params)
+    return {}, _merge(_prefixed("lm_head", g), g_stack,
+                      _embed_vjp(gs["x"], ids, params, "embed", False, True))
+
+
+def transformer_vjp(cot, src_ids, tgt_ids, pad_id=0, num_layers=1, num_heads=1, norm="post",
+                    eps=1e-5, activation="relu", tie_embeddings=False, params=None):
+    """logits = LMHead(Decoder(e_tgt, memory)), memory = Encoder(e_src):
+    dh = LMHead^T dlogits; (de_tgt, dmemory) = Decoder^T dh; de_src = Encoder^T dmemory;
+    tied: tgt_embed.table gets the LM head's gradient plus the embedding's."""
+    from .core import sub
+    from .decoder import decoder
+    from .masks import combined_mask
+    from .transformer import decode, encode
+
+    cfg = (num_layers, num_heads, norm, eps, activation)
+    memory, m_src, inter = encode(src_ids, pad_id, *cfg, params)
+    _, inter2 = decode(tgt_ids, mpa(memory), m_src, pad_id, *cfg, tie_embeddings, params)
+    m_self = combined_mask(tgt_ids, pad_id, t=np.asarray(tgt_ids).shape[1], num_heads=1,
+                           causal=True)["mask"]
+    h = decoder(inter2["tgt_embed.output"], memory, m_self, m_src, *cfg,
+                sub(params, "decoder"))["y"]
+    head = "tgt_embed" if tie_embeddings else "lm_head"
+    gi, g_head = lm_head_vjp({"logits": cot["logits"]}, h, tied=bool(tie_embeddings),
+                             params=sub(params, head))
+    gd, g_dec = decoder_vjp({"y": gi["x"]}, inter2["tgt_embed.output"], memory, m_self, m_src,
+                            *cfg, sub(params, "decoder"))
+    ge, g_enc = encoder_vjp({"y": gd["memory"]}, inter["src_embed.output"], m_src, *cfg,
+                            sub(params, "encoder"))
+    return {}, _merge(_prefixed(head, g_head), _prefixed("decoder", g_dec),
+                      _prefixed("encoder", g_enc),
+                      _embed_vjp(gd["x"], tgt_ids, params, "tgt_embed", True, False),
+                      _embed_vjp(ge["x"], src_ids, params, "src_embed", True, False))
+
+
+VJPS.update(encoder_layer=encoder_layer_vjp, decoder_layer=decoder_layer_vjp,
+            encoder=encoder_vjp, decoder=decoder_vjp, encoder_only=encoder_only_vjp,
+            decoder_only=decoder_only_vjp, transformer=transformer_vjp,
+            learned_pe=learned_pe_vjp)
+
+
+def decoder_only_loss_vjp(cot, ids, targets, pad_id=0, num_layers=1, num_heads=1, norm="pre",
+                          eps=1e-5, activation="gelu", ignore_index=-100, label_smoothing=0.0,
+                          params=None):
+    """loss = CE(DecoderOnly(ids), targets):  dlogits = CE^T dloss = dloss (p - q) / N on the
+    counted tokens, then DecoderOnly^T dlogits (every parameter's training-step gradient)."""
+    from .decoder_only import decoder_only
+
+    cfg = (pad_id, num_layers, num_heads, norm, eps, activation)
+    logits = decoder_only(ids, *cfg, params)["logits"]
+    gl, _ = cross_entropy_vjp({"loss": cot["loss"]}, logits, targets, ignore_index,
+                              label_smoothing)
+    return decoder_only_vjp({"logits": gl["logits"]}, ids, *cfg, params)
+
+
+VJPS["decoder_only_loss"] = decoder_only_loss_vjp
+VJPS.update(additive_attention=additive_attention_vjp, luong_attention=luong_attention_vjp,
             relative_attention=relative_attention_vjp)
+
+
+def seq2seq_attention_vjp(cot, src_ids, tgt_ids, attention, pad_id, params=None):
+    """Backward through the teacher-forced decoder, t = T-1..0, carrying dh:
+        additive:  dh_t = LMHead^T dlogits_t + dh;  ([de; dc], dh_prev) = GRU step^T dh_t;
+                   (dh_prev, do) += Attn^T dc  (query h_{t-1}, keys = values = o)
+        Luong:     dht = LMHead^T dlogits_t;  dz = dht (1 - ht^2), ht = tanh([c; h] W_c):
+                   dW_c += [c; h]^T dz, [dc; dh'] = dz W_c^T;  dh_t = dh' + dh + Attn^T dc (query);
+                   (de, dh_prev) = GRU step^T dh_t
+    then dh_0 goes to o at each row's last kept position, the encoder GRU's BPTT takes do, and
+    the tables get their scatter-added rows."""
+    from .core import sub
+    from .embedding import embedding
+    from .seq2seq_attention import decoder_step, encode
+
+    src, tgt = np.asarray(src_ids), np.asarray(tgt_ids)
+    outputs, keep, h0 = encode(src, pad_id, params)
+    steps, h = [], h0
+    for t in range(tgt.shape[1]):
+        emb = embedding(tgt[:, t], scale=False, params=sub(params, "decoder.embed"))["y"]
+        steps.append(dict(decoder_step(attention, tgt[:, t], h, outputs, keep, params),
+                          h_prev=h, emb=emb))
+        h = steps[-1]["h"]
+    dlogits, dec, mask = mpa(cot["logits"]), sub(params, "decoder.gru"), keep[:, None, :]
+    attn_p = sub(params, "attention")
+    d_out, dh, grads = zeros(outputs.shape), zeros(h0.shape), {}
+    d_emb = zeros(tgt.shape + (np.asarray(params["decoder.embed.table"]).shape[1],))
+
+    def attend_vjp(dc, query):
+        c = {"context": dc[:, None, :]}
+        if attention == "additive":
+            return additive_attention_vjp(c, query[:, None, :], outputs, None, mask, attn_p)
+        return luong_attention_vjp(c, query[:, None, :], outputs, None, mask, attention, attn_p)
+
+    for t in reversed(range(tgt.shape[1])):
+        r = steps[t]
+        top = r["h"] if attention == "additive" else r["combined"]
+        gi, g = lm_head_vjp({"logits": dlogits[:, t]}, top, params=sub(params, "out"))
+        grads = _merge(grads, _prefixed("out", g))
+        if attention == "additive":
+            emb_c = np.concatenate([r["emb"], r["context"]], axis=-1)
+            dx, dh, g = gru_step_vjp(emb_c, r["h_prev"], dec, gi["x"] + dh)
+            e = r["emb"].shape[1]
+            ga, gp = attend_vjp(dx[:, e:], r["h_prev"])
+            dh, d_emb[:, t] = dh + ga["query"][:, 0], dx[:, :e]
+        else:
+            cat = np.concatenate([r["context"], r["h"]], axis=-1)           # (B, 2H)
+            dz = gi["x"] * (1 - r["combined"] * r["combined"])
+            w_c = mpa(params["decoder.combine.w"])
+            grads = _merge(grads, {"decoder.combine.w": matmul(transpose_last(cat), dz)})
+            dcat = matmul(dz, transpose_last(w_c))
+            hid = r["h"].shape[1]
+            ga, gp = attend_vjp(dcat[:, :hid], r["h"])
+            dh_t = dcat[:, hid:] + dh + ga["query"][:, 0]
+            d_emb[:, t], dh, g = gru_step_vjp(r["emb"], r["h_prev"], dec, dh_t)
+        d_out = d_out + ga["keys"]
+        grads = _merge(grads, _prefixed("decoder.gru", g), _prefixed("attention", gp))
+    for b in range(src.shape[0]):  # h_0 = o at the last kept position (zeros: no gradient)
+        kept = [s for s in range(src.shape[1]) if keep[b, s]]
+        if kept:
+            d_out[b, kept[-1]] = d_out[b, kept[-1]] + dh[b]
+    e_src = embedding(src, scale=False, params=sub(params, "encoder.embed"))["y"]
+    ge, g = gru_vjp({"outputs": d_out}, e_src, None, sub(params, "encoder.gru"))
+    _, g_src = embedding_vjp({"y": ge["x"]}, src, scale=False, params=sub(params, "encoder.embed"))
+    _, g_tgt = embedding_vjp({"y": d_emb}, tgt, scale=False, params=sub(params, "decoder.embed"))
+    return {}, _merge(grads, _prefixed("encoder.gru", g), _prefixed("encoder.embed", g_src),
+                      _prefixed("decoder.embed", g_tgt))
+
+
+VJPS["seq2seq_attention"] = seq2seq_attention_vjp

@@ -1,0 +1,100 @@
+"""decoder_only_loss: one training step's loss of the decoder-only model, the mean
+cross-entropy of its logits against the next ids; its gradient vectors (in
+``_gradients.py``) hold every parameter's gradient."""
+
+import numpy as np
+
+from ..oracle.decoder_only_loss import decoder_only_loss as oracle
+from ._build import Component, Fn, error, value
+from .decoder_only import params
+from .encoder_layer import tolerances
+from .transformer import ids
+
+COMPONENT = Component("decoder_only_loss", {
+    "decoder_only_loss": Fn(required=["pad_id", "num_layers", "num_heads"], module="models",
+                            inputs=["ids", "targets"], returns=["loss"],
+                            attributes={"pad_id": None, "num_layers": None, "num_heads": None,
+                                        "norm": "pre", "eps": 1e-5, "activation": "gelu",
+                                        "ignore_index": -100, "label_smoothing": 0.0},
+                            params=True, trace=True, oracle=oracle),
+}, tolerances=tolerances("stack"))
+
+
+def next_ids(toks, pad_id=0, ignore_index=-100):
+    """targets[b, t] = toks[b, t + 1], ignore_index at the last position and where the next
+    id is padding."""
+    t = np.full(toks.shape, ignore_index, dtype=np.int64)
+    t[:, :-1] = toks[:, 1:]
+    t[t == pad_id] = ignore_index
+    return t
+
+
+def cases(rng):
+    toks = ids(rng, 9, [5, 3], 5, bos_id=1)
+    yield value("decoder_only_loss/basic-001", "decoder_only_loss",
+                "N = 1 pre-norm, D = 8, H = 2, vocabulary 9, B = 2, T = 5, row 1 padded after "
+                "3: the mean over the 6 counted next-token targets (the last position and "
+                "padding ignored) of -log softmax(logits)[target], and the logits.",
+                inputs={"ids": toks, "targets": next_ids(toks)},
+                attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2},
+                params=params(rng, 1, 8, 16, 9), flags=["basic", "ignore-index", "padding"])
+    toks = ids(rng, 9, [4, 4], 4, bos_id=1)
+    yield value("decoder_only_loss/smoothing-001", "decoder_only_loss",
+                "label_smoothing = 0.1 (Vaswani et al.) with N = 1 post-norm, T = 4.",
+                inputs={"ids": toks, "targets": next_ids(toks)},
+                attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2, "norm": "post",
+                            "label_smoothing": 0.1},
+                params=params(rng, 1, 8, 16, 9, norm="post"),
+                flags=["label-smoothing", "post-norm"])
+    toks = ids(rng, 9, [4, 4], 4, bos_id=1)
+    yield error("decoder_only_loss/error-targets-shape-001", "decoder_only_loss",
+                "targets of shape (2, 3) for ids of shape (2, 4): ShapeError naming targets.",
+                error="ShapeError", mentions=["targets"],
+                inputs={"ids": toks, "targets": next_ids(toks)[:, :3]},
+                attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2},
+                params=params(rng, 1, 8, 16, 9))
+    toks = ids(rng, 9, [6, 6], 6, bos_id=1)
+    yield value("decoder_only_loss/deep-001", "decoder_only_loss",
+                "N = 2 pre-norm, label_smoothing = 0.1, T = 6, no padding: 10 counted targets.",
+                inputs={"ids": toks, "targets": next_ids(toks)},
+                attributes={"pad_id": 0, "num_layers": 2, "num_heads": 2,
+                            "label_smoothing": 0.1},
+                params=params(rng, 2, 8, 16, 9), flags=["two-layers", "label-smoothing"])
+    toks = ids(rng, 9, [5, 2], 5, bos_id=1)
+    yield value("decoder_only_loss/ignore-index-001", "decoder_only_loss",
+                "ignore_index = 0 given: the targets keep the pad id 0 where the next token is "
+                "padding, and those tokens are left out of the mean.",
+                inputs={"ids": toks, "targets": next_ids(toks, ignore_index=0)},
+                attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2, "ignore_index": 0},
+                params=params(rng, 1, 8, 16, 9), flags=["ignore-index", "padding"])
+    toks = ids(rng, 9, [2, 1], 4, bos_id=1)
+    yield value("decoder_only_loss/one-target-001", "decoder_only_loss",
+                "A single counted target (row 0's second token; everything else is padding or "
+                "has no next token): the mean is that token's loss.",
+                inputs={"ids": toks, "targets": next_ids(toks)},
+                attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2},
+                params=params(rng, 1, 8, 16, 9), flags=["ignore-index", "padding"])
+    toks = np.array([[1, 5, 5, 5, 5], [1, 5, 6, 5, 6]])
+    yield value("decoder_only_loss/repeat-001", "decoder_only_loss",
+                "Repeated tokens, activation='relu', norm='post': the same id as input and "
+                "target at several positions.",
+                inputs={"ids": toks, "targets": next_ids(toks)},
+                attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2, "norm": "post",
+                            "activation": "relu"},
+                params=params(rng, 1, 8, 16, 9, norm="post"), flags=["repeat", "post-norm"])
+    toks = ids(rng, 9, [4, 4], 4, bos_id=1)
+    bad = next_ids(toks)
+    bad[0, 0] = 12
+    yield error("decoder_only_loss/error-target-range-001", "decoder_only_loss",
+                "A target of 12 for a vocabulary of 9: DomainError naming targets.",
+                error="DomainError", mentions=["targets"], inputs={"ids": toks, "targets": bad},
+                attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2},
+                params=params(rng, 1, 8, 16, 9))
+    toks = ids(rng, 9, [4, 4], 4, bos_id=1)
+    targets = next_ids(toks)
+    toks[1, 2] = -1
+    yield error("decoder_only_loss/error-ids-001", "decoder_only_loss",
+                "ids holds -1: the model's DomainError naming ids, before any loss.",
+                error="DomainError", mentions=["ids"], inputs={"ids": toks, "targets": targets},
+                attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2},
+                params=params(rng, 1, 8, 16, 9))
