@@ -246,6 +246,7 @@ def test_self_attention_vjp_matches_central_differences():
 
 # == grad2: embedding, lm_head, rope, gated_feedforward, gru_cell, gru, softcap, dropout ====
 
+from attnspec.spec.oracle.attention_entropy import attention_entropy  # noqa: E402
 from attnspec.spec.oracle.dropout import dropout  # noqa: E402
 from attnspec.spec.oracle.embedding import embedding, lm_head  # noqa: E402
 from attnspec.spec.oracle.gated_feedforward import gated_feedforward  # noqa: E402
@@ -379,3 +380,16 @@ def test_seq2seq_attention_vjp_matches_central_differences(attention):
            {"src_ids": np.array([[3, 1, 2], [2, 3, 0]]), "tgt_ids": np.array([[1, 3], [2, 1]])},
            {"attention": attention, "pad_id": 0},
            s2s_params(r, attention, src_vocab=4, vocab=4, e=2, h=2, a=2))
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_attention_entropy_vjp_matches_central_differences(axis):
+    r = Rng(f"test/grad/attention_entropy/{axis}")
+    _check(attention_entropy, grad.attention_entropy_vjp, {"entropy": r.uniform((3,))},
+           {"weights": r.uniform((3, 3), 2.0**-6, 1)}, {"axis": axis})
+
+
+def test_attention_entropy_vjp_zero_weight_gets_zero():
+    """A zero weight: 0 ln 0 = 0, and the convention gives it gradient 0 (not +inf)."""
+    gi, _ = grad.attention_entropy_vjp({"entropy": np.array([1.0])},
+                                       np.array([[0.0, 0.25, 0.75]]))
+    assert gi["weights"][0, 0] == 0
+    assert abs(gi["weights"][0, 1] - (-(mpmath.log(0.25) + 1))) < mpmath.mpf("1e-40")

@@ -298,7 +298,22 @@ def dropout_unscaled_grad(cot, x, keep_mask=None, *, p, seed=None):
     return {"x": np.where(keep_mask, cot["y"], 0) if p else np.asarray(cot["y"])}, {}
 
 
+def entropy_no_plus_one(cot, weights, *, axis=-1):
+    """dw = -dH ln w: the + 1 (d(w ln w)/dw = ln w + 1) left out."""
+    w = np.asarray(weights)
+    dh = np.expand_dims(np.asarray(cot["entropy"]), axis)
+    return {"weights": np.where(w > 0, -dh * np.log(np.where(w > 0, w, 1)), 0)}, {}
+
+
+def entropy_unguarded(cot, weights, *, axis=-1):
+    """dw = -dH (ln w + 1) everywhere: +inf at a zero weight."""
+    w = np.asarray(weights)
+    dh = np.expand_dims(np.asarray(cot["entropy"]), axis)
+    return {"weights": -dh * (np.log(w) + 1)}, {}
+
+
 GRAD2_BUGS = {
+    "attention_entropy": {"no_plus_one": entropy_no_plus_one, "unguarded": entropy_unguarded},
     "embedding": {"overwritten_not_accumulated": embedding_overwritten,
                   "unscaled_grad": embedding_unscaled_grad,
                   "tied_untransposed": lm_head_tied_untransposed},

@@ -249,7 +249,7 @@ def sdpa_vjp(cotangents, q, k, v, mask=None, bias=None, *, scale=None, num_kv_he
     return grads, {}
 
 
-# == grad2: softcap backward ================================================================
+# == grad2: softcap, attention_entropy backward =============================================
 
 # y = cap tanh(x / cap):  dx = dy (1 - tanh^2(x / cap))
 def softcap_vjp(cotangents, x, *, cap):
@@ -257,3 +257,14 @@ def softcap_vjp(cotangents, x, *, cap):
     c = x.dtype.type(check.eps(cap, "cap"))
     t = np.tanh(x / c)
     return {"x": np.asarray(cotangents["y"], dtype=x.dtype) * (1 - t * t)}, {}
+
+
+# H = -sum_j w_j ln w_j:  dw_j = -dH (ln w_j + 1) where w_j > 0, and 0 where w_j = 0
+# (0 ln 0 = 0; the where-guarded entropy of torch and TensorFlow gives 0 there too)
+def attention_entropy_vjp(cotangents, weights, *, axis=-1):
+    attention_entropy(weights, axis=axis)                             # the checks, once
+    w = np.asarray(weights)
+    dh = np.expand_dims(np.asarray(cotangents["entropy"], dtype=w.dtype), axis)
+    positive = w > 0
+    return {"weights": np.where(positive, -dh * (np.log(np.where(positive, w, 1)) + 1),
+                                w.dtype.type(0))}, {}

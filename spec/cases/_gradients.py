@@ -403,9 +403,35 @@ def dropout_cases(r):
                    flags=["gradient", "p-zero"])
 
 
+def attention_entropy_cases(r):
+    yield gradient("attention_entropy/grad-001", "attention_entropy",
+                   "Positive (3, 5) weights in [2^-6, 1]: dw = -dH (ln w + 1); leaving out "
+                   "the + 1 (the derivative of ln w times w) fails.",
+                   inputs={"weights": r.uniform((3, 5), 2.0**-6, 1)},
+                   cotangents={"entropy": r.uniform((3,))}, flags=["gradient", "basic"])
+    yield gradient("attention_entropy/grad-002", "attention_entropy",
+                   "axis = 0 on (4, 3) weights: each column's cotangent scales its column.",
+                   inputs={"weights": r.uniform((4, 3), 2.0**-6, 1)}, attributes={"axis": 0},
+                   cotangents={"entropy": r.uniform((3,))}, flags=["gradient", "axis"])
+    w = r.uniform((2, 6), 2.0**-6, 1)
+    w[0, [1, 4]] = 0
+    w[1, 0] = 0
+    yield gradient("attention_entropy/grad-003", "attention_entropy",
+                   "Zero weights (as after a mask): 0 ln 0 = 0 and the gradient there is 0 "
+                   "(the one-sided derivative is +inf; torch's and TensorFlow's where-guarded "
+                   "entropy give 0); -(ln w + 1) unguarded gives inf.",
+                   inputs={"weights": w}, cotangents={"entropy": r.uniform((2,))},
+                   flags=["gradient", "zeros"])
+    yield gradient("attention_entropy/grad-004", "attention_entropy",
+                   "A (2, 2, 4) batch of small weights in [2^-6, 2^-3]: |ln w| up to 4.2.",
+                   inputs={"weights": r.uniform((2, 2, 4), 2.0**-6, 2.0**-3)},
+                   cotangents={"entropy": r.uniform((2, 2))}, flags=["gradient", "batch", "tiny"])
+
+
 GRAD2_CASES = {"embedding": embedding_cases, "rope": rope_cases,
                "gated_feedforward": gated_feedforward_cases, "gru_cell": gru_cell_cases,
-               "gru": gru_cases, "softcap": softcap_cases, "dropout": dropout_cases}
+               "gru": gru_cases, "softcap": softcap_cases, "dropout": dropout_cases,
+               "attention_entropy": attention_entropy_cases}
 
 # == end grad2 ===============================================================================
 

@@ -548,9 +548,22 @@ def dropout_vjp(cot, x, keep_mask=None, p=0.0, seed=None):
     return {"x": dx}, {}
 
 
+def attention_entropy_vjp(cot, weights, axis=-1):
+    """H = -sum_j w_j ln w_j:  dw_j = -dH (ln w_j + 1) for w_j > 0;  dw_j = 0 for w_j = 0
+    (the term is 0 ln 0 = 0 there; its one-sided derivative is +inf, torch's and
+    TensorFlow's where-guarded entropy give 0, as a masked softmax entry does)."""
+    w = np.moveaxis(mpa(weights), axis, -1)
+    dh = mpa(cot["entropy"])
+    dw = np.empty(w.shape, dtype=object)
+    for idx in np.ndindex(w.shape):
+        dw[idx] = -dh[idx[:-1]] * (mpmath.log(w[idx]) + 1) if w[idx] != 0 else mpmath.mpf(0)
+    return {"weights": np.moveaxis(dw, -1, axis)}, {}
+
+
 GRAD2_VJPS = {"embedding": embedding_vjp, "lm_head": lm_head_vjp, "rope": rope_vjp,
               "gated_feedforward": gated_feedforward_vjp, "gru_cell": gru_cell_vjp,
-              "gru": gru_vjp, "softcap": softcap_vjp, "dropout": dropout_vjp}
+              "gru": gru_vjp, "softcap": softcap_vjp, "dropout": dropout_vjp,
+              "attention_entropy": attention_entropy_vjp}
 
 # == end grad2 ===============================================================================
 
