@@ -117,6 +117,7 @@ class JaxBackend(Backend):
             out = fn(**{**call, **inputs, **({"params": p} if p is not None else {})})
             return dict(zip(names, out if len(names) > 1 else (out,)))
 
+        fn(**call)  # the checks that read values run here, on concrete arrays
         out, pull = jax.vjp(f, floats, params)
         cts = {k: cotangents[k] if k in cotangents else jnp.zeros_like(o)
                for k, o in out.items()}

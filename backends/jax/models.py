@@ -2,4 +2,5 @@
 
 from ..composite.models import Models
 
-transformer, encoder_only, decoder_only, llama_decoder_only = Models.bind(__package__)
+(transformer, encoder_only, decoder_only, llama_decoder_only,
+ decoder_only_loss) = Models.bind(__package__)

@@ -65,7 +65,11 @@ def known_all(x) -> bool:
 
 
 def value_check(ok, message, *values, error=DomainError) -> None:
-    """Raise ``error(message(*values))`` unless ``ok`` (values as NumPy)."""
+    """Raise ``error(message(*values))`` unless ``ok`` (values as NumPy). Under a JAX
+    transformation (``ok`` traced) the check is skipped: ``vjp`` runs it on the concrete
+    forward call first."""
+    if isinstance(ok, jax.core.Tracer):
+        return
     if not bool(ok):
         raise error(message(*(np.asarray(v) for v in values)))
 
