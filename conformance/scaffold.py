@@ -140,7 +140,10 @@ def _bind(family, names: list[str]) -> str:
     names = [n for n in exports if n in names] or names
     args = "" if names == exports else "".join(f', "{n}"' for n in names)
     lhs = f"({names[0]},)" if len(names) == 1 else ", ".join(names)
-    return f"\n\n{lhs} = {family.__name__}.bind(__package__{args})\n"
+    rhs = f" = {family.__name__}.bind(__package__{args})"
+    if len(lhs + rhs) > 100:  # the project's line length: wrap the names in parentheses
+        lhs = textwrap.fill(f"({lhs})", width=100 - len(rhs), subsequent_indent=" ")
+    return f"\n\n{lhs}{rhs}\n"
 
 
 def _module(module: str, fns: list) -> str:

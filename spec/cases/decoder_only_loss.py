@@ -5,9 +5,9 @@ cross-entropy of its logits against the next ids; its gradient vectors (in
 import numpy as np
 
 from ..oracle.decoder_only_loss import decoder_only_loss as oracle
-from ._build import Component, Fn, error, value
+from ._build import Component, Fn, Rng, error, value
 from .decoder_only import params
-from .encoder_layer import tolerances
+from .encoder_layer import tiny, tolerances
 from .transformer import ids
 
 COMPONENT = Component("decoder_only_loss", {
@@ -98,3 +98,16 @@ def cases(rng):
                 error="DomainError", mentions=["ids"], inputs={"ids": toks, "targets": targets},
                 attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2},
                 params=params(rng, 1, 8, 16, 9))
+    rd = Rng(f"{COMPONENT.id}/defaults")
+    p = params(rd, 1, 8, 16, 12)
+    p["embed.table"], p["pos.table"] = tiny(rd, (12, 8)), tiny(rd, (8, 8))
+    toks = ids(rd, 12, [6, 4], 6, bos_id=1)
+    yield value("decoder_only_loss/defaults-001", "decoder_only_loss",
+                "norm, eps, activation, ignore_index and label_smoothing left out (pre, 1e-5, "
+                "gelu, -100, 0): tiny embedding and position tables, so the pre-norm LN1 sees "
+                "a variance ~4e-5 (eps 1e-6 fails), row 1 padded after 4 (targets -100 "
+                "there: another ignore_index fails), and no smoothing (a smoothing of 0.1 shows "
+                "at float64 and float32; cross_entropy/defaults-001 catches it at every dtype).",
+                inputs={"ids": toks, "targets": next_ids(toks)},
+                attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2}, params=p,
+                flags=["defaults", "default-eps", "ignore-index"], omit_defaults=True)
