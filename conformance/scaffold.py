@@ -135,15 +135,21 @@ def _stub(name: str, signature: str, doc: str) -> str:
 
 
 def _bind(family, names: list[str]) -> str:
-    """``a, b = Family.bind(__package__)``, naming the functions when not all of them."""
+    """``a, b = Family.bind(__package__, "a", "b")``: the functions named, so a backend made
+    from this scaffold keeps importing when attnspec adds a composite to the family (the new
+    one is then reported ``missing``, not an unpacking error at import)."""
     exports = list(family.__dict__["EXPORTS"])
     names = [n for n in exports if n in names] or names
-    args = "" if names == exports else "".join(f', "{n}"' for n in names)
     lhs = f"({names[0]},)" if len(names) == 1 else ", ".join(names)
-    rhs = f" = {family.__name__}.bind(__package__{args})"
-    if len(lhs + rhs) > 100:  # the project's line length: wrap the names in parentheses
-        lhs = textwrap.fill(f"({lhs})", width=100 - len(rhs), subsequent_indent=" ")
-    return f"\n\n{lhs}{rhs}\n"
+    args = ", ".join(f'"{n}"' for n in names)
+    line = f"{lhs} = {family.__name__}.bind(__package__, {args})"
+    if len(line) <= 100:
+        return f"\n\n{line}\n"
+    call = f" = {family.__name__}.bind("
+    head = textwrap.fill(f"({lhs})", width=100 - len(call), subsequent_indent=" ") + call
+    tail = textwrap.fill(f"__package__, {args})", width=96, initial_indent="    ",
+                         subsequent_indent="    ")
+    return f"\n\n{head}\n{tail}\n"
 
 
 def _module(module: str, fns: list) -> str:
