@@ -6,9 +6,9 @@ matched exactly (NaN by NaN). Integer and boolean outputs must be equal.
 
 ULP errors are reported, never gated on: ``|got - expected| / ulp(m)`` where
 ``ulp`` is the spacing of the dtype under test and ``m = max(|expected|,
-max|expected over the tensor| / 16)``. The floor keeps an element that cancels
-to nearly zero from reporting astronomically many ULPs that say nothing about
-the implementation.
+max|expected over the tensor| / 16, atol)``. The floor keeps an element that cancels
+to nearly zero (or a tensor that is exactly zero, such as the gradient of a key bias)
+from reporting astronomically many ULPs that say nothing about the implementation.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def compare(got, expected: np.ndarray, dtype: str, tol: dict) -> Comparison:
         err = np.where(finite, np.abs(got - exp), np.where(nonfinite_ok, 0.0, np.inf))
         err = np.where(np.isnan(err), np.inf, err)
         bound = tol["atol"] + tol["rtol"] * np.abs(np.where(finite, exp, 0.0))
-        floor = (np.max(np.abs(exp[finite])) if finite.any() else 0.0) / 16
+        floor = max((np.max(np.abs(exp[finite])) if finite.any() else 0.0) / 16, tol["atol"])
         ulp = err / spacing(np.maximum(np.abs(np.where(finite, exp, 0.0)), floor), dtype)
     if err.size == 0:
         return Comparison(True, 0.0, 0.0)

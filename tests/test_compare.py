@@ -21,6 +21,13 @@ def test_one_ulp_off_reports_one_ulp():
     assert c.ok and c.max_ulp == 1.0 and c.worst_index == (1,)
 
 
+def test_an_all_zero_tensor_reports_ulps_at_the_atol_scale():
+    # a key bias's gradient is exactly 0; rounding leaves ~1e-7 in float32
+    tol = DEFAULT_TOLERANCES["float32"]
+    c = compare(np.array([1.2e-7, 0.0]), np.zeros(2), "float32", tol)
+    assert c.ok and c.max_ulp == 1.2e-7 / float(spacing(np.float64(tol["atol"]), "float32"))
+
+
 def test_beyond_tolerance_fails_and_names_the_worst_index():
     e = np.zeros((2, 3))
     g = e.copy()
