@@ -12,11 +12,16 @@ computing in that dtype does. An :class:`Order` says how:
 - ``upcast``: backend functions computed wholly in float32, rounded on the way out
   (softmax, LayerNorm/RMSNorm statistics, the activations), as torch's CPU kernels do;
 - ``round_attributes``: scalar attributes and constants (scale, eps, 1/(1-p), 0.044715)
-  are rounded to the dtype before use, or used as given.
+  are rounded to the dtype before use, or used as given;
+- ``transcendental_ulps``: K > 0 moves every transcendental result (exp, expm1, log,
+  log1p, tanh, logaddexp, sin, cos, erf) K float32 ULPs up or down (a pseudo-random sign
+  per element, reseeded on entering :func:`emulating`) before it is rounded to the dtype:
+  a float32 approximation (Eigen's, SVML's, CUDA's) instead of a correctly rounded one.
 
 Composites are the NumPy backend's, so every composite is composed from the same
 orders of its parts (no second copy of the stack to drift). Einsum (relative attention)
-and ``math.erf`` (exact GELU) compute in float64 and round once under every order.
+and ``math.erf`` (exact GELU) compute in float64 and round once under every order but the
+one with ``transcendental_ulps`` (which rounds erf to the dtype before ``1 + erf``).
 """
 
 from __future__ import annotations
@@ -45,10 +50,14 @@ class Order:
     fuse_bias: bool = False
     upcast: tuple = ()  # backend functions computed in float32: "softmax", "layer_norm", ...
     round_attributes: bool = True
+    transcendental_ulps: int = 0
     description: str = ""
 
 
 UPCAST_ALL = ("softmax", "layer_norm", "rms_norm", "activations", "_sigmoid")
+# The largest float32 error of a framework's exp/tanh/erf measured or documented, rounded
+# up (spec/TOLERANCES.md, "Approximate transcendentals").
+TRANSCENDENTAL_ULPS = 8
 
 ORDERS = (
     Order("plain", description="every op in the dtype; x @ W then + b; softmax step by step; "
@@ -65,12 +74,16 @@ ORDERS = (
           upcast=("layer_norm", "rms_norm"),
           description="attributes (scale, eps, p) used unrounded; dtype accumulation; "
                       "norm statistics in float32"),
+    Order("approximate-transcendentals", transcendental_ulps=TRANSCENDENTAL_ULPS,
+          description="as plain, but exp, log, tanh, erf... each off by "
+                      f"{TRANSCENDENTAL_ULPS} float32 ULPs (either way) before rounding"),
 )
 
 
 class _Context:
     dt: np.dtype | None = None  # the dtype results are rounded to now
     order: Order | None = None
+    signs: np.random.Generator | None = None  # the transcendental errors' signs
 
 
 CTX = _Context()
@@ -110,7 +123,10 @@ class Emu(np.ndarray):
         if ufunc is np.add and method == "reduce":
             return _sum(raw[0], **kw)
         with np.errstate(all="ignore"):
-            return _wrap(getattr(ufunc, method)(*raw, **kw))
+            result = getattr(ufunc, method)(*raw, **kw)
+        if CTX.order.transcendental_ulps and method == "__call__" and _transcendental(ufunc):
+            return _wrap(_approximate(np.asarray(result, dtype=np.float64)))
+        return _wrap(result)
 
     def __array_function__(self, func, types, args, kwargs):
         with np.errstate(all="ignore"):
@@ -131,6 +147,25 @@ def _raw(x, keep_pending: bool = False):
     if isinstance(x, np.ndarray) and x.dtype.kind == "f":
         return rnd(x)  # a constant table (cos, PE) is a dtype tensor in a real framework
     return x
+
+
+TRANSCENDENTAL = (np.exp, np.expm1, np.exp2, np.log, np.log1p, np.log2, np.tanh,
+                  np.logaddexp, np.sin, np.cos)
+
+
+def _transcendental(ufunc) -> bool:
+    """A NumPy transcendental, or a Python one per element (np.frompyfunc(math.erf))."""
+    return ufunc in TRANSCENDENTAL or ufunc.types == ["O->O"]
+
+
+def _approximate(y: np.ndarray) -> np.ndarray:
+    """y +- K float32 ULPs of y (a sign per element); exact zeros and non-finite values
+    stay (exp(-inf) = 0, tanh(0) = 0 and inf are exact in every implementation)."""
+    _, e = np.frexp(y)  # |y| = m 2^e, m in [0.5, 1): a float32 ULP is 2^(e - 24)
+    ulp = np.ldexp(1.0, np.maximum(e - 24, -149))
+    sign = CTX.signs.integers(0, 2, size=np.shape(y)) * 2 - 1
+    moved = y + sign * CTX.order.transcendental_ulps * ulp
+    return np.where(np.isfinite(y) & (y != 0), moved, y)
 
 
 def _wrap(r, pending: bool = False):
@@ -302,6 +337,7 @@ def emulating(dtype: str, order: Order):
     (found by identity) holds a stand-in."""
     with contextlib.ExitStack() as stack:
         CTX.dt, CTX.order = DTYPES[dtype], order
+        CTX.signs = np.random.default_rng(0)
         stand_in = _replacements()
         for module in _modules():
             if getattr(module, "np", None) is np:
@@ -316,7 +352,7 @@ def emulating(dtype: str, order: Order):
         try:
             yield
         finally:
-            CTX.dt, CTX.order = None, None
+            CTX.dt, CTX.order, CTX.signs = None, None, None
 
 
 class EmulatedBackend(NumpyBackend):
