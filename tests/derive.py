@@ -133,7 +133,8 @@ def _run(backend, spec, v, dtype: str, device: str = "cpu"):
 def order_deviations(spec, v, dtype: str, extra: dict | None = None) -> dict[str, Deviation]:
     """Each correct order's deviation at ``dtype`` (``extra``: name -> an object with
     ``backend`` and ``device``, e.g. torch's kernels; None where it lacks the dtype)."""
-    out = {o.name: deviation(v, *_run(EmulatedBackend(dtype, o), spec, v, dtype)) for o in ORDERS}
+    out = {o.name: Deviation.worst([deviation(v, *_run(EmulatedBackend(dtype, x), spec, v, dtype))
+                                    for x in o.variants()]) for o in ORDERS}
     for name, other in (extra or {}).items():
         if other is None:
             continue

@@ -12,11 +12,20 @@ computing in that dtype does. An :class:`Order` says how:
 - ``upcast``: backend functions computed wholly in float32, rounded on the way out
   (softmax, LayerNorm/RMSNorm statistics, the activations), as torch's CPU kernels do;
 - ``round_attributes``: scalar attributes and constants (scale, eps, 1/(1-p), 0.044715)
-  are rounded to the dtype before use, or used as given.
+  are rounded to the dtype before use, or used as given;
+- ``transcendental_ulps``: K > 0 moves every transcendental result (exp, expm1, log,
+  log1p, tanh, logaddexp, sin, cos, erf) K float32 ULPs up or down before it is rounded
+  to the dtype: a float32 approximation (Eigen's, SVML's, CUDA's) instead of a correctly
+  rounded one. The sign is a hash of the exact value, so, as in a real implementation, a
+  value gets the same error wherever it is computed (a forward pass and the backward
+  pass that recomputes it), whatever the order of the calls; ``draws`` sign patterns
+  (hash salts) are run and the worst taken, since one pattern may cancel what another
+  adds up (tests/derive.py).
 
 Composites are the NumPy backend's, so every composite is composed from the same
 orders of its parts (no second copy of the stack to drift). Einsum (relative attention)
-and ``math.erf`` (exact GELU) compute in float64 and round once under every order.
+and ``math.erf`` (exact GELU) compute in float64 and round once under every order but the
+one with ``transcendental_ulps`` (which rounds erf to the dtype before ``1 + erf``).
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ import functools
 import importlib
 import pkgutil
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from unittest import mock
 
 import ml_dtypes
@@ -45,10 +54,20 @@ class Order:
     fuse_bias: bool = False
     upcast: tuple = ()  # backend functions computed in float32: "softmax", "layer_norm", ...
     round_attributes: bool = True
+    transcendental_ulps: int = 0
+    draws: int = 1  # sign patterns of the transcendentals' errors, each run (salt 0, 1, ...)
+    salt: int = 0
     description: str = ""
+
+    def variants(self) -> tuple[Order, ...]:
+        """The runs whose worst deviation is this order's: one per sign pattern."""
+        return tuple(replace(self, salt=k) for k in range(self.draws))
 
 
 UPCAST_ALL = ("softmax", "layer_norm", "rms_norm", "activations", "_sigmoid")
+# The largest float32 error of a framework's exp/tanh/erf measured or documented, rounded
+# up (spec/TOLERANCES.md, "Approximate transcendentals").
+TRANSCENDENTAL_ULPS = 8
 
 ORDERS = (
     Order("plain", description="every op in the dtype; x @ W then + b; softmax step by step; "
@@ -65,6 +84,9 @@ ORDERS = (
           upcast=("layer_norm", "rms_norm"),
           description="attributes (scale, eps, p) used unrounded; dtype accumulation; "
                       "norm statistics in float32"),
+    Order("approximate-transcendentals", transcendental_ulps=TRANSCENDENTAL_ULPS, draws=4,
+          description="as plain, but exp, log, tanh, erf... each off by "
+                      f"{TRANSCENDENTAL_ULPS} float32 ULPs (either way) before rounding"),
 )
 
 
@@ -110,7 +132,10 @@ class Emu(np.ndarray):
         if ufunc is np.add and method == "reduce":
             return _sum(raw[0], **kw)
         with np.errstate(all="ignore"):
-            return _wrap(getattr(ufunc, method)(*raw, **kw))
+            result = getattr(ufunc, method)(*raw, **kw)
+        if CTX.order.transcendental_ulps and method == "__call__" and _transcendental(ufunc):
+            return _wrap(_approximate(np.asarray(result, dtype=np.float64)))
+        return _wrap(result)
 
     def __array_function__(self, func, types, args, kwargs):
         with np.errstate(all="ignore"):
@@ -131,6 +156,38 @@ def _raw(x, keep_pending: bool = False):
     if isinstance(x, np.ndarray) and x.dtype.kind == "f":
         return rnd(x)  # a constant table (cos, PE) is a dtype tensor in a real framework
     return x
+
+
+TRANSCENDENTAL = (np.exp, np.expm1, np.exp2, np.log, np.log1p, np.log2, np.tanh,
+                  np.logaddexp, np.sin, np.cos)
+
+
+def _transcendental(ufunc) -> bool:
+    """A NumPy transcendental, or a Python one per element (np.frompyfunc(math.erf))."""
+    return ufunc in TRANSCENDENTAL or ufunc.types == ["O->O"]
+
+
+def _approximate(y: np.ndarray) -> np.ndarray:
+    """y +- K float32 ULPs of y. A value float32 holds exactly stays: exp(0) = 1,
+    tanh(0) = 0, tanh(20) = 1 (saturated), exp(-inf) = 0, inf are exact in every
+    implementation (the exact value of a transcendental at any other point is not)."""
+    _, e = np.frexp(y)  # |y| = m 2^e, m in [0.5, 1): a float32 ULP is 2^(e - 24)
+    ulp = np.ldexp(1.0, np.maximum(e - 24, -149))
+    moved = y + _sign(y) * CTX.order.transcendental_ulps * ulp
+    return np.where(rnd(y, DTYPES["float32"]) == y, y, moved)
+
+
+SALT = 0x5BD1E995  # any odd constant: salt k flips a fixed bit pattern before hashing
+
+
+def _sign(y: np.ndarray) -> np.ndarray:
+    """+1 or -1 per element, pseudo-random but a function of the value and the order's
+    salt (Fibonacci hashing of its float64 bits: the top bit of bits * 2^64 / golden
+    ratio)."""
+    bits = np.array(y, dtype=np.float64).view(np.uint64) ^ np.uint64(CTX.order.salt * SALT)
+    with np.errstate(over="ignore"):
+        top = (bits * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(63)
+    return top.astype(np.int64) * 2 - 1
 
 
 def _wrap(r, pending: bool = False):
