@@ -14,11 +14,14 @@ Devices: ``cpu``, and ``gpu`` (alias ``cuda``) when JAX sees a GPU (install
                        ATTNSPEC_JAX_COMPILE_CACHE): the suite's shapes are the same on every
                        run (the ci hypothesis profile is derandomised), so a second run
                        compiles almost nothing. Default: none.
-
-Compilation: importing this package adds FAST_COMPILE to XLA_FLAGS (where XLA has not
-started yet; a flag already in XLA_FLAGS wins): XLA then compiles without LLVM optimisation
-and with the elemental emitters, ~2.5x quicker. The spec's arrays are tiny, so compiling is
-nearly all of a suite run's time. ATTNSPEC_JAX_COMPILE=default leaves XLA as configured.
+  compile=fast|default how XLA compiles, for the whole process (also from ATTNSPEC_JAX_COMPILE;
+                       the process's first backend decides, a later one asking otherwise is a
+                       ConfigError). fast (the default): FAST_COMPILE is added to XLA_FLAGS
+                       (a flag already there wins): no LLVM optimisation, the elemental
+                       emitters; compiling is ~2.5x quicker and the compiled code ~5x slower
+                       (benchmarks/bench_jax.py). The spec's arrays are tiny, so compiling is
+                       nearly all of a suite run's time. default: XLA as configured (for
+                       timing kernels).
 
 Every CLEAR_EVERY compilations the backend clears JAX's in-memory compilation caches:
 each compiled executable holds ~12 memory maps, and a process past Linux's default
@@ -77,8 +80,20 @@ def _fast_compile() -> str:
     return "fast compile (" + (" ".join(added) or "flags given in XLA_FLAGS") + ")"
 
 
-COMPILE_MODE = os.environ.get("ATTNSPEC_JAX_COMPILE", "fast")
-COMPILE_NOTE = _fast_compile() if COMPILE_MODE == "fast" else "XLA as configured"
+_compile_mode: list = []  # the mode the process's first backend chose, and what it did
+
+
+def _configure_compile(mode: str) -> str:
+    if mode not in ("fast", "default"):
+        raise ConfigError(f"jax backend option compile={mode!r}: expected fast or default")
+    if not _compile_mode:
+        _compile_mode[:] = [mode, _fast_compile() if mode == "fast" else "XLA as configured"]
+    elif _compile_mode[0] != mode:
+        raise ConfigError(f"jax backend option compile={mode!r}: this process already "
+                          f"compiles with compile={_compile_mode[0]} (XLA flags are "
+                          f"process-wide)")
+    return _compile_mode[1]
+
 
 JAX_DTYPES = {"float64": jnp.float64, "float32": jnp.float32,
               "float16": jnp.float16, "bfloat16": jnp.bfloat16}
@@ -90,12 +105,12 @@ class JaxBackend(Backend):
 
     def __init__(self, **options):
         super().__init__(**options)
-        unknown = set(options) - {"device", "compile_cache"}
+        unknown = set(options) - {"device", "compile_cache", "compile"}
         if unknown:
             raise ConfigError(f"unknown jax backend option(s) {sorted(unknown)}; known: device, "
-                              f"compile_cache")
-        if COMPILE_MODE not in ("fast", "default"):
-            raise ConfigError(f"ATTNSPEC_JAX_COMPILE={COMPILE_MODE!r}: expected fast or default")
+                              f"compile_cache, compile")
+        self.compile_note = _configure_compile(
+            options.get("compile") or os.environ.get("ATTNSPEC_JAX_COMPILE") or "fast")
         if not getattr(JaxBackend, "_counting", False):
             jax.monitoring.register_event_duration_secs_listener(_count_compiles)
             JaxBackend._counting = True
@@ -202,7 +217,7 @@ class JaxBackend(Backend):
 
     def describe(self) -> str:
         return (f"jax backend, x64 enabled process-wide, default device {self.default_device}, "
-                f"compile cache {self.compile_cache or 'none'}, {COMPILE_NOTE}")
+                f"compile cache {self.compile_cache or 'none'}, {self.compile_note}")
 
     def synchronize(self, device: str) -> None:
         (jnp.zeros(()) + 0).block_until_ready()
