@@ -239,8 +239,11 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_stopping_report_kills_the_child_and_leaves_nothing(tmp_path, sig, code):
     out = tmp_path / "out"
+    # SIGINT back to its default in the child: a shell's background job (`tox &`) starts
+    # with SIGINT ignored, and Python then installs no KeyboardInterrupt handler
     proc = subprocess.Popen([*CLI, "report", "--backends", "numpy,numpy", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     for line in proc.stdout:  # wait until the first child runs the suite
         if "numpy/cpu | " in line or time.monotonic() > deadline:
