@@ -150,11 +150,6 @@ class TensorFlowBackend(Backend):
         return ({k: _dense(g) for k, g in grad_inputs.items()},
                 {k: _dense(g) for k, g in grad_params.items()})
 
-    def known_failures_file(self):
-        """``known_failures.txt`` for eager and graph mode; XLA compiles a different
-        evaluation order, so it has none."""
-        return None if self.mode == "xla" else super().known_failures_file()
-
     def versions(self) -> dict[str, str]:
         import keras
 
