@@ -1,7 +1,7 @@
 """The ``attnspec`` command line.
 
   attnspec list [--json]                 every vector: id, component, function, expect
-  attnspec verify [--backend numpy] [--device cpu] [--dtype ...] [--json PATH]
+  attnspec verify [--backend numpy] [--device cpu] [--dtype ...] [--json PATH] [--jobs N]
   attnspec generate [--check]            regenerate the vector files from the oracle
   attnspec show ID                       a vector, readably
   attnspec cite ID [--format text|bibtex]   (or: attnspec cite --verify "CITATION LINE")
@@ -95,8 +95,9 @@ def pytest_args(backend, device, dtype, json_path, extra=(), options=(), *, vect
 
     args = ["--pyargs", "attnspec.conformance.suite", "-p", "no:cacheprovider", "--tb=short",
             f"--rootdir={SUITE_DIR}", f"--config-file={SUITE_DIR / 'pytest.ini'}",
-            f"--attnspec-backend={backend}", f"--attnspec-device={device}",
-            f"--attnspec-json={json_path}"]
+            f"--attnspec-backend={backend}", f"--attnspec-device={device}"]
+    if json_path:
+        args.append(f"--attnspec-json={json_path}")
     if dtype:
         args.append(f"--attnspec-dtype={dtype}")
     args += [f"--attnspec-backend-option={o}" for o in options]
@@ -109,23 +110,89 @@ def pytest_args(backend, device, dtype, json_path, extra=(), options=(), *, vect
     return args + list(extra)
 
 
-def verify_problem(args) -> str | None:
-    """What stops ``attnspec verify`` before the suite starts, as one line (or None)."""
+def verify_session(args):
+    """The suite's Session for ``attnspec verify``'s arguments; its ``problem`` (one line,
+    or None) is what stops the run before the suite starts."""
     from .plugin import Session, SuiteConfigError
+    from .shards import parse_jobs
 
     if args.json:
         try:
             _check_writable(args.json)
         except SuiteConfigError as exc:
-            return str(exc)
+            return _Problem(str(exc))
+    try:
+        args.jobs = parse_jobs(getattr(args, "jobs", 1))
+    except SuiteConfigError as exc:
+        return _Problem(str(exc))
     return Session(backend=args.backend, device=args.device, dtype=args.dtype,
                    options=args.backend_option, vectors_dir=args.vectors_dir,
-                   known_path=args.known_failures, timeout=_timeout(args)).problem
+                   known_path=args.known_failures, timeout=_timeout(args))
+
+
+class _Problem:
+    def __init__(self, problem: str):
+        self.problem = problem
 
 
 def _timeout(args):
     """Seconds per test: ``--timeout`` where the parser has it, else ATTNSPEC_TIMEOUT."""
     return getattr(args, "timeout", None) or os.environ.get("ATTNSPEC_TIMEOUT")
+
+
+def _verify_here(argv: list[str]) -> tuple[dict | None, int, str]:
+    """The suite in this process: (results document or None, pytest's exit status, why)."""
+    import pytest
+
+    from .plugin import SUITE_DIR
+
+    fd, json_path = tempfile.mkstemp(suffix=".json", prefix="attnspec-")
+    os.close(fd)
+    try:
+        # from the suite's folder: pytest loads a conftest.py from the current folder
+        here = os.getcwd()
+        os.chdir(SUITE_DIR)
+        try:
+            code = pytest.main([*argv, f"--attnspec-json={json_path}"])
+        finally:
+            os.chdir(here)
+        with open(json_path, encoding="utf-8") as f:
+            doc = json.load(f) if os.path.getsize(json_path) else None
+    finally:
+        os.unlink(json_path)
+    return doc, int(code), f"pytest exit status {int(code)}"
+
+
+def _verify_in_parts(argv: list[str], jobs: int, session) -> tuple[dict | None, int, str]:
+    """The suite as ``jobs`` processes (shards.py). Ctrl-C, SIGTERM or SIGHUP stop every
+    part's process group before the interruption goes on."""
+    import shutil
+    import signal
+
+    from .plugin import SUITE_DIR
+    from .report import Stopped, _raise_stopped
+    from .shards import merge, run_parts, stop_all, temporary_dir
+
+    work = temporary_dir()
+    state: dict = {"procs": []}
+    handled = [s for s in ("SIGTERM", "SIGHUP") if hasattr(signal, s)]
+    try:
+        previous = {s: signal.signal(getattr(signal, s), _raise_stopped) for s in handled}
+    except ValueError:  # not the main thread: Ctrl-C only
+        previous = {}
+    try:
+        parts = run_parts(argv, jobs, SUITE_DIR, work, lambda line: print(line, flush=True),
+                          state)
+        return merge(parts, session)
+    except Stopped as exc:
+        stop_all(state["procs"])
+        print("attnspec verify: interrupted", file=sys.stderr)
+        sys.exit(exc.code)
+    finally:
+        stop_all(state["procs"])
+        shutil.rmtree(work, ignore_errors=True)
+        for s, handler in previous.items():
+            signal.signal(getattr(signal, s), handler)
 
 
 def _check_writable(path: str) -> None:
@@ -147,37 +214,21 @@ def _absolute(path):
 
 
 def cmd_verify(args) -> int:
-    import pytest
-
-    from .plugin import SUITE_DIR
-
-    problem = verify_problem(args)
-    if problem:
-        raise CommandError(problem)  # one line, exit 2 (main)
-    fd, json_path = tempfile.mkstemp(suffix=".json", prefix="attnspec-")
-    os.close(fd)
-    try:
-        extra = ["-x"] if args.exitfirst else []
-        if args.k:
-            extra += ["-k", args.k]
-        argv = pytest_args(args.backend, args.device, args.dtype, json_path, extra,
-                           args.backend_option, vectors_dir=_absolute(args.vectors_dir),
-                           known_failures=_absolute(args.known_failures),
-                           timeout=_timeout(args))
-        # from the suite's folder: pytest loads a conftest.py from the current folder
-        here = os.getcwd()
-        os.chdir(SUITE_DIR)
-        try:
-            code = pytest.main(argv)
-        finally:
-            os.chdir(here)
-        with open(json_path, encoding="utf-8") as f:
-            doc = json.load(f) if os.path.getsize(json_path) else None
-    finally:
-        os.unlink(json_path)
+    session = verify_session(args)
+    if session.problem:
+        raise CommandError(session.problem)  # one line, exit 2 (main)
+    extra = ["-x"] if args.exitfirst else []
+    if args.k:
+        extra += ["-k", args.k]
+    argv = pytest_args(args.backend, args.device, args.dtype, None, extra,
+                       args.backend_option, vectors_dir=_absolute(args.vectors_dir),
+                       known_failures=_absolute(args.known_failures), timeout=_timeout(args))
+    if args.jobs > 1:
+        doc, code, why = _verify_in_parts(argv, args.jobs, session)
+    else:
+        doc, code, why = _verify_here(argv)
     if doc is None:
-        print(f"attnspec verify: the suite did not run (pytest exit status {int(code)})",
-              file=sys.stderr)
+        print(f"attnspec verify: the suite did not run ({why})", file=sys.stderr)
         return int(code) or 1
     print()
     print(summary_table(doc))
@@ -405,7 +456,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-k", help="pytest -k expression, e.g. 'sdpa'")
     s.add_argument("--known-failures", metavar="FILE",
                    help="known-failure patterns (default: the backend's known_failures.txt)")
-    s.add_argument("-x", "--exitfirst", action="store_true")
+    s.add_argument("-x", "--exitfirst", action="store_true",
+                   help="stop at the first failure (with --jobs: each process at its own)")
+    s.add_argument("--jobs", default=os.environ.get("ATTNSPEC_JOBS", "1"), metavar="N",
+                   help="run the suite as N processes at once, or auto (one per usable CPU, "
+                        "at most 8); env ATTNSPEC_JOBS; default 1")
     s.set_defaults(func=cmd_verify)
 
     s = sub.add_parser("generate", help="regenerate the vector files from the oracle")

@@ -17,6 +17,8 @@ Options (each with an environment variable):
   --attnspec-vectors-dir DIR        ATTNSPEC_VECTORS_DIR      another vector directory
   --attnspec-known-failures FILE    ATTNSPEC_KNOWN_FAILURES   known-failure patterns
   --attnspec-timeout SECONDS        ATTNSPEC_TIMEOUT          per test (default 60; 0: none)
+  --attnspec-shard I/N                                        run part I of N (``attnspec verify
+                                                              --jobs N``; see shards.py)
 
 Hypothesis: the suite's tests use attnspec's profile ``ci`` (or ``thorough``, from
 ATTNSPEC_HYPOTHESIS_PROFILE) unless ``--hypothesis-profile`` is given; no other
@@ -78,6 +80,9 @@ def pytest_addoption(parser):
     g.addoption("--attnspec-timeout", default=None, metavar="SECONDS",
                 help=f"fail a suite test that runs longer (env ATTNSPEC_TIMEOUT; "
                      f"{DEFAULT_TIMEOUT:g}; 0: no limit)")
+    g.addoption("--attnspec-shard", default=None, metavar="I/N",
+                help="run part I of N of the suite (what `attnspec verify --jobs N` starts); "
+                     "stale known failures are then judged by the caller")
 
 
 def _value(config, dest: str):
@@ -123,7 +128,7 @@ class Session:
     """
 
     def __init__(self, backend="numpy", device="cpu", dtype=None, options=(),
-                 vectors_dir=None, json_path=None, known_path=None, timeout=None):
+                 vectors_dir=None, json_path=None, known_path=None, timeout=None, shard=None):
         """Arguments as the user gave them (``dtype`` "float32,float64", ``options``
         ["KEY=VALUE", ...], ``timeout`` seconds as text); faults end in ``problem``."""
         self.backend_name, self.device = backend, device
@@ -135,7 +140,11 @@ class Session:
         self.spec = None
         self.problem: str | None = None
         self.notes: list[str] = []
+        self.shard: tuple[int, int] | None = None
         try:
+            from .shards import parse_shard
+
+            self.shard = parse_shard(shard)
             self.requested_dtypes = parse_dtypes(dtype)
             self.options = parse_backend_options(options)
             self.timeout = parse_timeout(timeout)
@@ -152,7 +161,8 @@ class Session:
                    vectors_dir=_value(config, "attnspec_vectors_dir"),
                    json_path=config.getoption("attnspec_json"),
                    known_path=_value(config, "attnspec_known_failures"),
-                   timeout=_value(config, "attnspec_timeout"))
+                   timeout=_value(config, "attnspec_timeout"),
+                   shard=config.getoption("attnspec_shard"))
 
     def _load(self) -> None:
         from attnspec.backends import get_backend
@@ -225,12 +235,14 @@ class Session:
         lines += [f"attnspec: {note}" for note in self.notes]
         return lines
 
-    def stale_known_failures(self) -> list[str]:
-        """Known-failure patterns whose every result in this run passed."""
+    def stale_known_failures(self, results=None) -> list[str]:
+        """Known-failure patterns whose every result in this run (or in ``results``,
+        objects with id, dtype and status) passed."""
         from .known import now_passing
 
+        found = now_passing(self.known, self.results if results is None else results)
         return [f"{self.known_path}:{k.line}: {k.pattern} now passes ({n} result(s)); remove "
-                f"it from the known failures" for k, n in now_passing(self.known, self.results)]
+                f"it from the known failures" for k, n in found]
 
 
 def _one_line(exc: BaseException) -> str:
@@ -253,7 +265,7 @@ def suite_requested(config) -> bool:
     if any(getattr(opt, dest, None) for dest in (
             "attnspec_backend", "attnspec_device", "attnspec_dtype", "attnspec_backend_option",
             "attnspec_json", "attnspec_vectors_dir", "attnspec_known_failures",
-            "attnspec_timeout")):
+            "attnspec_timeout", "attnspec_shard")):
         return True
     for arg in config.args:
         name = str(arg).split("::")[0]
@@ -316,7 +328,8 @@ def pytest_sessionfinish(session, exitstatus):
     s = session.config.stash.get(_SESSION, None)
     if s is None or s.problem:
         return
-    stale = s.stale_known_failures() if s.results else []
+    # a part of a sharded run sees only its own results: its caller judges staleness
+    stale = s.stale_known_failures() if s.results and s.shard is None else []
     if stale and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     s.stale = stale
@@ -342,6 +355,7 @@ def write_json(s: Session, exitstatus: int, stale: list[str]) -> None:
         "notes": s.notes,
         "stale_known_failures": stale,
         "exitstatus": exitstatus,
+        **({"shard": f"{s.shard[0]}/{s.shard[1]}"} if s.shard else {}),
         "results": [r.as_json() for r in s.results],
     }
     tmp = s.json_path + ".part"

@@ -63,6 +63,22 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("value_vector", params)
 
 
+@pytest.hookimpl(trylast=True)  # after -k and -m: the parts share what is left
+def pytest_collection_modifyitems(config, items):
+    """With ``--attnspec-shard I/N``, keep part I of the suite's tests (shards.py)."""
+    s = _session(config)
+    if s.shard is None:
+        return
+    from attnspec.conformance.plugin import SUITE_DIR
+    from attnspec.conformance.shards import split
+
+    kept, dropped = split(items, s.shard, s.property_dtype,
+                          lambda item: SUITE_DIR in Path(item.path).parents)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
 # -- a time limit per test -------------------------------------------------------------
 
 
