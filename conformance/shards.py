@@ -152,16 +152,17 @@ def merge(parts: list[tuple[int, str, Path]], session) -> tuple[dict | None, int
     """One results document and exit status from the parts; (None, status, why) when a
     part did not run the suite. Stale known failures are judged over every part."""
     docs = []
-    for i, (code, _, json_path) in enumerate(parts, start=1):
+    codes = [_status(code) for code, _, _ in parts]
+    for i, (_, _, json_path) in enumerate(parts, start=1):
         if not json_path.is_file() or not json_path.stat().st_size:
-            return None, code or 1, f"part {i}/{len(parts)} did not run (pytest exit status {code})"
+            return None, codes[i - 1] or 1, (f"part {i}/{len(parts)} did not finish (exit "
+                                              f"status {codes[i - 1]})")
         docs.append(json.loads(json_path.read_text(encoding="utf-8")))
     doc = dict(docs[0])
     doc["results"] = [r for d in docs for r in d["results"]]
     doc["notes"] = list(dict.fromkeys(n for d in docs for n in d.get("notes", [])))
     doc["problems"] = list(dict.fromkeys(p for d in docs for p in d.get("problems", [])))
     doc["jobs"] = len(parts)
-    codes = [code for code, _, _ in parts]
     ran = [c for c in codes if c != NO_TESTS]
     status = max(ran) if ran else NO_TESTS
     stale = session.stale_known_failures(_Results(doc["results"]))
@@ -170,6 +171,11 @@ def merge(parts: list[tuple[int, str, Path]], session) -> tuple[dict | None, int
     doc["stale_known_failures"] = stale
     doc["exitstatus"] = status
     return doc, status, ""
+
+
+def _status(code: int) -> int:
+    """A process's exit status as a shell reports it: killed by signal S is 128 + S."""
+    return 128 - code if code < 0 else code
 
 
 class _Results(list):

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 from attnspec.conformance.plugin import SuiteConfigError
-from attnspec.conformance.shards import PROPERTY_WEIGHT, assign, parse_jobs, parse_shard, split
+from attnspec.conformance.shards import PROPERTY_WEIGHT, assign, merge, parse_jobs, parse_shard, split
 
 from .test_cli import attnspec
 from .test_cli_faults import CLI, ENV, _alive, _children
@@ -152,3 +152,30 @@ def test_stopping_verify_stops_every_part(sig, code):
     assert "interrupted" in err and "Traceback" not in err
     time.sleep(0.2)
     assert not [c for c in parts if _alive(c)], "a part outlived verify"
+
+
+class _NoKnown:
+    def stale_known_failures(self, results):
+        return []
+
+
+def _part(tmp_path, i, code, rows):
+    path = tmp_path / f"p{i}.json"
+    if rows is not None:
+        path.write_text(json.dumps({"backend": "x", "device": "cpu", "results": rows}))
+    return code, "", path
+
+
+@pytest.mark.parametrize("codes,status", [((0, 0), 0), ((0, 1), 1), ((5, 0), 0), ((5, 5), 5),
+                                          ((0, -11), 139), ((1, 3), 3)])
+def test_the_run_fails_when_any_part_does(tmp_path, codes, status):
+    row = {"id": "softmax/basic-001", "dtype": "float64", "status": "pass"}
+    parts = [_part(tmp_path, i, c, [row]) for i, c in enumerate(codes)]
+    doc, got, _ = merge(parts, _NoKnown())
+    assert got == status and doc["exitstatus"] == status and len(doc["results"]) == 2
+
+
+def test_a_part_that_wrote_no_results_is_named(tmp_path):
+    parts = [_part(tmp_path, 0, 0, []), _part(tmp_path, 1, -9, None)]
+    doc, status, why = merge(parts, _NoKnown())
+    assert doc is None and status == 137 and "part 2/2 did not finish" in why
