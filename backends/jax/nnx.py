@@ -41,6 +41,8 @@ or jit its layers. ``nnx.grad`` works on every module: ids are not differentiate
 
 from __future__ import annotations
 
+import inspect
+
 import jax
 import jax.numpy as jnp
 from attnspec.spec.errors import DTypeError, ParameterError
@@ -189,11 +191,18 @@ class _Model(SpecModule):
 
 
 class _Generator(_Model):
-    """``generate`` by ``greedy_decode(model=model)``; ``defaults`` are the attributes
-    greedy_decode requires (or defaults otherwise) that the model function defaults."""
+    """``generate`` by ``greedy_decode(model=model)``, which takes some attributes without
+    a default (norm, activation) and defaults eps to 1e-5: each comes from the model
+    function's own defaults, then ``fixed`` (what greedy_decode requires of the model),
+    then the module's attributes."""
 
     model: str = ""
-    defaults: dict = {}
+    fixed: dict = {}
+
+    def greedy_attributes(self) -> dict:
+        defaults = {n: a.default for n, a in inspect.signature(self.fn).parameters.items()
+                    if a.kind is a.KEYWORD_ONLY and a.default is not a.empty and n != "trace"}
+        return {**defaults, **self.fixed, **self.attrs}
 
     def generate(self, prompt, *, bos_id, eos_id, max_len):
         """Greedy decoding with a key/value cache: ids (B, max_len) (the transformer's
@@ -202,13 +211,12 @@ class _Generator(_Model):
         source = {"src_ids": prompt} if self.model == "transformer" else {"prompt": prompt}
         return _decoding.greedy_decode(**source, model=self.model, bos_id=bos_id,
                                        eos_id=eos_id, max_len=max_len, params=self.params(),
-                                       **{**self.defaults, **self.attrs})
+                                       **self.greedy_attributes())
 
 
 class Transformer(_Generator):
     fn = staticmethod(_models.transformer)
     model = "transformer"
-    defaults = {"norm": "post", "activation": "relu"}
 
 
 class EncoderOnly(_Model):
@@ -218,7 +226,6 @@ class EncoderOnly(_Model):
 class DecoderOnly(_Generator):
     fn = staticmethod(_models.decoder_only)
     model = "decoder_only"
-    defaults = {"norm": "pre", "activation": "gelu"}
 
 
 class LlamaDecoderOnly(DecoderOnly):
@@ -228,7 +235,7 @@ class LlamaDecoderOnly(DecoderOnly):
 
     fn = staticmethod(_models.llama_decoder_only)
     model = "llama_decoder_only"
-    defaults = {"norm": "pre", "activation": "silu", "eps": 1e-6}
+    fixed = {"norm": "pre", "activation": "silu"}
 
 
 class Seq2SeqAttention(_Model):

@@ -95,8 +95,10 @@ def test_module_reproduces_golden_vectors_and_is_the_backend_function(spec, back
 def test_mha_defaults_key_and_value_to_the_query(spec):
     v = next(v for v in _value_vectors(spec, "mha") if v.inputs.get("mask") is None)
     module = N.MultiHeadAttention.from_spec(v.params, **v.attributes)
-    q = v.inputs["query"]
+    q, k = v.inputs["query"], v.inputs["key"]
     for got, want in zip(module(q), module(q, q, q)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    for got, want in zip(module(q, k), module(q, k, k)):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
@@ -277,6 +279,20 @@ def test_generate_of_a_model_built_for_its_forward_matches_the_greedy_golden_vec
     prompt = v.inputs["src_ids"] if model == "transformer" else v.inputs["prompt"]
     ids = module.generate(prompt, **{k: v.attributes[k] for k in ("bos_id", "eos_id", "max_len")})
     assert np.array_equal(np.asarray(ids), v.outputs["ids"]), v.id
+
+
+@pytest.mark.parametrize("model", sorted(GREEDY))
+def test_generate_decodes_with_the_model_functions_defaults(spec, model):
+    """What generate passes to greedy_decode for a module built with the required attributes
+    only: the defaults in the vector file's header (spec/FUNCTIONS.md), and the Llama's
+    norm and activation as greedy_decode requires them."""
+    v = next(v for v in spec.vectors if v.id == GREEDY[model])
+    f = spec.functions[model]
+    required = {k: v.attributes[k] for k in f.required_attributes}
+    want = {**f.attributes, **required}
+    if model == "llama_decoder_only":
+        want.update(norm="pre", activation="silu")
+    assert N.MODULES[model].from_spec(v.params, **required).greedy_attributes() == want
 
 
 def test_seq2seq_generate_matches_the_greedy_golden_vector(spec):
