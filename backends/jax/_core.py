@@ -16,11 +16,18 @@ from attnspec.spec.errors import DTypeError
 FLOATS = (jnp.float64, jnp.float32, jnp.float16, jnp.bfloat16)
 
 
+def host(x, dtype=None):
+    """A NumPy value on JAX's default device, compiling nothing (in jax 0.10 ``jnp.asarray``
+    of a NumPy array compiles a staging computation for every new shape)."""
+    x = np.asarray(x)
+    return jax.device_put(x if dtype is None else x.astype(dtype))
+
+
 def array(name: str, x):
     if isinstance(x, jax.Array):
         return x
     if isinstance(x, (np.ndarray, np.generic, list, tuple, int, float, bool)):
-        return jnp.asarray(np.asarray(x))
+        return host(x)
     raise DTypeError(f"{name} must be a jax.Array (or a NumPy array), got {type(x).__name__}")
 
 

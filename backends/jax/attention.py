@@ -16,7 +16,7 @@ import numpy as np
 from attnspec.spec.errors import DomainError, DTypeError
 
 from .. import _checks as check
-from ._core import boolean, const, floating, integers, weighted_sum
+from ._core import boolean, const, floating, host, integers, weighted_sum
 
 
 def _softmax_core(x, keep, axis: int):
@@ -63,7 +63,7 @@ def causal_mask(*, t, s):
     t, s = check.size("t", t), check.size("s", s)
     i = np.arange(t)[:, None]  # (T, 1)
     j = np.arange(s)[None, :]  # (1, S)
-    return jnp.asarray(j <= i + (s - t))  # (T, S), built on the host: nothing to compile
+    return host(j <= i + (s - t))  # (T, S), built on the host: nothing to compile
 
 
 def sliding_window_mask(*, t, s, window):
@@ -73,7 +73,7 @@ def sliding_window_mask(*, t, s, window):
     w = check.integer("window", window, lo=1)
     p = np.arange(t)[:, None] + (s - t)  # (T, 1) absolute query positions
     j = np.arange(s)[None, :]  # (1, S)
-    return jnp.asarray((j <= p) & (j > p - w))  # (T, S), built on the host
+    return host((j <= p) & (j > p - w))  # (T, S), built on the host
 
 
 @jax.jit
@@ -96,7 +96,7 @@ def _padding(ids, pad_id) -> np.ndarray:
 
 def padding_mask(ids, *, pad_id):
     """mask[b, 0, 0, j] = ids[b, j] != pad_id."""
-    return jnp.asarray(_padding(ids, pad_id))  # (B, 1, 1, S)
+    return host(_padding(ids, pad_id))  # (B, 1, 1, S)
 
 
 def combined_mask(ids, *, pad_id, t, num_heads=1, causal=True):
@@ -108,7 +108,7 @@ def combined_mask(ids, *, pad_id, t, num_heads=1, causal=True):
     b, s = keep.shape[0], keep.shape[-1]
     if causal:
         keep = keep & (np.arange(s)[None, :] <= np.arange(t)[:, None] + (s - t))  # (B, 1, T, S)
-    return jnp.asarray(np.broadcast_to(keep, (b, h, t, s)))  # (B, H, T, S)
+    return host(np.broadcast_to(keep, (b, h, t, s)))  # (B, H, T, S)
 
 
 def _attention_inputs(q, k, v, mask, bias):
@@ -131,7 +131,11 @@ def _attention_inputs(q, k, v, mask, bias):
 
 def repeat_kv(q, k, v, num_kv_heads):
     """k, v (..., H_kv, S, .) -> (..., H, S, .), each kv head repeated H / H_kv times."""
-    group = check.kv_heads(num_kv_heads, q.shape, k.shape, v.shape)
+    return _repeat_kv(k, v, check.kv_heads(num_kv_heads, q.shape, k.shape, v.shape))
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _repeat_kv(k, v, group: int):
     return jnp.repeat(k, group, axis=-3), jnp.repeat(v, group, axis=-3)
 
 

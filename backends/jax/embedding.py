@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
+import jax
 import numpy as np
 from attnspec.spec.errors import DomainError
 
@@ -17,12 +19,18 @@ def embedding(ids, *, scale=True, params):
     scale = check.flag("scale", scale)
     table = check.params_of(params).require("table", (None, None))     # (L, D)
     L, D = check.shape(table)
-    host = np.asarray(ids)  # the range check reads values: on the host, nothing compiled
-    if host.size and (host.min() < 0 or host.max() >= L):
+    values = np.asarray(ids)  # the range check reads values: on the host, nothing compiled
+    if values.size and (values.min() < 0 or values.max() >= L):
         raise DomainError(f"ids must be in [0, L) with L={L} (rows of 'table' {(L, D)}), "
-                          f"got ids of shape {ids.shape} with min {host.min()}, max {host.max()}")
+                          f"got ids of shape {ids.shape} with min {values.min()}, max "
+                          f"{values.max()}")
+    return _embed(table, ids, const(table, math.sqrt(D)) if scale else None)
+
+
+@jax.jit
+def _embed(table, ids, c):
     y = table[ids]                                                      # (..., D)
-    return y * const(y, math.sqrt(D)) if scale else y
+    return y if c is None else y * c
 
 
 def lm_head(x, *, tied=False, params):
@@ -30,10 +38,15 @@ def lm_head(x, *, tied=False, params):
     x = floating("x", x)
     D = check.rank("x", x, min_rank=1)[-1]
     p = check.params_of(params)
-    if check.flag("tied", tied):
-        w = p.require("table", (None, D)).T                             # (D, L)
+    tied = check.flag("tied", tied)
+    if tied:
+        w = p.require("table", (None, D))                               # (L, D)
     else:
         w = p.require("w", (D, None))                                   # (D, L)
-    b = p.get("b", (w.shape[1],))
-    logits = x @ w                                                      # (..., L)
+    return _lm_head(x, w, p.get("b", (w.shape[0 if tied else 1],)), tied)
+
+
+@functools.partial(jax.jit, static_argnums=3)
+def _lm_head(x, w, b, tied: bool):
+    logits = x @ (w.T if tied else w)                                   # (..., L)
     return logits if b is None else logits + b

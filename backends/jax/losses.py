@@ -11,7 +11,7 @@ import numpy as np
 from attnspec.spec.errors import DomainError
 
 from .. import _checks as check
-from ._core import array, floating
+from ._core import array, floating, host
 
 
 @functools.partial(jax.jit, static_argnames=("eps", "reduction"))
@@ -39,5 +39,5 @@ def cross_entropy(logits, targets, *, ignore_index=-100, label_smoothing=0.0, re
         raise DomainError(f"targets must be class indices in [0, {z.shape[-1]}) or "
                           f"ignore_index={ignore}; got {t[bad].ravel()[0]} (targets of shape "
                           f"{t.shape}, logits of shape {tuple(z.shape)})")
-    return _cross_entropy(z, jnp.asarray(np.where(counted, t, 0)), jnp.asarray(counted),
+    return _cross_entropy(z, host(np.where(counted, t, 0)), host(counted),
                           eps, reduction)

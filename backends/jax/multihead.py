@@ -15,9 +15,13 @@ from .attention import _sdpa, sdpa
 def _linear(x, p, w: str, b: str, d_in: int, d_out: int | None = None):
     """x W + b over the last axis; b is optional."""
     weight = floating(p.path(w), p.require(w, (d_in, d_out)))
-    y = x @ weight
     bias = p.get(b, (weight.shape[1],))
-    return y if bias is None else y + floating(p.path(b), bias)
+    return _affine(x, weight, None if bias is None else floating(p.path(b), bias))
+
+
+@jax.jit
+def _affine(x, w, b):
+    return x @ w if b is None else x @ w + b  # one compilation, not one per primitive
 
 
 def _mask(mask, target: tuple):
@@ -43,6 +47,7 @@ def self_attention(x, mask=None, *, scale=None, params):
     return sdpa(q, k, v, mask, scale=scale)
 
 
+@functools.partial(jax.jit, static_argnums=1)
 def _split_heads(x, heads: int):
     """(B, T, H*K) -> (B, H, T, K): head h takes columns h*K:(h+1)*K."""
     b, t, width = x.shape

@@ -8,11 +8,12 @@ import jax.numpy as jnp
 import numpy as np
 from attnspec.spec.errors import DomainError
 
-from ._core import floating, integers  # noqa: F401  (dtype checks naming the argument)
+from ._core import floating, host, integers  # noqa: F401  (dtype checks naming the argument)
 from .multihead import _linear as linear  # noqa: F401  (x W + b from params, checked)
 from .multihead import _split_heads as split_heads  # noqa: F401  (B, T, H*K) -> (B, H, T, K)
 
 
+@jax.jit
 def merge_heads(x):
     """(B, H, T, V) -> (B, T, H*V)."""
     b, h, t, v = x.shape
@@ -74,21 +75,24 @@ def value_check(ok, message, *values, error=DomainError) -> None:
         raise error(message(*(np.asarray(v) for v in values)))
 
 
+# Constants are built on the host and copied to the device: jnp.zeros, jnp.full and
+# jnp.arange would each compile once per shape (see _core.host).
+
 def zeros(shape, like):
-    return jnp.zeros(shape, dtype=like.dtype)
+    return host(np.zeros(shape, dtype=like.dtype))
 
 
 def falses(shape, like=None):
-    return jnp.zeros(shape, dtype=bool)
+    return host(np.zeros(shape, dtype=bool))
 
 
 def full(shape, value: int, like=None):
     """int64 filled with ``value``."""
-    return jnp.full(shape, value, dtype=jnp.int64)
+    return host(np.full(shape, value, dtype=np.int64))
 
 
 def arange(start: int, stop: int, like=None):
-    return jnp.arange(start, stop, dtype=jnp.int64)
+    return host(np.arange(start, stop, dtype=np.int64))
 
 
 def cast(x, like):

@@ -11,7 +11,7 @@ import numpy as np
 from attnspec.spec.errors import ConfigError, DomainError, ShapeError
 
 from .. import _checks as check
-from ._core import boolean, const, floating, integers, weighted_sum
+from ._core import boolean, const, floating, host, integers, weighted_sum
 from .attention import _softmax_core
 
 
@@ -41,10 +41,10 @@ def alibi_bias(*, num_heads, t, s):
     t, s = check.integer("t", t, lo=0), check.integer("s", s, lo=0)
     P = 1 << (H.bit_length() - 1)
     frac = [(h + 1) / P for h in range(P)] + [(2 * k + 1) / (2 * P) for k in range(H - P)]
-    m = jnp.asarray(2.0 ** (-8.0 * np.array(frac)))       # (H,)
-    p = jnp.arange(t, dtype=jnp.float64)[:, None] + (s - t)  # (T, 1) absolute query positions
-    j = jnp.arange(s, dtype=jnp.float64)[None, :]        # (1, S)
-    return -m[:, None, None] * (p - j)                   # (H, T, S)
+    m = 2.0 ** (-8.0 * np.array(frac))                   # (H,)
+    p = np.arange(t, dtype=np.float64)[:, None] + (s - t)  # (T, 1) absolute query positions
+    j = np.arange(s, dtype=np.float64)[None, :]          # (1, S)
+    return host(-m[:, None, None] * (p - j))             # (H, T, S), on the host: float64 either way
 
 
 def learned_pe(positions, *, params):
@@ -52,11 +52,17 @@ def learned_pe(positions, *, params):
     table = floating("table", check.params_of(params).require("table", (None, None)))
     positions = integers("positions", positions)
     max_len = table.shape[0]
-    host = np.asarray(positions)  # the range check reads values: on the host
-    if host.size and (host.min() < 0 or host.max() >= max_len):
+    values = np.asarray(positions)  # the range check reads values: on the host
+    if values.size and (values.min() < 0 or values.max() >= max_len):
         raise DomainError(f"positions must be in [0, max_len) with max_len={max_len} "
-                          f"(table {table.shape}), got values in [{host.min()}, {host.max()}]")
-    return table[positions]  # (..., D)
+                          f"(table {table.shape}), got values in [{values.min()}, "
+                          f"{values.max()}]")
+    return _rows(table, positions)  # (..., D)
+
+
+@jax.jit
+def _rows(table, positions):
+    return table[positions]
 
 
 def _relative_rows(t: int, s: int, m: int) -> np.ndarray:
@@ -125,5 +131,5 @@ def rope(x, *, offset=0, base=10000.0, convention="interleaved"):
     # the angles in float64 on the host (NumPy), as the spec computes them, then cast
     theta = float(base) ** (-2.0 * np.arange(kw // 2) / kw)  # (K/2,)
     angle = np.arange(offset, offset + t, dtype=np.float64)[:, None] * theta  # (T, K/2)
-    cos, sin = jnp.asarray(np.cos(angle), x.dtype), jnp.asarray(np.sin(angle), x.dtype)
+    cos, sin = host(np.cos(angle), x.dtype), host(np.sin(angle), x.dtype)
     return _rotate(x, cos, sin, convention == "half")
