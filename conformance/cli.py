@@ -111,28 +111,23 @@ def pytest_args(backend, device, dtype, json_path, extra=(), options=(), *, vect
 
 
 def verify_session(args):
-    """The suite's Session for ``attnspec verify``'s arguments; its ``problem`` (one line,
-    or None) is what stops the run before the suite starts."""
+    """The suite's Session for ``attnspec verify``'s arguments, or CommandError (one line)
+    naming what stops the run before the suite starts. Sets ``args.jobs`` to a count."""
     from .plugin import Session, SuiteConfigError
     from .shards import parse_jobs
 
-    if args.json:
-        try:
-            _check_writable(args.json)
-        except SuiteConfigError as exc:
-            return _Problem(str(exc))
     try:
+        if args.json:
+            _check_writable(args.json)
         args.jobs = parse_jobs(getattr(args, "jobs", 1))
     except SuiteConfigError as exc:
-        return _Problem(str(exc))
-    return Session(backend=args.backend, device=args.device, dtype=args.dtype,
-                   options=args.backend_option, vectors_dir=args.vectors_dir,
-                   known_path=args.known_failures, timeout=_timeout(args))
-
-
-class _Problem:
-    def __init__(self, problem: str):
-        self.problem = problem
+        raise CommandError(str(exc)) from None
+    session = Session(backend=args.backend, device=args.device, dtype=args.dtype,
+                      options=args.backend_option, vectors_dir=args.vectors_dir,
+                      known_path=args.known_failures, timeout=_timeout(args))
+    if session.problem:
+        raise CommandError(session.problem)
+    return session
 
 
 def _timeout(args):
@@ -214,9 +209,7 @@ def _absolute(path):
 
 
 def cmd_verify(args) -> int:
-    session = verify_session(args)
-    if session.problem:
-        raise CommandError(session.problem)  # one line, exit 2 (main)
+    session = verify_session(args)  # a fault: one line, exit 2 (main)
     extra = ["-x"] if args.exitfirst else []
     if args.k:
         extra += ["-k", args.k]

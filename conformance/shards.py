@@ -111,7 +111,8 @@ def run_parts(argv: list[str], jobs: int, cwd: Path, work: Path, echo, state: di
     parts = []
     for i in range(1, jobs + 1):
         json_path = work / f"part-{i}.json"
-        log = open(work / f"part-{i}.log", "w+", encoding="utf-8", errors="replace")  # noqa: SIM115
+        log = None if i == 1 else open(work / f"part-{i}.log", "w+", encoding="utf-8",  # noqa: SIM115
+                                       errors="replace")
         cmd = [sys.executable, "-m", "pytest", *argv, f"--attnspec-json={json_path}",
                f"--attnspec-shard={i}/{jobs}"]
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, text=True, errors="replace",
@@ -136,7 +137,7 @@ def run_parts(argv: list[str], jobs: int, cwd: Path, work: Path, echo, state: di
             echo(f"\n---------- attnspec verify: part {i}/{jobs} ----------")
             for line in text.splitlines():
                 echo(line)
-        log.close()
+            log.close()
         out.append((code, text, json_path))
     return out
 
@@ -153,10 +154,12 @@ def merge(parts: list[tuple[int, str, Path]], session) -> tuple[dict | None, int
     part did not run the suite. Stale known failures are judged over every part."""
     docs = []
     codes = [_status(code) for code, _, _ in parts]
-    for i, (_, _, json_path) in enumerate(parts, start=1):
+    for i, (_, text, json_path) in enumerate(parts, start=1):
         if not json_path.is_file() or not json_path.stat().st_size:
+            last = next((ln for ln in reversed(text.splitlines()) if ln.strip()), "")
             return None, codes[i - 1] or 1, (f"part {i}/{len(parts)} did not finish (exit "
-                                              f"status {codes[i - 1]})")
+                                              f"status {codes[i - 1]})" +
+                                              (f": {last.strip()}" if last else ""))
         docs.append(json.loads(json_path.read_text(encoding="utf-8")))
     doc = dict(docs[0])
     doc["results"] = [r for d in docs for r in d["results"]]

@@ -159,11 +159,11 @@ class _NoKnown:
         return []
 
 
-def _part(tmp_path, i, code, rows):
+def _part(tmp_path, i, code, rows, text=""):
     path = tmp_path / f"p{i}.json"
     if rows is not None:
         path.write_text(json.dumps({"backend": "x", "device": "cpu", "results": rows}))
-    return code, "", path
+    return code, text, path
 
 
 @pytest.mark.parametrize("codes,status", [((0, 0), 0), ((0, 1), 1), ((5, 0), 0), ((5, 5), 5),
@@ -176,6 +176,7 @@ def test_the_run_fails_when_any_part_does(tmp_path, codes, status):
 
 
 def test_a_part_that_wrote_no_results_is_named(tmp_path):
-    parts = [_part(tmp_path, 0, 0, []), _part(tmp_path, 1, -9, None)]
+    parts = [_part(tmp_path, 0, 0, []), _part(tmp_path, 1, -9, None, "test_x.py ...\nKilled\n\n")]
     doc, status, why = merge(parts, _NoKnown())
-    assert doc is None and status == 137 and "part 2/2 did not finish" in why
+    assert doc is None and status == 137 and why.startswith("part 2/2 did not finish")
+    assert why.endswith(": Killed")
