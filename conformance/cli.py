@@ -22,6 +22,7 @@ error, printed with its traceback: that is a bug in attnspec, please report it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -144,18 +145,44 @@ def _verify_here(argv: list[str]) -> tuple[dict | None, int, str]:
     fd, json_path = tempfile.mkstemp(suffix=".json", prefix="attnspec-")
     os.close(fd)
     try:
-        # from the suite's folder: pytest loads a conftest.py from the current folder
-        here = os.getcwd()
-        os.chdir(SUITE_DIR)
-        try:
-            code = pytest.main([*argv, f"--attnspec-json={json_path}"])
-        finally:
-            os.chdir(here)
+        with _removed_when_stopped(json_path):
+            # from the suite's folder: pytest loads a conftest.py from the current folder
+            here = os.getcwd()
+            os.chdir(SUITE_DIR)
+            try:
+                code = pytest.main([*argv, f"--attnspec-json={json_path}"])
+            finally:
+                os.chdir(here)
         with open(json_path, encoding="utf-8") as f:
             doc = json.load(f) if os.path.getsize(json_path) else None
     finally:
         os.unlink(json_path)
     return doc, int(code), f"pytest exit status {int(code)}"
+
+
+@contextlib.contextmanager
+def _removed_when_stopped(path: str):
+    """SIGTERM or SIGHUP (as ``attnspec report`` stops its child) remove ``path``, then
+    end the process by that signal as it would have ended anyway: pytest would catch an
+    exception raised here as a test's error, so none is raised."""
+    import signal
+
+    def stop(signum, frame):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    names = [s for s in ("SIGTERM", "SIGHUP") if hasattr(signal, s)]
+    try:
+        previous = {s: signal.signal(getattr(signal, s), stop) for s in names}
+    except ValueError:  # not the main thread
+        previous = {}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(getattr(signal, s), handler)
 
 
 def _verify_in_parts(argv: list[str], jobs: int, session) -> tuple[dict | None, int, str]:

@@ -180,3 +180,20 @@ def test_a_part_that_wrote_no_results_is_named(tmp_path):
     doc, status, why = merge(parts, _NoKnown())
     assert doc is None and status == 137 and why.startswith("part 2/2 did not finish")
     assert why.endswith(": Killed")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_verify_stopped_by_sigterm_leaves_no_temporary_files(tmp_path, jobs):
+    env = {**ENV, "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen([*CLI, "verify", "--jobs", jobs], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    for line in proc.stdout:  # wait until the suite runs tests
+        if line.startswith("test_") or time.monotonic() > deadline:
+            break
+    assert list(tmp_path.iterdir()), "verify made no temporary file or folder"
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode in (143, -signal.SIGTERM)
+    assert list(tmp_path.iterdir()) == []
