@@ -20,7 +20,8 @@ from .test_known_failures import _vectors_with_a_wrong_expectation
 
 
 def _item(nodeid, vector=None, dtype=None, suite=True):
-    params = {"vector_dtype": (SimpleNamespace(component=vector), dtype)} if vector else {}
+    params = ({"vector_dtype": (SimpleNamespace(component=vector, params={}), dtype)}
+              if vector else {})
     return SimpleNamespace(nodeid=nodeid, callspec=SimpleNamespace(params=params), suite=suite)
 
 
