@@ -158,6 +158,8 @@ def stop_all(procs) -> None:
 def merge(parts: list[tuple[int, str, Path]], session) -> tuple[dict | None, int, str]:
     """One results document and exit status from the parts; (None, status, why) when a
     part did not run the suite. Stale known failures are judged over every part."""
+    from .runner import Result
+
     docs = []
     codes = [_status(code) for code, _, _ in parts]
     for i, (_, text, json_path) in enumerate(parts, start=1):
@@ -168,13 +170,15 @@ def merge(parts: list[tuple[int, str, Path]], session) -> tuple[dict | None, int
                                               (f": {last.strip()}" if last else ""))
         docs.append(json.loads(json_path.read_text(encoding="utf-8")))
     doc = dict(docs[0])
+    doc.pop("shard", None)
     doc["results"] = [r for d in docs for r in d["results"]]
     doc["notes"] = list(dict.fromkeys(n for d in docs for n in d.get("notes", [])))
     doc["problems"] = list(dict.fromkeys(p for d in docs for p in d.get("problems", [])))
     doc["jobs"] = len(parts)
     ran = [c for c in codes if c != NO_TESTS]
     status = max(ran) if ran else NO_TESTS
-    stale = session.stale_known_failures(_Results(doc["results"]))
+    stale = session.stale_known_failures([Result(r["id"], r["dtype"], r["status"])
+                                          for r in doc["results"]])
     if stale and status == 0:
         status = 1
     doc["stale_known_failures"] = stale
@@ -185,18 +189,6 @@ def merge(parts: list[tuple[int, str, Path]], session) -> tuple[dict | None, int
 def _status(code: int) -> int:
     """A process's exit status as a shell reports it: killed by signal S is 128 + S."""
     return 128 - code if code < 0 else code
-
-
-class _Results(list):
-    """JSON results read back as objects with ``id``, ``dtype`` and ``status``."""
-
-    def __init__(self, rows):
-        super().__init__(_Row(r) for r in rows)
-
-
-class _Row:
-    def __init__(self, row: dict):
-        self.id, self.dtype, self.status = row["id"], row["dtype"], row["status"]
 
 
 def temporary_dir() -> Path:
