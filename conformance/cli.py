@@ -167,54 +167,41 @@ def _removed_when_stopped(path: str):
     exception raised here as a test's error, so none is raised."""
     import signal
 
+    from .report import handling
+
     def stop(signum, frame):
         with contextlib.suppress(OSError):
             os.unlink(path)
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
-    names = [s for s in ("SIGTERM", "SIGHUP") if hasattr(signal, s)]
-    try:
-        previous = {s: signal.signal(getattr(signal, s), stop) for s in names}
-    except ValueError:  # not the main thread
-        previous = {}
-    try:
+    with handling(stop):
         yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(getattr(signal, s), handler)
 
 
 def _verify_in_parts(argv: list[str], jobs: int, session) -> tuple[dict | None, int, str]:
     """The suite as ``jobs`` processes (shards.py). Ctrl-C, SIGTERM or SIGHUP stop every
     part's process group before the interruption goes on."""
     import shutil
-    import signal
 
     from .plugin import SUITE_DIR
-    from .report import Stopped, _raise_stopped
-    from .shards import merge, run_parts, stop_all, temporary_dir
+    from .report import Stopped, handling, raise_stopped, stop
+    from .shards import merge, run_parts, temporary_dir
 
     work = temporary_dir()
     state: dict = {"procs": []}
-    handled = [s for s in ("SIGTERM", "SIGHUP") if hasattr(signal, s)]
     try:
-        previous = {s: signal.signal(getattr(signal, s), _raise_stopped) for s in handled}
-    except ValueError:  # not the main thread: Ctrl-C only
-        previous = {}
-    try:
-        parts = run_parts(argv, jobs, SUITE_DIR, work, lambda line: print(line, flush=True),
-                          state)
-        return merge(parts, session)
+        with handling(raise_stopped):
+            parts = run_parts(argv, jobs, SUITE_DIR, work,
+                              lambda line: print(line, flush=True), state)
+            return merge(parts, session)
     except Stopped as exc:
-        stop_all(state["procs"])
         print("attnspec verify: interrupted", file=sys.stderr)
         sys.exit(exc.code)
     finally:
-        stop_all(state["procs"])
+        for proc in state["procs"]:  # every part's process group, on any way out
+            stop(proc)
         shutil.rmtree(work, ignore_errors=True)
-        for s, handler in previous.items():
-            signal.signal(getattr(signal, s), handler)
 
 
 def _check_writable(path: str) -> None:

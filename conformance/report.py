@@ -20,6 +20,7 @@ and exit 130, 143 or 129.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import html
 import importlib.util
@@ -119,7 +120,9 @@ def run_one(python: str, backend: str, device: str, json_path: Path, k: str | No
     return code, lines
 
 
-def _stop(proc) -> None:
+def stop(proc) -> None:
+    """Stop a child started with ``start_new_session``: its whole process group, SIGTERM
+    then (after 10 s) SIGKILL."""
     if proc is None or proc.poll() is not None:
         return
     try:
@@ -339,17 +342,9 @@ def write_report(report: dict, out: Path, work: Path) -> list[Path]:
     for name, text in texts.items():
         (work / name).write_text(text, encoding="utf-8")
     # The three renames are not interrupted half way (Ctrl-C and SIGTERM wait for them).
-    names = [s for s in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, s)]
-    try:
-        previous = {s: signal.signal(getattr(signal, s), signal.SIG_IGN) for s in names}
-    except ValueError:  # not the main thread
-        previous = {}
-    try:
+    with handling(signal.SIG_IGN, ("SIGINT", "SIGTERM", "SIGHUP")):
         for name in REPORT_FILES:
             os.replace(work / name, out / name)
-    finally:
-        for s, handler in previous.items():
-            signal.signal(getattr(signal, s), handler)
     return [out / name for name in REPORT_FILES]
 
 
@@ -361,8 +356,24 @@ class Stopped(Exception):
         self.code = 128 + signum
 
 
-def _raise_stopped(signum, frame):
+def raise_stopped(signum, frame):
     raise Stopped(signum)
+
+
+@contextlib.contextmanager
+def handling(handler, names=("SIGTERM", "SIGHUP")):
+    """``handler`` for the named signals this platform has, for the block; the previous
+    handlers after it. Off the main thread nothing is installed (Ctrl-C only)."""
+    try:
+        previous = {s: signal.signal(getattr(signal, s), handler) for s in names
+                    if hasattr(signal, s)}
+    except ValueError:  # not the main thread
+        previous = {}
+    try:
+        yield
+    finally:
+        for s, old in previous.items():
+            signal.signal(getattr(signal, s), old)
 
 
 def refuse_overwrite(out: Path, force: bool) -> None:
@@ -387,24 +398,18 @@ def run_report(backends: list[str], out: str | Path, devices: str | None = None,
     refuse_overwrite(out, force)
     out.mkdir(parents=True, exist_ok=True)
     state: dict = {"proc": None, "work": None}
-    handled = [s for s in ("SIGTERM", "SIGHUP") if hasattr(signal, s)]
     try:
-        previous = {s: signal.signal(getattr(signal, s), _raise_stopped) for s in handled}
-    except ValueError:  # not the main thread: no handlers, Ctrl-C only
-        previous = {}
-    try:
-        state["work"] = Path(tempfile.mkdtemp(prefix=".report-partial-", dir=out))
-        paths, ok, wall = _run_all(backends, out, state["work"], state, devices, pythons or {},
-                                   k, dtype, options, quiet, command, stream)
+        with handling(raise_stopped):
+            state["work"] = Path(tempfile.mkdtemp(prefix=".report-partial-", dir=out))
+            paths, ok, wall = _run_all(backends, out, state["work"], state, devices,
+                                       pythons or {}, k, dtype, options, quiet, command, stream)
     except (KeyboardInterrupt, Stopped) as exc:
-        _stop(state["proc"])
+        stop(state["proc"])
         print("interrupted: no report written", file=sys.stderr, flush=True)
         return exc.code if isinstance(exc, Stopped) else 130
     finally:
         if state["work"] is not None:
             shutil.rmtree(state["work"], ignore_errors=True)
-        for s, handler in previous.items():
-            signal.signal(getattr(signal, s), handler)
     print(f"wrote {', '.join(str(p) for p in paths)} in {wall:.1f} s", file=stream, flush=True)
     return 0 if ok else 1
 

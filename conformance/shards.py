@@ -148,13 +148,6 @@ def run_parts(argv: list[str], jobs: int, cwd: Path, work: Path, echo, state: di
     return out
 
 
-def stop_all(procs) -> None:
-    from .report import _stop
-
-    for proc in procs:
-        _stop(proc)
-
-
 def merge(parts: list[tuple[int, str, Path]], session) -> tuple[dict | None, int, str]:
     """One results document and exit status from the parts; (None, status, why) when a
     part did not run the suite. Stale known failures are judged over every part."""

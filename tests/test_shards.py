@@ -44,15 +44,14 @@ def test_the_parts_partition_the_suite_and_keep_a_group_together(count):
     for k, dropped in parts:  # a test outside the suite is never deselected
         assert ITEMS[-1] in k and ITEMS[-1] not in dropped
         assert len(k) + len(dropped) == len(ITEMS)
-    where = {it.nodeid.split("[")[0] if not it.callspec.params else
-             (it.callspec.params["vector_dtype"][0].component, it.callspec.params["vector_dtype"][1]):
-             set() for it in suite}
+    where: dict = {}  # (component, dtype) or test function -> the parts it ran in
     for i, k in enumerate(kept):
         for it in k:
-            p = it.callspec.params
-            key = (p["vector_dtype"][0].component, p["vector_dtype"][1]) if p else it.nodeid.split("[")[0]
-            where[key].add(i)
-    assert all(len(parts_of) == 1 for parts_of in where.values()), where
+            vector_dtype = it.callspec.params.get("vector_dtype")
+            key = ((vector_dtype[0].component, vector_dtype[1]) if vector_dtype
+                   else it.nodeid.split("[")[0])
+            where.setdefault(key, set()).add(i)
+    assert where and all(len(parts_of) == 1 for parts_of in where.values()), where
 
 
 def test_the_split_balances_largest_first():
