@@ -164,9 +164,11 @@ def _verify_here(argv: list[str]) -> tuple[dict | None, int, str]:
 def _removed_when_stopped(path: str):
     """SIGTERM or SIGHUP (as ``attnspec report`` stops its child) remove ``path``, then
     end the process by that signal as it would have ended anyway: pytest would catch an
-    exception raised here as a test's error, so none is raised."""
+    exception raised here as a test's error, so none is raised. The suite's watchdog,
+    which ends the process with os._exit, removes it too (plugin.REMOVE_ON_HARD_STOP)."""
     import signal
 
+    from .plugin import REMOVE_ON_HARD_STOP
     from .report import handling
 
     def stop(signum, frame):
@@ -175,8 +177,12 @@ def _removed_when_stopped(path: str):
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
-    with handling(stop):
-        yield
+    REMOVE_ON_HARD_STOP.add(path)
+    try:
+        with handling(stop):
+            yield
+    finally:
+        REMOVE_ON_HARD_STOP.discard(path)
 
 
 def _verify_in_parts(argv: list[str], jobs: int, session) -> tuple[dict | None, int, str]:

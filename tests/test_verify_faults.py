@@ -156,14 +156,19 @@ def test_a_hanging_backend_fails_naming_the_vector(site):
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="SIGALRM and pthread_sigmask are POSIX")
-def test_a_backend_hanging_in_native_code_stops_the_run_in_one_line(site):
-    """The alarm cannot interrupt it; the watchdog stops the run 10 s later (GRACE_SECONDS)."""
+def test_a_backend_hanging_in_native_code_stops_the_run_in_one_line(site, tmp_path):
+    """The alarm cannot interrupt it; the watchdog stops the run 10 s later (GRACE_SECONDS),
+    and removes verify's temporary results file first (os._exit runs no ``finally``)."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
     p = verify("--backend", "hangsnative", "-k", "test_value and softmax/basic-001",
-               env={"PYTHONPATH": str(site), "ATTNSPEC_TIMEOUT": "1"}, timeout=120)
+               env={"PYTHONPATH": str(site), "ATTNSPEC_TIMEOUT": "1", "TMPDIR": str(temp)},
+               timeout=120)
     assert p.returncode != 0
     lines = [line for line in p.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "softmax/basic-001" in lines[0], p.stderr
     assert "cannot be interrupted" in lines[0] and "Traceback" not in p.stdout + p.stderr
+    assert not [f.name for f in temp.iterdir() if f.name.startswith("attnspec-")]
 
 
 def test_a_float32_request_answered_in_float64_fails(site, tmp_path):

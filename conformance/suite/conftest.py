@@ -3,13 +3,19 @@ folder only, so none of this reaches another project's tests."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
 from pathlib import Path
 
 import pytest
-from attnspec.conformance.plugin import differential_not_applicable, profile_for_suite, session
+from attnspec.conformance.plugin import (
+    REMOVE_ON_HARD_STOP,
+    differential_not_applicable,
+    profile_for_suite,
+    session,
+)
 
 
 def _session(config):
@@ -110,6 +116,9 @@ def pytest_runtest_call(item):
             capture.suspend_global_capture(in_=False)  # back to the real stderr
         os.write(2, f"attnspec: {what} and cannot be interrupted (native code); stopping "
                     f"the run\n".encode())
+        for path in list(REMOVE_ON_HARD_STOP):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
         os._exit(3)
 
     watchdog = threading.Timer(seconds + GRACE_SECONDS, hard_stop)
