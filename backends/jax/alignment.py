@@ -1,12 +1,19 @@
-"""Alignment-model attention of the RNN era: additive (Bahdanau) and Luong."""
+"""Alignment-model attention of the RNN era: additive (Bahdanau) and Luong.
+
+The checks run in Python on shapes; the arithmetic of each function is one ``jax.jit``
+(``_additive``, ``_luong``), as in attention.py.
+"""
 
 from __future__ import annotations
 
+import functools
+
+import jax
 import jax.numpy as jnp
 
 from .. import _checks as check
 from ._core import boolean, floating, weighted_sum
-from .attention import softmax
+from .attention import _softmax_core
 
 SCORES = ("dot", "general", "concat")
 
@@ -33,9 +40,26 @@ def _tanh_score(q_proj, k_proj, v):
 
 
 def _attend(scores, values, mask):
-    """weights = masked softmax over s; context = weights values."""
-    weights = softmax(scores, mask)  # (B, T, S)
+    """weights = masked softmax over s; context = weights values (inside a jit)."""
+    weights = _softmax_core(scores, True if mask is None else mask, -1)  # (B, T, S)
     return weighted_sum(weights, values), weights  # (B, T, Dv), (B, T, S)
+
+
+@jax.jit
+def _additive(query, keys, values, mask, w_q, w_k, v):
+    return _attend(_tanh_score(query @ w_q, keys @ w_k, v), values, mask)
+
+
+@functools.partial(jax.jit, static_argnames="score")
+def _luong(query, keys, values, mask, w, v, score):
+    if score == "dot":
+        scores = query @ jnp.swapaxes(keys, -1, -2)  # (B, T, S)
+    elif score == "general":
+        scores = (query @ w) @ jnp.swapaxes(keys, -1, -2)  # (B, T, S)
+    else:
+        d_q = query.shape[-1]  # [q; k] W = q W_top + k W_bottom
+        scores = _tanh_score(query @ w[:d_q], keys @ w[d_q:], v)  # (B, T, S)
+    return _attend(scores, values, mask)
 
 
 def additive_attention(query, keys, values=None, mask=None, *, params):
@@ -47,7 +71,7 @@ def additive_attention(query, keys, values=None, mask=None, *, params):
     a = w_q.shape[1]
     w_k = _param(p, "w_k", (keys.shape[-1], a))
     v = _param(p, "v", (a,))
-    return _attend(_tanh_score(query @ w_q, keys @ w_k, v), values, mask)
+    return _additive(query, keys, values, mask, w_q, w_k, v)
 
 
 def luong_attention(query, keys, values=None, mask=None, *, score="dot", params=None):
@@ -59,15 +83,13 @@ def luong_attention(query, keys, values=None, mask=None, *, score="dot", params=
     query, keys, values, mask = _inputs(query, keys, values, mask)
     p = check.params_of(params)
     d_q, d_k = query.shape[-1], keys.shape[-1]
+    w = v = None
     if score == "dot":
         check.same("query/key width (score='dot')",
                    **{"query.shape[-1]": d_q, "keys.shape[-1]": d_k})
-        scores = query @ jnp.swapaxes(keys, -1, -2)  # (B, T, S)
     elif score == "general":
         w = _param(p, "w", (d_q, d_k))
-        scores = (query @ w) @ jnp.swapaxes(keys, -1, -2)  # (B, T, S)
     else:
         w = _param(p, "w", (d_q + d_k, None))
         v = _param(p, "v", (w.shape[1],))
-        scores = _tanh_score(query @ w[:d_q], keys @ w[d_q:], v)  # [q; k] W = q W_top + k W_bot
-    return _attend(scores, values, mask)
+    return _luong(query, keys, values, mask, w, v, score)

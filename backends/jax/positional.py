@@ -11,6 +11,7 @@ import numpy as np
 from attnspec.spec.errors import ConfigError, DomainError, ShapeError
 
 from .. import _checks as check
+from ..numpy import positional as numpy_positional  # the host-built tables
 from ._core import boolean, const, floating, host, integers, weighted_sum
 from .attention import _softmax_core
 
@@ -20,31 +21,19 @@ def sinusoidal_pe(*, length, d_model, offset=0):
 
     pos = offset + row; column c uses i = c // 2 and the actual D (odd D: the last
     column is a sin without a cos partner). Returned in float64.
+    A table of constants: the NumPy backend's code builds it on the host, so nothing is
+    compiled for its shape.
     """
-    length = check.integer("length", length, lo=0)
-    d_model = check.integer("d_model", d_model, lo=1)
-    offset = check.integer("offset", offset, lo=0)
-    pos = jnp.arange(offset, offset + length, dtype=jnp.float64)[:, None]  # (length, 1)
-    i = jnp.arange(d_model) // 2  # (D,)
-    angle = pos / 10000.0 ** (2.0 * i / d_model)  # (length, D)
-    return jnp.where(jnp.arange(d_model) % 2 == 0, jnp.sin(angle), jnp.cos(angle))
+    return host(numpy_positional.sinusoidal_pe(length=length, d_model=d_model, offset=offset))
 
 
 def alibi_bias(*, num_heads, t, s):
     """ALiBi (Press et al. 2022): bias[h, i, j] = -m_h (p_i - j), p_i = i + (S - T).
 
-    m_h = 2^(-8 (h + 1) / P) for the first P heads (P the largest power of two <= H), then
-    the odd-numbered slopes 2^(-8 (2k + 1) / 2P) of 2P heads for the other H - P.
-    Returned in float64, shaped (H, T, S): sdpa's bias input.
+    The slopes m_h come from ``_checks.alibi_slopes``. Returned in float64, shaped
+    (H, T, S): sdpa's bias input. Built on the host (the NumPy backend's code), as above.
     """
-    H = check.integer("num_heads", num_heads, lo=1)
-    t, s = check.integer("t", t, lo=0), check.integer("s", s, lo=0)
-    P = 1 << (H.bit_length() - 1)
-    frac = [(h + 1) / P for h in range(P)] + [(2 * k + 1) / (2 * P) for k in range(H - P)]
-    m = 2.0 ** (-8.0 * np.array(frac))                   # (H,)
-    p = np.arange(t, dtype=np.float64)[:, None] + (s - t)  # (T, 1) absolute query positions
-    j = np.arange(s, dtype=np.float64)[None, :]          # (1, S)
-    return host(-m[:, None, None] * (p - j))             # (H, T, S), on the host: float64 either way
+    return host(numpy_positional.alibi_bias(num_heads=num_heads, t=t, s=s))
 
 
 def learned_pe(positions, *, params):
