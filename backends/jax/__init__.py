@@ -18,15 +18,25 @@ Devices: ``cpu``, and ``gpu`` (alias ``cuda``) when JAX sees a GPU (install
                        the process's first backend decides, a later one asking otherwise is a
                        ConfigError). fast (the default): FAST_COMPILE is added to XLA_FLAGS
                        (a flag already there wins): no LLVM optimisation, the elemental
-                       emitters; compiling is ~2.5x quicker and the compiled code ~5x slower
+                       emitters, one LLVM module per program (not split for parallel
+                       codegen: -28 % XLA time per program on the suite's kernels);
+                       compiling is ~2.5x quicker and the compiled code ~5x slower
                        (benchmarks/bench_jax.py). The spec's arrays are tiny, so compiling is
                        nearly all of a suite run's time. default: XLA as configured (for
                        timing kernels).
+  buckets=on|off       on (the default; also ATTNSPEC_JAX_BUCKETS; process-wide, the last
+                       backend made decides): a kernel called on concrete CPU arrays
+                       compiles once per shape bucket, not once per shape (buckets.py);
+                       off: every shape compiles at its own size.
 
-Every CLEAR_EVERY compilations the backend clears JAX's in-memory compilation caches:
-each compiled executable holds ~12 memory maps, and a process past Linux's default
-vm.max_map_count (65,530) crashes inside XLA (a segfault at ~5,000 compilations, seen at
-98 % of the suite).
+What a long run keeps (see _bound_compiled_executables): every DROP_LOWERINGS_EVERY
+compilations the backend drops the MLIR modules JAX keeps after compiling (each with an
+MLIR context of its own, ~1.7 MB; as they pile up every later lowering slows, 6 ms -> 17 ms
+at 2,000), and keeps the executables, so a shape seen before still runs without
+compiling. It clears all of JAX's caches only when the process's memory maps pass
+MAPS_FRACTION of vm.max_map_count (each executable holds ~10 maps, and a process past
+Linux's limit, 65,530 by default, crashes inside XLA: the segfault once seen at 98 % of
+the suite), or every CLEAR_EVERY compilations where /proc/self/maps cannot be read.
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ import numpy as np
 from attnspec.spec.errors import ConfigError, DTypeError
 
 from ..base import Backend, returns_of
+from . import buckets
 
 jax.config.update("jax_enable_x64", True)
 
@@ -48,21 +59,54 @@ import jax.numpy as jnp  # noqa: E402  (after x64 is on)
 # conformance suite passes with and without them. XLA aborts the process on a flag it does
 # not know, so they are set only for the jaxlib they were tested with (the `jax` extra's).
 FAST_COMPILE = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true",
-                "--xla_cpu_use_fusion_emitters=false")
+                "--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
 FAST_COMPILE_JAXLIB = ("0.10.2",)
-CLEAR_EVERY = 1000
-_compiles = [0]
+DROP_LOWERINGS_EVERY = 50
+MAPS_FRACTION = 0.6
+CLEAR_EVERY = 3000  # where the memory maps cannot be counted
+_compiles = [0]  # since the last drop of the lowerings
+_since_clear = [0]  # since the last clear of every cache
 
 
 def _count_compiles(event: str, duration: float, **_) -> None:
     if event == "/jax/core/compile/backend_compile_duration":
         _compiles[0] += 1
+        _since_clear[0] += 1
+
+
+def _lowering_caches() -> list:
+    """JAX's caches that keep each compiled program's MLIR module (private to jax; the
+    ones of the tested jax, none of another's)."""
+    from jax._src import pjit
+    from jax._src.interpreters import pxla
+
+    found = [getattr(pxla, "_cached_lowering_to_hlo", None), getattr(pjit, "_pjit_lower", None)]
+    return [c for c in found if callable(getattr(c, "cache_clear", None))]
+
+
+def _memory_maps_near_limit() -> bool | None:
+    """Whether this process's memory maps pass MAPS_FRACTION of vm.max_map_count (None
+    where /proc cannot tell)."""
+    try:
+        with open("/proc/sys/vm/max_map_count") as f:
+            limit = int(f.read())
+        with open("/proc/self/maps", "rb") as f:
+            maps = sum(1 for _ in f)
+    except (OSError, ValueError):
+        return None
+    return maps > MAPS_FRACTION * limit
 
 
 def _bound_compiled_executables() -> None:
-    if _compiles[0] >= CLEAR_EVERY:
+    if _compiles[0] < DROP_LOWERINGS_EVERY:
+        return
+    _compiles[0] = 0
+    for cache in _lowering_caches():
+        cache.cache_clear()
+    near = _memory_maps_near_limit()
+    if near or (near is None and _since_clear[0] >= CLEAR_EVERY):
         jax.clear_caches()
-        _compiles[0] = 0
+        _since_clear[0] = 0
 
 
 def _fast_compile() -> str:
@@ -105,10 +149,14 @@ class JaxBackend(Backend):
 
     def __init__(self, **options):
         super().__init__(**options)
-        unknown = set(options) - {"device", "compile_cache", "compile"}
+        unknown = set(options) - {"device", "compile_cache", "compile", "buckets"}
         if unknown:
             raise ConfigError(f"unknown jax backend option(s) {sorted(unknown)}; known: device, "
-                              f"compile_cache, compile")
+                              f"compile_cache, compile, buckets")
+        on = options.get("buckets") or os.environ.get("ATTNSPEC_JAX_BUCKETS") or "on"
+        if on not in ("on", "off"):
+            raise ConfigError(f"jax backend option buckets={on!r}: expected on or off")
+        buckets.enable(on == "on")
         self.compile_note = _configure_compile(
             options.get("compile") or os.environ.get("ATTNSPEC_JAX_COMPILE") or "fast")
         if not getattr(JaxBackend, "_counting", False):
@@ -189,7 +237,8 @@ class JaxBackend(Backend):
         _bound_compiled_executables()
         fn(**call)  # the checks that read values run here, on concrete arrays
         out, pull = jax.vjp(f, floats, params)
-        cts = {k: cotangents[k] if k in cotangents else jnp.zeros_like(o)
+        cts = {k: cotangents[k] if k in cotangents  # zeros built on the host: no compile
+               else jax.device_put(np.zeros(o.shape, o.dtype), next(iter(o.devices())))
                for k, o in out.items()}
         grad_inputs, grad_params = pull(cts)
         return dict(grad_inputs), dict(grad_params or {})
@@ -217,7 +266,8 @@ class JaxBackend(Backend):
 
     def describe(self) -> str:
         return (f"jax backend, x64 enabled process-wide, default device {self.default_device}, "
-                f"compile cache {self.compile_cache or 'none'}, {self.compile_note}")
+                f"compile cache {self.compile_cache or 'none'}, {self.compile_note}, "
+                f"shape buckets {'on' if buckets.enabled() else 'off'}")
 
     def synchronize(self, device: str) -> None:
         (jnp.zeros(()) + 0).block_until_ready()

@@ -10,8 +10,10 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .. import _checks as check
+from . import buckets
 from ._core import boolean, floating, weighted_sum
 from .attention import _softmax_core
 
@@ -71,7 +73,28 @@ def additive_attention(query, keys, values=None, mask=None, *, params):
     a = w_q.shape[1]
     w_k = _param(p, "w_k", (keys.shape[-1], a))
     v = _param(p, "v", (a,))
-    return _additive(query, keys, values, mask, w_q, w_k, v)
+    return _bucketed(_additive, query, keys, values, mask, (w_q, w_k, v), (
+        lambda d_q, d_k, A: (buckets.pad(w_q, (d_q, A)), buckets.pad(w_k, (d_k, A)),
+                             buckets.pad(v, (A,)))))
+
+
+def _bucketed(kernel, query, keys, values, mask, weights, padded, **static):
+    """kernel(query, keys, values, mask, *weights) at bucket sizes (buckets.py): batch,
+    queries and keys padded (padded keys masked out), every width padded with zeros;
+    ``padded(D_q, D_k, A)`` gives the weights padded to those widths (A: the attention
+    width, weights[-1]'s length where there is one)."""
+    (b, t, d_q), (s, d_k), d_v = query.shape, keys.shape[1:], values.shape[-1]
+    a = weights[-1].shape[0] if weights and weights[-1] is not None else 1
+    B, T, S, DQ, DK, DV, A = (buckets.size(n) for n in (b, t, s, d_q, d_k, d_v, a))
+    if not (buckets.applies(query, keys, values, mask, *weights)
+            and buckets.small((B, T, S, A), (B, S, max(DK, DV)))):
+        return kernel(query, keys, values, mask, *weights, **static)
+    keep = np.broadcast_to(True if mask is None else np.asarray(mask), (b, t, s))
+    inputs = (buckets.pad(query, (B, T, DQ)), buckets.pad(keys, (B, S, DK)),
+              buckets.pad(values, (B, S, DV)), buckets.pad(keep, (B, T, S), False))
+    context, w = kernel(*buckets.on_device(*inputs, *padded(DQ, DK, A)), **static)
+    return (buckets.cut(context, slice(0, b), slice(0, t), slice(0, d_v)),
+            buckets.cut(w, slice(0, b), slice(0, t), slice(0, s)))
 
 
 def luong_attention(query, keys, values=None, mask=None, *, score="dot", params=None):
@@ -92,4 +115,13 @@ def luong_attention(query, keys, values=None, mask=None, *, score="dot", params=
     else:
         w = _param(p, "w", (d_q + d_k, None))
         v = _param(p, "v", (w.shape[1],))
-    return _luong(query, keys, values, mask, w, v, score)
+
+    def padded(DQ, DK, A):  # dot: no weights; general: w (D_q, D_k); concat: [q; k] rows apart
+        if score == "dot":
+            return None, None
+        if score == "general":
+            return buckets.pad(w, (DQ, DK)), None
+        top, bottom = np.asarray(w)[:d_q], np.asarray(w)[d_q:]
+        return (np.concatenate([buckets.pad(top, (DQ, A)), buckets.pad(bottom, (DK, A))]),
+                buckets.pad(v, (A,)))
+    return _bucketed(_luong, query, keys, values, mask, (w, v), padded, score=score)

@@ -9,6 +9,7 @@ dtype and attribute set and reused.
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +17,7 @@ import numpy as np
 from attnspec.spec.errors import DomainError, DTypeError
 
 from .. import _checks as check
+from . import buckets
 from ._core import boolean, const, floating, host, integers, weighted_sum
 
 
@@ -52,7 +54,23 @@ def softmax(x, mask=None, *, axis=-1):
     if mask is not None:
         mask = boolean("mask", mask)
         check.broadcastable("mask", mask, s)
-    return _softmax(x, mask, axis % len(s))
+    return _softmax_bucketed(x, mask, axis % len(s))
+
+
+def _softmax_bucketed(x, mask, axis):
+    """_softmax at bucket sizes (buckets.py): the axis moved last, the other axes
+    flattened to rows; rows and the axis padded, padded entries masked out."""
+    s = x.shape
+    rest = s[:axis] + s[axis + 1:]
+    n, length = math.prod(rest), s[axis]
+    N, L = buckets.size(n), buckets.size(length)
+    if not (buckets.applies(x, mask) and buckets.small((N, L))):
+        return _softmax(x, mask, axis)
+    keep = np.broadcast_to(True if mask is None else np.asarray(mask), s)
+    xp, kp = (buckets.pad(np.moveaxis(np.asarray(a), axis, -1).reshape(n, length), (N, L), fill)
+              for a, fill in ((x, 0), (keep, False)))
+    y = np.asarray(_softmax(*buckets.on_device(xp, kp), -1))[:n, :length]  # (n, L)
+    return buckets.cut(np.moveaxis(y.reshape((*rest, length)), -1, axis), ...)
 
 
 def causal_mask(*, t, s):
@@ -84,7 +102,7 @@ def _softcap(x, c):
 def softcap(x, *, cap):
     """y = cap tanh(x / cap): logit soft-capping (Gemma 2), elementwise; cap > 0."""
     x = floating("x", x)
-    return _softcap(x, const(x, check.eps(cap, "cap")))
+    return buckets.rowwise(_softcap, x, const(x, check.eps(cap, "cap")), item_rank=0)
 
 
 def _padding(ids, pad_id) -> np.ndarray:
@@ -168,7 +186,27 @@ def sdpa(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, softca
         k, v = repeat_kv(q, k, v, num_kv_heads)
     q, k, v, mask, bias, full = _attention_inputs(q, k, v, mask, bias)
     cap = None if softcap is None else const(q, check.softcap(softcap))
-    return _sdpa(q, k, v, mask, bias, const(q, check.scale(scale, q.shape[-1])), full, cap)
+    c = const(q, check.scale(scale, q.shape[-1]))
+    return _sdpa_bucketed(q, k, v, mask, bias, c, full, cap)
+
+
+def _sdpa_bucketed(q, k, v, mask, bias, c, full, cap):
+    """_sdpa at bucket sizes (buckets.py): the batch flattened to N; queries, keys and
+    both widths padded, padded keys masked out; the mask and bias always given."""
+    *batch, t, s = full
+    n, kw, vw = math.prod(batch), q.shape[-1], v.shape[-1]
+    N, T, S, K, V = (buckets.size(d) for d in (n, t, s, kw, vw))
+    if not (buckets.applies(q, k, v, mask, bias) and buckets.small((N, T, S), (N, S, max(K, V)))):
+        return _sdpa(q, k, v, mask, bias, c, full, cap)
+
+    qp, kp, vp = (buckets.flat(q, batch, (t, kw), (N, T, K)),
+                  buckets.flat(k, batch, (s, kw), (N, S, K)),
+                  buckets.flat(v, batch, (s, vw), (N, S, V)))
+    keep = buckets.flat(True if mask is None else mask, batch, (t, s), (N, T, S), False)
+    bias = buckets.flat(np.zeros((), q.dtype) if bias is None else bias, batch, (t, s), (N, T, S))
+    out, weights = _sdpa(*buckets.on_device(qp, kp, vp, keep, bias), c, (N, T, S), cap)
+    return (buckets.cut(np.asarray(out)[:n, :t, :vw].reshape(*batch, t, vw), ...),
+            buckets.cut(np.asarray(weights)[:n, :t, :s].reshape(full), ...))
 
 
 TIES = ("lower_index", "keep_all")
@@ -203,7 +241,18 @@ def topk_attention(q, k, v, mask=None, *, top_k, scale=None, ties="lower_index")
     top_k = check.integer("top_k", top_k, lo=1, hi=full[-1])
     ties = check.choice("ties", ties, TIES)
     c = const(q, check.scale(scale, q.shape[-1]))
-    return _topk(q, k, v, mask, c, full, top_k, ties == "keep_all")
+    *batch, t, s = full
+    n, kw, vw = math.prod(batch), q.shape[-1], v.shape[-1]
+    N, T, S, K, V = (buckets.size(d) for d in (n, t, s, kw, vw))
+    if not (buckets.applies(q, k, v, mask) and buckets.small((N, T, S), (N, S, max(K, V)))):
+        return _topk(q, k, v, mask, c, full, top_k, ties == "keep_all")
+    # bucketed (buckets.py), as sdpa: padded keys are masked, so they never compete
+    inputs = (buckets.flat(q, batch, (t, kw), (N, T, K)), buckets.flat(k, batch, (s, kw), (N, S, K)),
+              buckets.flat(v, batch, (s, vw), (N, S, V)),
+              buckets.flat(True if mask is None else mask, batch, (t, s), (N, T, S), False))
+    out, weights = _topk(*buckets.on_device(*inputs), c, (N, T, S), top_k, ties == "keep_all")
+    return (buckets.cut(np.asarray(out)[:n, :t, :vw].reshape(*batch, t, vw), ...),
+            buckets.cut(np.asarray(weights)[:n, :t, :s].reshape(full), ...))
 
 
 def attention_entropy(weights, *, axis=-1):

@@ -10,6 +10,7 @@ import numpy as np
 from attnspec.spec.errors import DomainError
 
 from .. import _checks as check
+from . import buckets
 from ._core import const, floating, integers
 
 
@@ -24,11 +25,12 @@ def embedding(ids, *, scale=True, params):
         raise DomainError(f"ids must be in [0, L) with L={L} (rows of 'table' {(L, D)}), "
                           f"got ids of shape {ids.shape} with min {values.min()}, max "
                           f"{values.max()}")
-    return _embed(table, ids, const(table, math.sqrt(D)) if scale else None)
+    c = const(table, math.sqrt(D)) if scale else None
+    return buckets.rowwise(_embed, ids, table, c, item_rank=0)  # padded ids: row 0
 
 
 @jax.jit
-def _embed(table, ids, c):
+def _embed(ids, table, c):
     y = table[ids]                                                      # (..., D)
     return y if c is None else y * c
 
@@ -43,10 +45,10 @@ def lm_head(x, *, tied=False, params):
         w = p.require("table", (None, D))                               # (L, D)
     else:
         w = p.require("w", (D, None))                                   # (D, L)
-    return _lm_head(x, w, p.get("b", (w.shape[0 if tied else 1],)), tied)
+    return buckets.rowwise(_lm_head, x, w, p.get("b", (w.shape[0 if tied else 1],)), tied=tied)
 
 
-@functools.partial(jax.jit, static_argnums=3)
+@functools.partial(jax.jit, static_argnames="tied")
 def _lm_head(x, w, b, tied: bool):
     logits = x @ (w.T if tied else w)                                   # (..., L)
     return logits if b is None else logits + b

@@ -13,6 +13,7 @@ from attnspec.spec.errors import ConfigError
 
 from .. import _checks as check
 from ..composite.layers import Layers
+from . import buckets
 from ._core import boolean, const, floating
 
 
@@ -54,7 +55,7 @@ def feedforward(x, *, activation="relu", params):
     w1 = p.require("w1", (D, None))
     F = w1.shape[1]
     b1, w2, b2 = p.require("b1", (F,)), p.require("w2", (F, D)), p.require("b2", (D,))
-    return _feedforward(x, w1, b1, w2, b2, activation)
+    return buckets.rowwise(_feedforward, x, w1, b1, w2, b2, activation=activation)
 
 
 @functools.partial(jax.jit, static_argnames="activation")
@@ -72,7 +73,7 @@ def gated_feedforward(x, *, activation="silu", params):
     w_gate = p.require("w_gate", (D, None))
     F = w_gate.shape[1]
     w_up, w_down = p.require("w_up", (D, F)), p.require("w_down", (F, D))
-    return _gated(x, w_gate, w_up, w_down, activation)
+    return buckets.rowwise(_gated, x, w_gate, w_up, w_down, activation=activation)
 
 
 def dropout(x, keep_mask=None, *, p, seed=None):

@@ -6,8 +6,10 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .. import _checks as check
+from . import buckets
 from ._core import boolean, const, floating
 from .attention import _sdpa, sdpa
 
@@ -16,7 +18,7 @@ def _linear(x, p, w: str, b: str, d_in: int, d_out: int | None = None):
     """x W + b over the last axis; b is optional."""
     weight = floating(p.path(w), p.require(w, (d_in, d_out)))
     bias = p.get(b, (weight.shape[1],))
-    return _affine(x, weight, None if bias is None else floating(p.path(b), bias))
+    return buckets.rowwise(_affine, x, weight, None if bias is None else floating(p.path(b), bias))
 
 
 @jax.jit
@@ -102,4 +104,39 @@ def mha(query, key, value, mask=None, *, num_heads, params, num_kv_heads=None):
     mask = _mask(mask, (b, heads, t, s))
     c = const(query, check.scale(None, hk // heads))  # 1/sqrt(K)
     w = _weights(p, d_q, d_k, d_v, kv_k, hv)
-    return _mha(query, key, value, mask, w, c, heads, kv_heads)
+    return _mha_bucketed(query, key, value, mask, w, c, heads, kv_heads)
+
+
+def _mha_bucketed(query, key, value, mask, w, c, heads, kv_heads):
+    """_mha at bucket sizes (buckets.py): batch, queries and keys padded (padded keys
+    masked out); the model widths and each head's K and V padded with zeros, in the inputs
+    and in the weights' rows and columns alike; missing biases given as zeros."""
+    (b, t, d_q), (s, d_k), d_v = query.shape, key.shape[1:], value.shape[-1]
+    k_w, v_w, d_o = w["w_q"].shape[1] // heads, w["w_v"].shape[1] // kv_heads, w["w_o"].shape[1]
+    B, T, S, DQ, DK, DV, K, V, DO = (buckets.size(n) for n in (b, t, s, d_q, d_k, d_v, k_w, v_w, d_o))
+    if not (buckets.applies(query, key, value, mask, *w.values())
+            and buckets.small((B, heads, T, S), (B, S, max(DK, DV)), (max(DQ, DK, DV, heads * V),
+                                                                       max(heads * K, heads * V, DO)))):
+        return _mha(query, key, value, mask, w, c, heads, kv_heads)
+
+    def heads_padded(x, rows, n_heads, width, rows_to, width_to):  # (R, h*W) -> (R', h*W')
+        x = np.zeros((rows, n_heads * width), query.dtype) if x is None else np.asarray(x)
+        x = buckets.pad(x.reshape(rows, n_heads, width), (rows_to, n_heads, width_to))
+        return x.reshape(rows_to, n_heads * width_to)
+
+    wp = {"w_q": heads_padded(w["w_q"], d_q, heads, k_w, DQ, K),
+          "b_q": heads_padded(w["b_q"], 1, heads, k_w, 1, K)[0],
+          "w_k": heads_padded(w["w_k"], d_k, kv_heads, k_w, DK, K),
+          "b_k": heads_padded(w["b_k"], 1, kv_heads, k_w, 1, K)[0],
+          "w_v": heads_padded(w["w_v"], d_v, kv_heads, v_w, DV, V),
+          "b_v": heads_padded(w["b_v"], 1, kv_heads, v_w, 1, V)[0],
+          # w_o's rows are the heads' value columns: padded per head, as w_v's columns
+          "w_o": heads_padded(np.asarray(w["w_o"]).T, d_o, heads, v_w, DO, V).T,
+          "b_o": buckets.pad(np.zeros(d_o, query.dtype) if w["b_o"] is None else w["b_o"], (DO,))}
+    keep = np.broadcast_to(True if mask is None else np.asarray(mask), (b, heads, t, s))
+    inputs = (buckets.pad(query, (B, T, DQ)), buckets.pad(key, (B, S, DK)),
+              buckets.pad(value, (B, S, DV)), buckets.pad(keep, (B, heads, T, S), False))
+    out, weights = _mha(*buckets.on_device(*inputs), dict(zip(wp, buckets.on_device(*wp.values()))),
+                        c, heads, kv_heads)
+    return (buckets.cut(out, slice(0, b), slice(0, t), slice(0, d_o)),
+            buckets.cut(weights, slice(0, b), slice(None), slice(0, t), slice(0, s)))

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from attnspec.spec.errors import ShapeError
 
 from .. import _checks as check
+from . import buckets
 from ._core import const, floating
 
 VARIANTS = ("canonical", "annotated")
@@ -44,7 +45,7 @@ def layer_norm(x, *, eps=1e-5, variant="canonical", params):
                          f"divides by D - 1), got x of shape {s}")
     if D == 0:  # nothing to normalise: an empty output, not an error
         return jnp.zeros_like(x)
-    return _layer_norm(x, gamma, beta, const(x, eps), variant)
+    return buckets.rowwise(_layer_norm, x, gamma, beta, const(x, eps), variant=variant)
 
 
 @jax.jit
@@ -61,4 +62,4 @@ def rms_norm(x, *, eps=1e-6, params):
     gamma = check.params_of(params).require("gamma", (s[-1],))
     if s[-1] == 0:  # nothing to normalise: an empty output, not an error
         return jnp.zeros_like(x)
-    return _rms_norm(x, gamma, const(x, eps))
+    return buckets.rowwise(_rms_norm, x, gamma, const(x, eps))

@@ -106,7 +106,7 @@ def int64(x):
 
 def take_rows(x, index):
     """x[b, index[b]] for every row b: (B, S, ...) and (B,) -> (B, ...)."""
-    return x[jnp.arange(x.shape[0]), index]
+    return x[np.arange(x.shape[0]), index]
 
 
 def reverse(x, axis: int):

@@ -7,11 +7,12 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from attnspec.spec.errors import DTypeError, ShapeError
 
 from .. import _checks as check
 from ..composite.rnn import Seq2Seq
-from ._core import floating
+from ._core import floating, host
 
 
 class GRUWeights(NamedTuple):
@@ -27,7 +28,7 @@ def _gru_weights(p, in_width: int, hidden: int | None = None) -> GRUWeights:
         hidden = p.require("w_hh", (None, None)).shape[0]
     w_hh = floating(p.path("w_hh"), p.require("w_hh", (hidden, 3 * hidden)))
     w_ih = floating(p.path("w_ih"), p.require("w_ih", (in_width, 3 * hidden)))
-    zero = jnp.zeros(3 * hidden, dtype=w_hh.dtype)
+    zero = host(np.zeros(3 * hidden, dtype=w_hh.dtype))  # on the host: nothing to compile
     b_ih, b_hh = (floating(p.path(n), p.get(n, (3 * hidden,))) if n in p else zero
                   for n in ("b_ih", "b_hh"))
     return GRUWeights(w_ih, w_hh, b_ih, b_hh)
@@ -89,7 +90,10 @@ def gru(x, h0=None, *, params):
     b, _, i = check.rank("x", x, min_rank=3, max_rank=3)
     w = _gru_weights(check.params_of(params), i)
     hid = w.w_hh.shape[0]
-    h = jnp.zeros((b, hid), dtype=x.dtype) if h0 is None else _state("h0", h0, b, hid, x.dtype)
+    if h0 is None:
+        h = host(np.zeros((b, hid), dtype=x.dtype))  # on the host: nothing to compile
+    else:
+        h = _state("h0", h0, b, hid, x.dtype)
     return _run(x, h, w)
 
 

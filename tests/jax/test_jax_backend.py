@@ -1,4 +1,4 @@
-"""The JAX backend's own settings: compile mode and the bound on compiled executables.
+"""The JAX backend's own settings: compile mode and the bound on what compiling keeps.
 
 Each test that depends on how XLA starts runs in a fresh interpreter (XLA flags are
 process-wide and read once)."""
@@ -65,15 +65,68 @@ def test_an_unknown_compile_mode_is_a_config_error_naming_it():
         J.JaxBackend(compile="quick")
 
 
-def test_the_caches_are_cleared_every_clear_every_compilations(monkeypatch):
-    backend = J.JaxBackend()
+@pytest.fixture(autouse=True)
+def _buckets_restored(monkeypatch):
+    """A backend made with buckets=off turns bucketing off for the process: undone after."""
+    monkeypatch.setattr(J.buckets, "_on", list(J.buckets._on))
+
+
+def _softmax_at_new_shapes(backend, count):
+    """``count`` compilations of the softmax kernel (buckets off: one per shape)."""
     softmax = backend.function("softmax", "attention")
+    for n in range(1, count + 1):
+        softmax(backend.asarray(np.zeros(n + 40 + 100 * count), dtype="float64"))
+
+
+def test_the_lowerings_are_dropped_and_the_executables_kept(monkeypatch):
+    from attnspec.backends.jax import attention
+    from jaxlib.mlir import ir
+
+    backend = J.JaxBackend(buckets="off")
+    monkeypatch.setattr(J, "DROP_LOWERINGS_EVERY", 3)
+    monkeypatch.setattr(J, "_memory_maps_near_limit", lambda: False)
+    J._compiles[0] = 0
+    before = attention._softmax._cache_size()
+    _softmax_at_new_shapes(backend, 3)
+    kept = ir.Context._get_live_count()  # each lowering's MLIR context, still referenced
+    assert kept >= 3
+    softmax = backend.function("softmax", "attention")
+    softmax(backend.asarray(np.zeros(1 + 40 + 300), dtype="float64"))  # seen: no compilation
+    assert J._compiles[0] == 0  # the call found 3 compilations and dropped their lowerings
+    assert ir.Context._get_live_count() <= kept - 3
+    # and kept every executable: the shapes seen before run without compiling
+    assert attention._softmax._cache_size() == before + 3
+
+
+@pytest.mark.parametrize("near, clears", [(True, True), (False, False)])
+def test_every_cache_is_cleared_when_the_memory_maps_near_the_limit(monkeypatch, near, clears):
     from attnspec.backends.jax import attention
 
-    monkeypatch.setattr(J, "CLEAR_EVERY", 3)
+    backend = J.JaxBackend(buckets="off")
+    monkeypatch.setattr(J, "DROP_LOWERINGS_EVERY", 2)
+    monkeypatch.setattr(J, "_memory_maps_near_limit", lambda: near)
     J._compiles[0] = 0
-    for n in range(1, 6):  # five new shapes: five compilations of the kernel at least
-        softmax(backend.asarray(np.zeros(n + 40), dtype="float64"))
-    # the count passed 3 at least once, so the caches were cleared and the count restarted
-    assert J._compiles[0] < 3 + 2
+    _softmax_at_new_shapes(backend, 4)
+    assert (attention._softmax._cache_size() < 4) is clears
+
+
+def test_without_proc_the_caches_are_cleared_every_clear_every_compilations(monkeypatch):
+    from attnspec.backends.jax import attention
+
+    backend = J.JaxBackend(buckets="off")
+    monkeypatch.setattr(J, "DROP_LOWERINGS_EVERY", 1)
+    monkeypatch.setattr(J, "CLEAR_EVERY", 3)
+    monkeypatch.setattr(J, "_memory_maps_near_limit", lambda: None)
+    J._compiles[0] = J._since_clear[0] = 0
+    _softmax_at_new_shapes(backend, 5)
+    assert J._since_clear[0] < 3 + 1
     assert attention._softmax._cache_size() < 5
+
+
+def test_the_memory_maps_are_counted_here():
+    assert J._memory_maps_near_limit() is False  # Linux: /proc answers, far from the limit
+
+
+def test_the_lowering_caches_of_the_tested_jax_are_found():
+    # a jax that renamed them would keep every MLIR module: fail here, not slow down quietly
+    assert len(J._lowering_caches()) == 2

@@ -1,0 +1,170 @@
+"""Shape buckets (backends/jax/buckets.py): a bucketed call returns what the exact-shape
+kernel returns, every shape of a bucket shares one compilation, and traced or large calls
+run at their exact shapes.
+
+Each comparison calls the same function twice in one process, buckets on and off; the
+golden vectors judge both paths as well (the suite runs bucketed; gradients and the Flax
+modules under jit run traced, at the exact shapes)."""
+
+import numpy as np
+import pytest
+from attnspec.spec.errors import ConfigError
+
+jax = pytest.importorskip("jax", reason="the jax extra is what tox -e jax-cpu installs")
+
+import attnspec.backends.jax as J  # noqa: E402
+from attnspec.backends.jax import attention, buckets, multihead  # noqa: E402
+
+RNG = np.random.default_rng(7)
+
+
+@pytest.fixture(autouse=True)
+def _buckets_restored(monkeypatch):
+    monkeypatch.setattr(buckets, "_on", list(buckets._on))
+
+
+@pytest.fixture(scope="module")
+def backend():
+    return J.JaxBackend()
+
+
+def both(backend, name, module, inputs: dict, **kw):
+    """The function's outputs as NumPy arrays, buckets on, then off."""
+    fn = backend.function(name, module)
+    arrays = {k: v if not isinstance(v, np.ndarray) else
+              backend.asarray(v, dtype=None if v.dtype.kind in "biu" else "float64")
+              for k, v in inputs.items()}
+    out = []
+    for on in (True, False):
+        buckets.enable(on)
+        y = fn(**arrays, **kw)
+        out.append([backend.to_numpy(a) for a in (y if isinstance(y, tuple) else (y,))])
+    return out
+
+
+def same(on, off, rtol=1e-13):
+    assert len(on) == len(off)
+    for a, b in zip(on, off):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=1e-15, equal_nan=True)
+
+
+def normal(*shape):
+    return RNG.standard_normal(shape)
+
+
+def test_size_is_the_next_power_of_two_at_least_min():
+    assert [buckets.size(n) for n in (0, 1, 7, 8, 9, 16, 17, 100)] == [8, 8, 8, 8, 16, 16, 32, 128]
+
+
+def test_sdpa_with_broadcast_batches_mask_bias_softcap_and_a_masked_nan_value(backend):
+    q, k, v = normal(2, 1, 3, 5), normal(1, 4, 6, 5), normal(2, 4, 6, 3)
+    v[0, 1, 2, 0] = np.nan  # key 2 is masked for every query: it must not reach the output
+    mask = RNG.random((3, 6)) < 0.7
+    mask[:, 2] = False
+    mask[1] = False  # a fully masked row: zero weights, zero output
+    on, off = both(backend, "sdpa", "attention", dict(q=q, k=k, v=v, mask=mask, bias=normal(3, 6)),
+                   softcap=2.0)
+    same(on, off)
+    assert on[0].shape == (2, 4, 3, 3) and on[1].shape == (2, 4, 3, 6)
+    assert np.isfinite(on[0]).all() and (on[1][..., 1, :] == 0).all()
+
+
+def test_sdpa_grouped_query(backend):
+    q, k, v = normal(2, 4, 3, 2), normal(2, 2, 5, 2), normal(2, 2, 5, 3)
+    same(*both(backend, "sdpa", "attention", dict(q=q, k=k, v=v), num_kv_heads=2))
+
+
+def test_mha_with_gqa_biases_and_a_mask(backend):
+    b, t, s, d, h, kv, kw = 2, 3, 5, 6, 4, 2, 3
+    params = {"w_q": normal(d, h * kw), "w_k": normal(d + 1, kv * kw), "w_v": normal(d - 1, kv * 2),
+              "w_o": normal(h * 2, 7), "b_q": normal(h * kw), "b_o": normal(7)}
+    params = {k: backend.asarray(v, dtype="float64") for k, v in params.items()}
+    mask = RNG.random((b, 1, t, s)) < 0.8
+    on, off = both(backend, "mha", "multihead",
+                   dict(query=normal(b, t, d), key=normal(b, s, d + 1), value=normal(b, s, d - 1),
+                        mask=mask), num_heads=h, num_kv_heads=kv, params=params)
+    same(on, off)
+    assert on[0].shape == (b, t, 7) and on[1].shape == (b, h, t, s)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_softmax_along_any_axis_with_infinities(backend, axis):
+    x = normal(3, 4, 5)
+    x[0, 0, 0], x[1, 2, 3] = np.inf, -np.inf
+    mask = RNG.random((3, 4, 5)) < 0.7
+    same(*both(backend, "softmax", "attention", dict(x=x, mask=mask), axis=axis))
+
+
+@pytest.mark.parametrize("score", ["dot", "general", "concat"])
+def test_luong_every_score(backend, score):
+    d = 4
+    params = {"dot": {}, "general": {"w": normal(d, d)},
+              "concat": {"w": normal(2 * d, 5), "v": normal(5)}}[score]
+    params = {k: backend.asarray(v, dtype="float64") for k, v in params.items()}
+    same(*both(backend, "luong_attention", "alignment",
+               dict(query=normal(2, 3, d), keys=normal(2, 6, d), values=normal(2, 6, 3),
+                    mask=RNG.random((2, 3, 6)) < 0.8), score=score, params=params))
+
+
+def test_additive_and_topk(backend):
+    params = {k: backend.asarray(v, dtype="float64")
+              for k, v in {"w_q": normal(3, 5), "w_k": normal(4, 5), "v": normal(5)}.items()}
+    same(*both(backend, "additive_attention", "alignment",
+               dict(query=normal(2, 3, 3), keys=normal(2, 6, 4)), params=params))
+    same(*both(backend, "topk_attention", "attention",
+               dict(q=normal(2, 3, 4), k=normal(2, 6, 4), v=normal(2, 6, 2)), top_k=2))
+
+
+def test_rowwise_kernels_and_a_scalar(backend):
+    x = normal(2, 3, 6)
+    f = {"w1": normal(6, 9), "b1": normal(9), "w2": normal(9, 6), "b2": normal(6)}
+    f = {k: backend.asarray(v, dtype="float64") for k, v in f.items()}
+    same(*both(backend, "feedforward", "feedforward", dict(x=x), activation="gelu", params=f))
+    norm = {"gamma": backend.asarray(normal(6), dtype="float64"),
+            "beta": backend.asarray(normal(6), dtype="float64")}
+    same(*both(backend, "layer_norm", "norm", dict(x=x), params=norm))
+    table = {"table": backend.asarray(normal(11, 6), dtype="float64")}
+    same(*both(backend, "embedding", "embedding", dict(ids=np.array([[3, 10, 0]])), params=table))
+    on, off = both(backend, "softcap", "attention", dict(x=np.array(3.0)), cap=2.0)
+    same(on, off)
+    assert on[0].shape == ()
+
+
+def test_the_shapes_of_a_bucket_share_one_compilation(backend):
+    buckets.enable(True)
+    sdpa = backend.function("sdpa", "attention")
+    before = attention._sdpa._cache_size()
+    for t in range(1, 9):
+        for s in range(1, 9):
+            q = backend.asarray(normal(2, t, 3), dtype="float32")
+            k = backend.asarray(normal(2, s, 3), dtype="float32")
+            sdpa(q, k, k)
+    assert attention._sdpa._cache_size() - before <= 1  # 64 shapes, one program
+
+
+def test_a_large_call_runs_at_its_exact_shape(monkeypatch, backend):
+    monkeypatch.setattr(buckets, "MAX_ELEMENTS", 10)
+    before = multihead._affine._cache_size()
+    x = backend.asarray(normal(3, 5), dtype="float64")
+    y = backend.function("self_attention", "multihead")(
+        x[None], params={"w_q": x.T, "w_k": x.T, "w_v": x.T})
+    assert y[0].shape == (1, 3, 3)
+    assert multihead._affine._cache_size() > before  # the exact shapes compiled
+
+
+def test_under_jit_and_vjp_the_kernels_run_at_the_exact_shapes(backend):
+    import jax.numpy as jnp
+
+    buckets.enable(True)
+    sdpa = backend.function("sdpa", "attention")
+    q = backend.asarray(normal(3, 4), dtype="float64")
+    jitted = jax.jit(lambda q: sdpa(q, q, q)[0])(q)
+    np.testing.assert_allclose(np.asarray(jitted), np.asarray(sdpa(q, q, q)[0]), rtol=1e-13)
+    grad = jax.grad(lambda q: jnp.sum(sdpa(q, q, q)[0]))(q)
+    assert grad.shape == (3, 4) and np.isfinite(np.asarray(grad)).all()
+
+
+def test_an_unknown_buckets_value_is_a_config_error_naming_it():
+    with pytest.raises(ConfigError, match="buckets='maybe'"):
+        J.JaxBackend(buckets="maybe")
