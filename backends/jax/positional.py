@@ -4,6 +4,7 @@ attention, rotary position embedding (RoPE), ALiBi."""
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +13,7 @@ from attnspec.spec.errors import ConfigError, DomainError, ShapeError
 
 from .. import _checks as check
 from ..numpy import positional as numpy_positional  # the host-built tables
+from . import buckets
 from ._core import boolean, const, floating, host, integers, weighted_sum
 from .attention import _softmax_core
 
@@ -84,9 +86,18 @@ def relative_attention(q, k, v, mask=None, *, max_distance, scale=None, params):
     if mask is not None:
         keep = boolean("mask", mask)
         check.broadcastable("mask", keep, (b, t, s))
-    scale = check.scale(scale, kw)
-    rows = _relative_rows(t, s, m)
-    return _relative(q, k, v, keep, rel_k, rel_v, rows, const(q, scale))
+    c, rows = const(q, check.scale(scale, kw)), _relative_rows(t, s, m)
+    B, T, S, K, V = (buckets.size(n) for n in (b, t, s, kw, vw))
+    if not (buckets.applies(q, k, v, mask, rel_k, rel_v) and buckets.small((B, T, S, max(K, V)))):
+        return _relative(q, k, v, keep, rel_k, rel_v, rows, c)
+    # bucketed (buckets.py): padded keys masked; padded rows of the index table read row 0
+    keep = np.broadcast_to(np.asarray(keep), (b, t, s))
+    inputs = (buckets.pad(q, (B, T, K)), buckets.pad(k, (B, S, K)), buckets.pad(v, (B, S, V)),
+              buckets.pad(keep, (B, T, S), False), buckets.pad(rel_k, (2 * m + 1, K)),
+              buckets.pad(rel_v, (2 * m + 1, V)), buckets.pad(rows, (T, S)))
+    z, alpha = _relative(*buckets.on_device(*inputs), c)
+    return (buckets.cut(z, slice(0, b), slice(0, t), slice(0, vw)),
+            buckets.cut(alpha, slice(0, b), slice(0, t), slice(0, s)))
 
 
 @functools.partial(jax.jit, static_argnames="half")
@@ -120,5 +131,14 @@ def rope(x, *, offset=0, base=10000.0, convention="interleaved"):
     # the angles in float64 on the host (NumPy), as the spec computes them, then cast
     theta = float(base) ** (-2.0 * np.arange(kw // 2) / kw)  # (K/2,)
     angle = np.arange(offset, offset + t, dtype=np.float64)[:, None] * theta  # (T, K/2)
-    cos, sin = host(np.cos(angle), x.dtype), host(np.sin(angle), x.dtype)
-    return _rotate(x, cos, sin, convention == "half")
+    cos, sin = np.cos(angle).astype(x.dtype), np.sin(angle).astype(x.dtype)
+    lead = x.shape[:-2]
+    n = math.prod(lead)
+    N, T = buckets.size(n), buckets.size(t)
+    if not (buckets.applies(x) and buckets.small((N, T, kw))):
+        return _rotate(x, host(cos), host(sin), convention == "half")
+    # bucketed (buckets.py): leading axes flattened, rows and positions padded, then cut
+    xp = buckets.pad(np.asarray(x).reshape((n, t, kw)), (N, T, kw))
+    y = _rotate(*buckets.on_device(xp, buckets.pad(cos, (T, kw // 2)),
+                                   buckets.pad(sin, (T, kw // 2))), convention == "half")
+    return buckets.cut(np.asarray(y)[:n, :t].reshape(x.shape), ...)

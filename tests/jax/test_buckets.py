@@ -168,3 +168,14 @@ def test_under_jit_and_vjp_the_kernels_run_at_the_exact_shapes(backend):
 def test_an_unknown_buckets_value_is_a_config_error_naming_it():
     with pytest.raises(ConfigError, match="buckets='maybe'"):
         J.JaxBackend(buckets="maybe")
+
+
+def test_relative_attention_and_rope(backend):
+    params = {"rel_k": backend.asarray(normal(5, 4), dtype="float64"),
+              "rel_v": backend.asarray(normal(5, 3), dtype="float64")}
+    same(*both(backend, "relative_attention", "positional",
+               dict(q=normal(2, 3, 4), k=normal(2, 6, 4), v=normal(2, 6, 3),
+                    mask=RNG.random((2, 3, 6)) < 0.8), max_distance=2, params=params))
+    for convention in ("interleaved", "half"):
+        same(*both(backend, "rope", "positional", dict(x=normal(2, 3, 5, 6)), offset=4,
+                   convention=convention))
