@@ -187,24 +187,28 @@ def sdpa(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, softca
     q, k, v, mask, bias, full = _attention_inputs(q, k, v, mask, bias)
     cap = None if softcap is None else const(q, check.softcap(softcap))
     c = const(q, check.scale(scale, q.shape[-1]))
-    return _sdpa_bucketed(q, k, v, mask, bias, c, full, cap)
+    return _bucketed(_sdpa, q, k, v, mask, full, {"bias": bias}, c=c, cap=cap)
 
 
-def _sdpa_bucketed(q, k, v, mask, bias, c, full, cap):
-    """_sdpa at bucket sizes (buckets.py): the batch flattened to N; queries, keys and
-    both widths padded, padded keys masked out; the mask and bias always given."""
+def _bucketed(kernel, q, k, v, mask, full, scores_like: dict, **rest):
+    """``kernel(q=, k=, v=, mask=, full=, **scores_like, **rest)`` at bucket sizes
+    (buckets.py): the batch flattened to N; queries, keys and both widths padded, padded keys
+    masked out; the mask, and each array of scores_like (broadcastable to full; None: zeros),
+    always given. At the exact shapes where bucketing does not apply."""
     *batch, t, s = full
     n, kw, vw = math.prod(batch), q.shape[-1], v.shape[-1]
     N, T, S, K, V = (buckets.size(d) for d in (n, t, s, kw, vw))
-    if not (buckets.applies(q, k, v, mask, bias) and buckets.small((N, T, S), (N, S, max(K, V)))):
-        return _sdpa(q, k, v, mask, bias, c, full, cap)
-
-    qp, kp, vp = (buckets.flat(q, batch, (t, kw), (N, T, K)),
-                  buckets.flat(k, batch, (s, kw), (N, S, K)),
-                  buckets.flat(v, batch, (s, vw), (N, S, V)))
-    keep = buckets.flat(True if mask is None else mask, batch, (t, s), (N, T, S), False)
-    bias = buckets.flat(np.zeros((), q.dtype) if bias is None else bias, batch, (t, s), (N, T, S))
-    out, weights = _sdpa(*buckets.on_device(qp, kp, vp, keep, bias), c, (N, T, S), cap)
+    if not (buckets.applies(q, k, v, mask, *scores_like.values())
+            and buckets.small((N, T, S), (N, S, max(K, V)))):
+        return kernel(q=q, k=k, v=v, mask=mask, full=full, **scores_like, **rest)
+    scores_like = {name: buckets.flat(np.zeros((), q.dtype) if x is None else x, batch, (t, s),
+                                      (N, T, S)) for name, x in scores_like.items()}
+    inputs = (buckets.flat(q, batch, (t, kw), (N, T, K)), buckets.flat(k, batch, (s, kw), (N, S, K)),
+              buckets.flat(v, batch, (s, vw), (N, S, V)),
+              buckets.flat(True if mask is None else mask, batch, (t, s), (N, T, S), False))
+    q, k, v, mask = buckets.on_device(*inputs)
+    out, weights = kernel(q=q, k=k, v=v, mask=mask, full=(N, T, S), **rest,
+                          **dict(zip(scores_like, buckets.on_device(*scores_like.values()))))
     return (buckets.cut(np.asarray(out)[:n, :t, :vw].reshape(*batch, t, vw), ...),
             buckets.cut(np.asarray(weights)[:n, :t, :s].reshape(full), ...))
 
@@ -241,18 +245,7 @@ def topk_attention(q, k, v, mask=None, *, top_k, scale=None, ties="lower_index")
     top_k = check.integer("top_k", top_k, lo=1, hi=full[-1])
     ties = check.choice("ties", ties, TIES)
     c = const(q, check.scale(scale, q.shape[-1]))
-    *batch, t, s = full
-    n, kw, vw = math.prod(batch), q.shape[-1], v.shape[-1]
-    N, T, S, K, V = (buckets.size(d) for d in (n, t, s, kw, vw))
-    if not (buckets.applies(q, k, v, mask) and buckets.small((N, T, S), (N, S, max(K, V)))):
-        return _topk(q, k, v, mask, c, full, top_k, ties == "keep_all")
-    # bucketed (buckets.py), as sdpa: padded keys are masked, so they never compete
-    inputs = (buckets.flat(q, batch, (t, kw), (N, T, K)), buckets.flat(k, batch, (s, kw), (N, S, K)),
-              buckets.flat(v, batch, (s, vw), (N, S, V)),
-              buckets.flat(True if mask is None else mask, batch, (t, s), (N, T, S), False))
-    out, weights = _topk(*buckets.on_device(*inputs), c, (N, T, S), top_k, ties == "keep_all")
-    return (buckets.cut(np.asarray(out)[:n, :t, :vw].reshape(*batch, t, vw), ...),
-            buckets.cut(np.asarray(weights)[:n, :t, :s].reshape(full), ...))
+    return _bucketed(_topk, q, k, v, mask, full, {}, c=c, top_k=top_k, keep_all=ties == "keep_all")
 
 
 def attention_entropy(weights, *, axis=-1):
