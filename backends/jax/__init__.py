@@ -20,7 +20,7 @@ Devices: ``cpu``, and ``gpu`` (alias ``cuda``) when JAX sees a GPU (install
                        (a flag already there wins): no LLVM optimisation, the elemental
                        emitters, one LLVM module per program (not split for parallel
                        codegen: -28 % XLA time per program on the suite's kernels);
-                       compiling is ~2.5x quicker and the compiled code ~5x slower
+                       compiling is ~3x quicker and the compiled code ~5x slower
                        (benchmarks/bench_jax.py). The spec's arrays are tiny, so compiling is
                        nearly all of a suite run's time. default: XLA as configured (for
                        timing kernels).
