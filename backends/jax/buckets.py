@@ -25,6 +25,8 @@ import math
 import jax
 import numpy as np
 
+from ._core import host
+
 MIN = 8
 MAX_ELEMENTS = 1 << 16  # a padded input larger than this runs at its exact shape
 _on = [True]
@@ -81,12 +83,12 @@ def flat(x, batch: tuple, tail: tuple, shape: tuple, fill=0) -> np.ndarray:
 
 def cut(y, *index) -> jax.Array:
     """y[index], cut on the host, as a JAX array on the default device."""
-    return jax.device_put(np.array(np.asarray(y)[index]))  # a contiguous copy, any rank
+    return host(np.array(np.asarray(y)[index]))  # a contiguous copy, any rank
 
 
 def on_device(*xs):
     """NumPy arrays (or None) as JAX arrays on the default device, nothing compiled."""
-    return tuple(None if x is None else jax.device_put(x) for x in xs)
+    return tuple(None if x is None else host(x) for x in xs)
 
 
 def rowwise(kernel, x, *args, item_rank: int = 1, **static):
