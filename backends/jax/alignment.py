@@ -89,9 +89,8 @@ def _bucketed(kernel, query, keys, values, mask, weights, padded, **static):
     if not (buckets.applies(query, keys, values, mask, *weights)
             and buckets.small((B, T, S, A), (B, S, max(DK, DV)))):
         return kernel(query, keys, values, mask, *weights, **static)
-    keep = np.broadcast_to(True if mask is None else np.asarray(mask), (b, t, s))
     inputs = (buckets.pad(query, (B, T, DQ)), buckets.pad(keys, (B, S, DK)),
-              buckets.pad(values, (B, S, DV)), buckets.pad(keep, (B, T, S), False))
+              buckets.pad(values, (B, S, DV)), buckets.keep(mask, (b, t, s), (B, T, S)))
     context, w = kernel(*buckets.on_device(*inputs, *padded(DQ, DK, A)), **static)
     return (buckets.cut(context, slice(0, b), slice(0, t), slice(0, d_v)),
             buckets.cut(w, slice(0, b), slice(0, t), slice(0, s)))

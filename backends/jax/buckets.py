@@ -74,6 +74,12 @@ def pad(x, shape: tuple, fill=0) -> np.ndarray:
     return out
 
 
+def keep(mask, shape: tuple, padded: tuple) -> np.ndarray:
+    """The boolean mask (None: every key kept) broadcast to ``shape``, then padded to
+    ``padded`` with False: padded keys (and rows) are masked out."""
+    return pad(np.broadcast_to(True if mask is None else np.asarray(mask), shape), padded, False)
+
+
 def flat(x, batch: tuple, tail: tuple, shape: tuple, fill=0) -> np.ndarray:
     """x broadcast to (*batch, *tail), its batch flattened to one axis, then padded to
     ``shape`` (len(tail) + 1 axes) with ``fill``."""

@@ -133,9 +133,8 @@ def _mha_bucketed(query, key, value, mask, w, c, heads, kv_heads):
           # w_o's rows are the heads' value columns: padded per head, as w_v's columns
           "w_o": heads_padded(np.asarray(w["w_o"]).T, d_o, heads, v_w, DO, V).T,
           "b_o": buckets.pad(np.zeros(d_o, query.dtype) if w["b_o"] is None else w["b_o"], (DO,))}
-    keep = np.broadcast_to(True if mask is None else np.asarray(mask), (b, heads, t, s))
     inputs = (buckets.pad(query, (B, T, DQ)), buckets.pad(key, (B, S, DK)),
-              buckets.pad(value, (B, S, DV)), buckets.pad(keep, (B, heads, T, S), False))
+              buckets.pad(value, (B, S, DV)), buckets.keep(mask, (b, heads, t, s), (B, heads, T, S)))
     out, weights = _mha(*buckets.on_device(*inputs), dict(zip(wp, buckets.on_device(*wp.values()))),
                         c, heads, kv_heads)
     return (buckets.cut(out, slice(0, b), slice(0, t), slice(0, d_o)),

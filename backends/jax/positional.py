@@ -91,9 +91,8 @@ def relative_attention(q, k, v, mask=None, *, max_distance, scale=None, params):
     if not (buckets.applies(q, k, v, mask, rel_k, rel_v) and buckets.small((B, T, S, max(K, V)))):
         return _relative(q, k, v, keep, rel_k, rel_v, rows, c)
     # bucketed (buckets.py): padded keys masked; padded rows of the index table read row 0
-    keep = np.broadcast_to(np.asarray(keep), (b, t, s))
     inputs = (buckets.pad(q, (B, T, K)), buckets.pad(k, (B, S, K)), buckets.pad(v, (B, S, V)),
-              buckets.pad(keep, (B, T, S), False), buckets.pad(rel_k, (2 * m + 1, K)),
+              buckets.keep(mask, (b, t, s), (B, T, S)), buckets.pad(rel_k, (2 * m + 1, K)),
               buckets.pad(rel_v, (2 * m + 1, V)), buckets.pad(rows, (T, S)))
     z, alpha = _relative(*buckets.on_device(*inputs), c)
     return (buckets.cut(z, slice(0, b), slice(0, t), slice(0, vw)),

@@ -13,14 +13,9 @@ from attnspec.spec.errors import ConfigError
 jax = pytest.importorskip("jax", reason="the jax extra is what tox -e jax-cpu installs")
 
 import attnspec.backends.jax as J  # noqa: E402
-from attnspec.backends.jax import attention, buckets, multihead  # noqa: E402
+from attnspec.backends.jax import attention, buckets  # noqa: E402
 
 RNG = np.random.default_rng(7)
-
-
-@pytest.fixture(autouse=True)
-def _buckets_restored(monkeypatch):
-    monkeypatch.setattr(buckets, "_on", list(buckets._on))
 
 
 @pytest.fixture(scope="module")
@@ -143,24 +138,32 @@ def test_the_shapes_of_a_bucket_share_one_compilation(backend):
     assert attention._sdpa._cache_size() - before <= 1  # 64 shapes, one program
 
 
+def _no_padding(*args, **kw):
+    raise AssertionError("padded where the call should run at its exact shape")
+
+
 def test_a_large_call_runs_at_its_exact_shape(monkeypatch, backend):
-    monkeypatch.setattr(buckets, "MAX_ELEMENTS", 10)
-    before = multihead._affine._cache_size()
     x = backend.asarray(normal(3, 5), dtype="float64")
-    y = backend.function("self_attention", "multihead")(
-        x[None], params={"w_q": x.T, "w_k": x.T, "w_v": x.T})
+    self_attention = backend.function("self_attention", "multihead")
+    params = {"w_q": x.T, "w_k": x.T, "w_v": x.T}
+    monkeypatch.setattr(buckets, "pad", _no_padding)
+    with pytest.raises(AssertionError, match="padded"):  # small: bucketed, so it pads
+        self_attention(x[None], params=params)
+    monkeypatch.setattr(buckets, "MAX_ELEMENTS", 10)
+    y = self_attention(x[None], params=params)  # past MAX_ELEMENTS: nothing padded
     assert y[0].shape == (1, 3, 3)
-    assert multihead._affine._cache_size() > before  # the exact shapes compiled
 
 
-def test_under_jit_and_vjp_the_kernels_run_at_the_exact_shapes(backend):
+def test_under_jit_and_vjp_the_kernels_run_at_the_exact_shapes(monkeypatch, backend):
     import jax.numpy as jnp
 
     buckets.enable(True)
     sdpa = backend.function("sdpa", "attention")
     q = backend.asarray(normal(3, 4), dtype="float64")
+    eager = np.asarray(sdpa(q, q, q)[0])  # bucketed
+    monkeypatch.setattr(buckets, "pad", _no_padding)
     jitted = jax.jit(lambda q: sdpa(q, q, q)[0])(q)
-    np.testing.assert_allclose(np.asarray(jitted), np.asarray(sdpa(q, q, q)[0]), rtol=1e-13)
+    np.testing.assert_allclose(np.asarray(jitted), eager, rtol=1e-13)
     grad = jax.grad(lambda q: jnp.sum(sdpa(q, q, q)[0]))(q)
     assert grad.shape == (3, 4) and np.isfinite(np.asarray(grad)).all()
 

@@ -65,12 +65,6 @@ def test_an_unknown_compile_mode_is_a_config_error_naming_it():
         J.JaxBackend(compile="quick")
 
 
-@pytest.fixture(autouse=True)
-def _buckets_restored(monkeypatch):
-    """A backend made with buckets=off turns bucketing off for the process: undone after."""
-    monkeypatch.setattr(J.buckets, "_on", list(J.buckets._on))
-
-
 def _softmax_at_new_shapes(backend, count):
     """``count`` compilations of the softmax kernel (buckets off: one per shape)."""
     softmax = backend.function("softmax", "attention")
