@@ -2,7 +2,7 @@
 
   attnspec list [--json]                 every vector: id, component, function, expect
   attnspec verify [--backend numpy] [--device cpu] [--dtype ...] [--json PATH] [--jobs N]
-  attnspec generate [--check]            regenerate the vector files from the oracle
+  attnspec generate [--check]            regenerate the vector files, then the derived text
   attnspec show ID                       a vector, readably
   attnspec cite ID [--format text|bibtex]   (or: attnspec cite --verify "CITATION LINE")
   attnspec check FILE.py:NAME --component C [--framework numpy] [--dtype float64] [-k EXPR]
@@ -285,25 +285,42 @@ def require_extra(module: str, extra: str, what: str) -> None:
 
 
 def cmd_generate(args) -> int:
-    require_extra("mpmath", "oracle", "regenerating the vectors (the mpmath oracle)")
+    if not args.text_only:
+        require_extra("mpmath", "oracle", "regenerating the vectors (the mpmath oracle)")
     from attnspec.spec.generate import GenerationError, generate
     from attnspec.spec.vectors import VECTORS_DIR
 
     try:
-        changed = generate(args.dir or VECTORS_DIR, check=args.check, jobs=args.jobs,
-                           only=args.only.split(",") if args.only else None)
+        changed = [] if args.text_only else generate(
+            args.dir or VECTORS_DIR, check=args.check, jobs=args.jobs,
+            only=args.only.split(",") if args.only else None)
     except GenerationError as exc:
         raise CommandError(str(exc)) from None
+    if not args.dir:
+        changed += _generate_text(args.check)
     if args.check:
         if changed:
             print("attnspec generate --check: these files would change:", file=sys.stderr)
             for name in changed:
                 print(f"  {name}", file=sys.stderr)
             return 1
-        print("attnspec generate --check: every vector file regenerates byte for byte")
+        print("attnspec generate --check: every vector file regenerates byte for byte"
+              + (" and every derived text block is up to date" if not args.dir else ""))
         return 0
     print(f"wrote {len(changed)} changed file(s)" + (": " + ", ".join(changed) if changed else ""))
     return 0
+
+
+def _generate_text(check: bool) -> list[str]:
+    """The derived text blocks (spec/derived.py), from the checkout's vector files."""
+    from attnspec.spec.derived import DerivedError, generate_derived, source_root
+    from attnspec.spec.vectors import load
+
+    try:
+        root = source_root()
+        return generate_derived(root, load(root / "spec" / "vectors"), check=check)
+    except DerivedError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def _fmt_tensor(a: np.ndarray) -> str:
@@ -476,11 +493,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "at most 8); env ATTNSPEC_JOBS; default 1")
     s.set_defaults(func=cmd_verify)
 
-    s = sub.add_parser("generate", help="regenerate the vector files from the oracle")
+    s = sub.add_parser("generate", help="regenerate the vector files from the oracle, then the "
+                                        "derived text (spec/derived.py; not with --dir)")
     s.add_argument("--check", action="store_true", help="write nothing; fail if a byte would change")
     s.add_argument("--dir", help="write here instead of the package's vector directory")
     s.add_argument("--jobs", type=int, default=2)
     s.add_argument("--only", metavar="C1,C2", help="rebuild only these components")
+    s.add_argument("--text-only", action="store_true",
+                   help="only the derived text (vector lists, README table, FUNCTIONS.md), "
+                        "from the vector files as they are (seconds; no oracle)")
     s.set_defaults(func=cmd_generate)
 
     s = sub.add_parser("show", help="print one vector readably")

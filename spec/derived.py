@@ -1,0 +1,198 @@
+"""The derived text: every block of the project's Markdown that is written from the vector files.
+
+A derived block sits between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` and is never
+typed. ``attnspec generate`` rewrites each one from ``spec/vectors/*.json`` (read through
+:mod:`attnspec.spec.vectors`, never the oracle); ``attnspec generate --check`` writes nothing
+and names each file and block that would change. The blocks:
+
+- ``vectors`` on each component page ``spec/components/<component>.md``: every vector of
+  the component, deprecated ones with the id that supersedes them, revisions with the id
+  they supersede; and ``gradient-vectors``, where the page has one, the gradient vectors
+  (then left out of ``vectors``);
+- ``components`` in ``README.md``: the counts and the table of components;
+- ``functions`` in ``spec/FUNCTIONS.md``: each function's vector counts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from .vectors import Spec, Vector
+
+NOTE = "<!-- Generated from spec/vectors/ by `attnspec generate`; do not edit. -->"
+GRADIENT_NOTE = ("Gradient vectors (`expect: \"gradient\"`: a cotangent per output, the expected "
+                 "gradient of every float input and parameter; see spec/FUNCTIONS.md):")
+
+
+class DerivedError(Exception):
+    """A file or block the derived text needs is missing or malformed."""
+
+
+def block_re(name: str) -> re.Pattern:
+    return re.compile(rf"(<!-- {re.escape(name)}:begin -->\n)(.*?)(<!-- {re.escape(name)}:end -->)",
+                      re.S)
+
+
+def has_block(text: str, name: str) -> bool:
+    return block_re(name).search(text) is not None
+
+
+def replace_block(text: str, name: str, body: str, where: str) -> str:
+    """``text`` with the block ``name`` holding ``body``; exactly one such block must exist."""
+    found = block_re(name).findall(text)
+    if len(found) != 1:
+        raise DerivedError(f"{where}: want one <!-- {name}:begin --> ... <!-- {name}:end --> "
+                           f"block, found {len(found)}")
+    return block_re(name).sub(lambda m: m.group(1) + body + m.group(3), text)
+
+
+# -- component pages -----------------------------------------------------------
+
+def vector_line(v: Vector, several_functions: bool) -> str:
+    """One bullet: id, function (when the component has several), what it is, its links."""
+    tags = []
+    if v.expect == "error":
+        tags.append(f"error: {v.error}")
+    elif v.expect == "gradient":
+        tags.append("gradient")
+    if v.supersedes:
+        tags.append(f"supersedes `{v.supersedes}`")
+    if v.deprecated:
+        tags.append(f"deprecated, superseded by `{v.superseded_by}`" if v.superseded_by
+                    else "deprecated")
+    fn = f" (`{v.function}`)" if several_functions else ""
+    tag = f" *({'; '.join(tags)})*" if tags else ""
+    return f"- `{v.id}`{fn}{tag}: {' '.join(v.description.split())}"
+
+
+def page_blocks(text: str, vectors: list[Vector], functions: list[str]) -> dict[str, str]:
+    """The bodies of a component page's blocks: ``vectors`` and, where the page has the
+    block, ``gradient-vectors`` (whose vectors ``vectors`` then leaves out)."""
+    several = len(functions) > 1
+    split = has_block(text, "gradient-vectors")
+    listed = [v for v in vectors if not (split and v.expect == "gradient")]
+    blocks = {"vectors": _lines(listed, several)}
+    if split:
+        grads = [v for v in vectors if v.expect == "gradient"]
+        blocks["gradient-vectors"] = _lines(grads, several, GRADIENT_NOTE if grads else None)
+    return blocks
+
+
+def _lines(vectors: list[Vector], several: bool, lead: str | None = None) -> str:
+    lines = [NOTE, ""]
+    if lead:
+        lines += [lead, ""]
+    lines += [vector_line(v, several) for v in vectors] or ["(none)"]
+    return "\n".join(lines) + "\n"
+
+
+# -- README.md -----------------------------------------------------------------
+
+def counts(vectors: list[Vector]) -> dict[str, int]:
+    live = [v for v in vectors if not v.deprecated]
+    return {e: sum(v.expect == e for v in live) for e in ("value", "error", "gradient")}
+
+
+def components_block(spec: Spec) -> str:
+    """README's counts and component table (live vectors)."""
+    live = [v for v in spec.vectors if not v.deprecated]
+    dep = [v for v in spec.vectors if v.deprecated]
+    c = counts(spec.vectors)
+    superseded = sum(v.superseded_by is not None for v in dep)
+    kept = (f" and {len(dep)} deprecated ones kept for their citations"
+            + (", each superseded by a revision" if dep and superseded == len(dep)
+               else f" ({superseded} superseded by a revision)" if dep else "")) if dep else ""
+    lines = [NOTE, "",
+             f"{len(spec.components)} components, {len(spec.functions)} functions, "
+             f"{len(spec.vectors)} vectors: {len(live)} live ({c['value']} value, {c['error']} "
+             f"error, {c['gradient']} gradient){kept}. The table counts live vectors "
+             f"(`attnspec list --components`).", "",
+             "| component | functions | value vectors | error vectors | gradient vectors |",
+             "|---|---|---|---|---|"]
+    for comp, vs in sorted(spec.by_component().items()):
+        n = counts(vs)
+        fns = ", ".join(f"`{f}`" for f in spec.components[comp])
+        lines.append(f"| [{comp}](spec/components/{comp}.md) | {fns} | {n['value']} | "
+                     f"{n['error']} | {n['gradient']} |")
+    return "\n".join(lines) + "\n"
+
+
+# -- spec/FUNCTIONS.md ---------------------------------------------------------
+
+def functions_block(spec: Spec) -> str:
+    """FUNCTIONS.md's table: each spec function's module and live vector counts."""
+    by_fn: dict[str, list[Vector]] = {f: [] for f in spec.functions}
+    for v in spec.vectors:
+        by_fn[v.function].append(v)
+    lines = [NOTE, "",
+             "| function | component | module | value vectors | error vectors | gradient vectors |",
+             "|---|---|---|---|---|---|"]
+    for name in sorted(by_fn, key=lambda f: (spec.functions[f].component, f)):
+        fn, n = spec.functions[name], counts(by_fn[name])
+        lines.append(f"| `{name}` | [{fn.component}](components/{fn.component}.md) | {fn.module} | "
+                     f"{n['value']} | {n['error']} | {n['gradient']} |")
+    return "\n".join(lines) + "\n"
+
+
+# -- every file ----------------------------------------------------------------
+
+def derived_blocks(root: Path, spec: Spec) -> dict[str, dict[str, Callable[[str], str]]]:
+    """file (relative to ``root``) -> block name -> body (given the file's text)."""
+    out: dict[str, dict] = {
+        "README.md": {"components": lambda text: components_block(spec)},
+        "spec/FUNCTIONS.md": {"functions": lambda text: functions_block(spec)},
+    }
+    for comp, vectors in spec.by_component().items():
+        fns = spec.components[comp]
+        out[f"spec/components/{comp}.md"] = {
+            name: (lambda text, name=name, vectors=vectors, fns=fns:
+                   page_blocks(text, vectors, fns)[name])
+            for name in ("vectors", "gradient-vectors")}
+    return out
+
+
+def render(root: Path, spec: Spec) -> dict[str, tuple[str, str, list[str]]]:
+    """file -> (text on disk, text with every block derived, names of the blocks that differ)."""
+    out = {}
+    for rel, blocks in derived_blocks(root, spec).items():
+        path = root / rel
+        if not path.is_file():
+            raise DerivedError(f"{rel}: missing (every component needs its page; "
+                               f"see spec/ADDING_A_COMPONENT.md)")
+        old = path.read_text(encoding="utf-8")
+        new, changed = old, []
+        for name, body in blocks.items():
+            if name == "gradient-vectors" and not has_block(old, name):
+                continue
+            before = new
+            new = replace_block(new, name, body(old), rel)
+            if new != before:
+                changed.append(name)
+        out[rel] = (old, new, changed)
+    return out
+
+
+def generate_derived(root: Path | str, spec: Spec, check: bool = False) -> list[str]:
+    """Write (or, with ``check``, only compare) every derived block under ``root``;
+    returns ``"<file> [<block>, ...]"`` for each file that changed (or would)."""
+    root = Path(root)
+    changed = []
+    for rel, (old, new, blocks) in render(root, spec).items():
+        if new == old:
+            continue
+        changed.append(f"{rel} [{', '.join(blocks)}]")
+        if not check:
+            (root / rel).write_text(new, encoding="utf-8")
+    return changed
+
+
+def source_root(start: Path | None = None) -> Path:
+    """The checkout whose text is derived: the current folder, else the folder above the
+    package's ``spec/`` (an editable install); it must hold README.md and spec/components."""
+    for root in (start or Path.cwd(), Path(__file__).resolve().parent.parent):
+        if (root / "README.md").is_file() and (root / "spec" / "components").is_dir():
+            return root
+    raise DerivedError("no attnspec checkout here (README.md and spec/components/): run "
+                       "`attnspec generate` from the repository root")
