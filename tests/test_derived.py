@@ -150,3 +150,25 @@ def test_every_component_page_has_its_normative_sections(component):
 def test_the_section_check_fails_on_a_page_without_errors():
     text = (ROOT / "spec" / "components" / "softmax.md").read_text().replace("## Errors", "## Faults")
     assert not any(re.fullmatch(SECTIONS["errors"], h) for h in sections(text))
+
+
+# -- CITING.md's statement of what a vector citation pins ------------------------
+
+def citing_fields() -> list[str]:
+    """The hashed fields as CITING.md lists them ("the vector's fields `a`, `b` ... (those")."""
+    text = " ".join((ROOT / "spec" / "CITING.md").read_text().split())
+    listed = re.search(r"the vector's fields (.*?) \(those it has", text)
+    assert listed, "CITING.md no longer says which fields a vector's hash covers"
+    return re.findall(r"`([a-z_]+)`", listed.group(1))
+
+
+@pytest.mark.parametrize("expect", ["value", "error", "gradient"])
+def test_citing_md_s_field_list_reproduces_the_stored_hash(expect):
+    import hashlib
+    import json
+
+    v = next(v for v in SPEC.vectors if v.expect == expect and not v.deprecated)
+    raw = {k: x for k, x in v.raw.items() if k in citing_fields()}
+    canonical = json.dumps(raw, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                           allow_nan=False).encode("utf-8")
+    assert hashlib.sha256(canonical).hexdigest() == v.sha256, v.id
