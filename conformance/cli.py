@@ -304,8 +304,9 @@ def cmd_generate(args) -> int:
             for name in changed:
                 print(f"  {name}", file=sys.stderr)
             return 1
-        print("attnspec generate --check: every vector file regenerates byte for byte"
-              + (" and every derived text block is up to date" if not args.dir else ""))
+        said = ([] if args.text_only else ["every vector file regenerates byte for byte"]) \
+            + ([] if args.dir else ["every derived text block is up to date"])
+        print(f"attnspec generate --check: {' and '.join(said)}")
         return 0
     print(f"wrote {len(changed)} changed file(s)" + (": " + ", ".join(changed) if changed else ""))
     return 0

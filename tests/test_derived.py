@@ -172,3 +172,62 @@ def test_citing_md_s_field_list_reproduces_the_stored_hash(expect):
     canonical = json.dumps(raw, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                            allow_nan=False).encode("utf-8")
     assert hashlib.sha256(canonical).hexdigest() == v.sha256, v.id
+
+
+# -- README's front doors and the docs pages -------------------------------------
+
+DOCS = sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))
+
+
+def sh_commands(text: str) -> list[list[str]]:
+    """Every `attnspec ...` command of the page's sh blocks, as argument lists (comments cut,
+    `&&` chains split)."""
+    import shlex
+
+    out = []
+    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+        for line in block.splitlines():
+            cmd: list[str] = []
+            for token in [*shlex.split(line, comments=True), "&&"]:
+                if token != "&&":
+                    cmd.append(token)
+                    continue
+                if cmd[:1] == ["attnspec"]:
+                    out.append(cmd)
+                cmd = []
+    return out
+
+
+def test_readme_keeps_the_two_first_commands():
+    first = re.search(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    assert "pip install -e . && attnspec verify " in first
+    assert "pip install 'tox>=4.11' && tox " in first
+
+
+@pytest.mark.parametrize("door", ["Verify a framework", "Add a backend",
+                                  "Check coursework or cite a vector"])
+def test_each_front_door_opens_with_a_command(door):
+    page = sections((ROOT / "README.md").read_text())
+    assert re.match(r"\s*```sh\n\S", page[door]), f"README's {door!r} does not start with a command"
+
+
+@pytest.mark.parametrize("page", ["README.md", *DOCS])
+def test_every_attnspec_command_on_a_page_parses(page):
+    from attnspec.conformance.cli import build_parser
+
+    path = ROOT / page
+    commands = sh_commands(path.read_text())
+    for cmd in commands:
+        try:
+            build_parser().parse_args(cmd[1:])
+        except SystemExit:
+            pytest.fail(f"{page}: `{' '.join(cmd)}` is not a valid attnspec command line")
+    assert page != "README.md" or len(commands) >= 5
+
+
+@pytest.mark.parametrize("page", ["README.md", *DOCS])
+def test_every_relative_link_resolves(page):
+    path = ROOT / page
+    links = re.findall(r"\]\((?!https?:|#)([^)#\s]+)", path.read_text())
+    broken = [link for link in links if not (path.parent / link).exists()]
+    assert broken == []
