@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _checks as check
-from . import buckets
-from ._core import boolean, const, floating
+from . import _core, buckets
+from ._core import const, floating
 from .attention import _sdpa, sdpa
 
 
@@ -26,14 +26,6 @@ def _affine(x, w, b):
     return x @ w if b is None else x @ w + b  # one compilation, not one per primitive
 
 
-def _mask(mask, target: tuple):
-    if mask is None:
-        return None
-    mask = boolean("mask", mask)
-    check.broadcastable("mask", mask, target)
-    return mask
-
-
 def self_attention(x, mask=None, *, scale=None, params):
     """Q = x W_Q + b_Q, K = x W_K + b_K, V = x W_V + b_V; sdpa(Q, K, V, mask, scale).
 
@@ -45,7 +37,7 @@ def self_attention(x, mask=None, *, scale=None, params):
     q = _linear(x, p, "w_q", "b_q", d)  # (B, T, K)
     k = _linear(x, p, "w_k", "b_k", d, q.shape[-1])  # (B, T, K)
     v = _linear(x, p, "w_v", "b_v", d)  # (B, T, V)
-    mask = _mask(mask, (b, t, t))
+    mask = check.mask_of(_core, mask, (b, t, t), x)
     return sdpa(q, k, v, mask, scale=scale)
 
 
@@ -101,7 +93,7 @@ def mha(query, key, value, mask=None, *, num_heads, params, num_kv_heads=None):
     d_q = check.shape(query)[-1]
     p = check.params_of(params)
     heads, kv_heads, hk, kv_k, hv = check.heads(p, num_heads, d_q, d_v, num_kv_heads)
-    mask = _mask(mask, (b, heads, t, s))
+    mask = check.mask_of(_core, mask, (b, heads, t, s), query)
     c = const(query, check.scale(None, hk // heads))  # 1/sqrt(K)
     w = _weights(p, d_q, d_k, d_v, kv_k, hv)
     return _mha_bucketed(query, key, value, mask, w, c, heads, kv_heads)

@@ -12,6 +12,7 @@ from attnspec.spec.errors import DTypeError, ShapeError
 
 from .. import _checks as check
 from ..composite.rnn import Seq2Seq
+from . import _core
 from ._core import floating, host
 
 
@@ -23,15 +24,12 @@ class GRUWeights(NamedTuple):
 
 
 def _gru_weights(p, in_width: int, hidden: int | None = None) -> GRUWeights:
-    """The four GRU parameters under ``p``; absent biases are zero."""
-    if hidden is None:
-        hidden = p.require("w_hh", (None, None)).shape[0]
-    w_hh = floating(p.path("w_hh"), p.require("w_hh", (hidden, 3 * hidden)))
-    w_ih = floating(p.path("w_ih"), p.require("w_ih", (in_width, 3 * hidden)))
+    """The four GRU parameters under ``p`` (checked once for every backend); absent biases
+    are zero."""
+    w_ih, w_hh, b_ih, b_hh = check.gru_weights(_core, p, in_width, hidden)
+    hidden = check.shape(w_hh)[0]
     zero = host(np.zeros(3 * hidden, dtype=w_hh.dtype))  # on the host: nothing to compile
-    b_ih, b_hh = (floating(p.path(n), p.get(n, (3 * hidden,))) if n in p else zero
-                  for n in ("b_ih", "b_hh"))
-    return GRUWeights(w_ih, w_hh, b_ih, b_hh)
+    return GRUWeights(w_ih, w_hh, zero if b_ih is None else b_ih, zero if b_hh is None else b_hh)
 
 
 def _step(x, h, w: GRUWeights):
