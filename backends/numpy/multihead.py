@@ -12,10 +12,10 @@ from .attention import sdpa, sdpa_vjp
 
 def _linear(x, p, w: str, b: str, d_in: int, d_out: int | None = None):
     """x W + b over the last axis; b is optional."""
-    weight = floating(p.path(w), p.require(w, (d_in, d_out)))
+    weight = check.param(_core, p, w, (d_in, d_out), x, "the input")
     y = x @ weight
     bias = p.get(b, (weight.shape[1],))
-    return y if bias is None else y + floating(p.path(b), bias)
+    return y if bias is None else y + check.param(_core, p, b, None, x, "the input")
 
 
 def self_attention(x, mask=None, *, scale=None, params):
