@@ -152,6 +152,16 @@ def gru_weights(a, p, in_width: int, hidden: int | None = None) -> tuple:
     return w_ih, w_hh, b_ih, b_hh
 
 
+def gru_state(a, name: str, h, batch: int, hidden: int, x):
+    """A GRU state ``h`` (B, H): floating, of x's dtype and device; B from x, H from w_hh."""
+    h = a.floating(name, h)
+    rank(name, h, min_rank=2, max_rank=2)
+    if shape(h) != (batch, hidden):
+        raise ShapeError(f"{name} has shape {shape(h)}, expected (B, H) = {(batch, hidden)} "
+                         f"(B from x, H from w_hh)")
+    return like(a, name, h, "x", x)
+
+
 def kv_group(num_kv_heads, q, k, v) -> int:
     """:func:`kv_heads` of the arrays q, k, v: the group size H / num_kv_heads."""
     return kv_heads(num_kv_heads, shape(q), shape(k), shape(v))
