@@ -1,6 +1,11 @@
-"""Input checks shared by every backend: they read only ``.shape``, so one copy
-serves NumPy, torch and TensorFlow arrays alike, and every backend raises the
-same error class with the same message for the same mistake."""
+"""Input checks shared by every backend: they read only ``.shape`` and dtype names, so one
+copy serves NumPy, torch, TensorFlow and JAX arrays alike, and every backend raises the
+same error class with the same message for the same mistake.
+
+The checks of a spec function's arrays take ``a``, the backend's ``_core`` module, for the
+three things only a framework can do: ``a.floating(name, x)`` / ``a.boolean(name, x)``
+(``x`` as the framework's array, DTypeError naming ``name`` unless of that kind) and
+``a.same_device(name, x, like)`` (DeviceError, or nothing where there is one device)."""
 
 from __future__ import annotations
 
@@ -58,6 +63,108 @@ def batch_broadcast(what: str, **shapes: tuple) -> tuple:
             merged.append(max(x, y))
         out = merged
     return tuple(out)
+
+
+def dtype_name(x) -> str:
+    """``x``'s dtype as NumPy names it (``float32``, ``bfloat16``), whatever the framework."""
+    name = getattr(x.dtype, "name", None)  # NumPy, JAX, TensorFlow
+    return name if isinstance(name, str) else str(x.dtype).removeprefix("torch.")
+
+
+FLOATING = ("float64", "float32", "float16", "bfloat16")
+
+
+def floating_dtype(name: str, x, supported: tuple = FLOATING):
+    """``x`` if of a floating dtype this backend computes in (``supported``), else DTypeError
+    naming the argument: a backend's ``floating`` calls this after converting ``x``."""
+    dt = dtype_name(x)
+    if dt not in FLOATING:
+        raise DTypeError(f"{name} must be floating ({', '.join(FLOATING)}), got {dt} with "
+                         f"shape {shape(x)}")
+    if dt not in supported:
+        raise DTypeError(f"{name} has dtype {dt} (shape {shape(x)}); this backend computes in "
+                         f"{', '.join(supported)} only")
+    return x
+
+
+def like(a, name: str, x, like_name: str, other):
+    """``x`` on ``other``'s device and of its dtype (DeviceError / DTypeError naming both)."""
+    a.same_device(name, x, other)
+    if dtype_name(x) != dtype_name(other):
+        raise DTypeError(f"{name} has dtype {dtype_name(x)} but {like_name} has "
+                         f"{dtype_name(other)}")
+    return x
+
+
+def mask_of(a, mask, target: tuple, other, name: str = "mask"):
+    """An optional boolean mask on ``other``'s device, broadcasting to ``target``."""
+    if mask is None:
+        return None
+    mask = a.boolean(name, mask)
+    a.same_device(name, mask, other)
+    broadcastable(name, mask, target)
+    return mask
+
+
+def attention_inputs(a, q, k, v, mask, bias) -> tuple:
+    """sdpa's arrays checked: floating q, k, v and bias of q's dtype, a boolean mask, all on
+    q's device, mask and bias broadcasting to the scores' shape. Returns (q, k, v, mask,
+    bias, scores shape (*batch, T, S))."""
+    q = a.floating("q", q)
+    k, v = (like(a, n, a.floating(n, x), "q", q) for n, x in (("k", k), ("v", v)))
+    full = attention_shapes(q, k, v)  # (..., T, S)
+    mask = mask_of(a, mask, full, q)
+    if bias is not None:
+        bias = like(a, "bias", a.floating("bias", bias), "q", q)
+        broadcastable("bias", bias, full)
+    return q, k, v, mask, bias, full
+
+
+def alignment_inputs(a, query, keys, values, mask) -> tuple:
+    """Additive and Luong attention's arrays checked: query (B, T, Dq), keys (B, S, Dk),
+    values (B, S, Dv) (None: the keys), floating, of query's dtype and device; mask
+    broadcasting to (B, T, S). Returns (query, keys, values, mask)."""
+    query = a.floating("query", query)
+    keys = like(a, "keys", a.floating("keys", keys), "query", query)
+    values = keys if values is None else like(a, "values", a.floating("values", values),
+                                              "query", query)
+    b, t, s, _, _ = sequences(query, keys, values, ("query", "keys", "values"),
+                              same_width=False)
+    return query, keys, values, mask_of(a, mask, (b, t, s), query)
+
+
+def param(a, p, name: str, expected: tuple | None, other, like_name: str):
+    """A required parameter ``p[name]``, shape-checked (ParameterError naming its path),
+    floating, of ``other``'s dtype and device."""
+    return like(a, p.path(name), a.floating(p.path(name), p.require(name, expected)),
+                like_name, other)
+
+
+def gru_weights(a, p, in_width: int, hidden: int | None = None) -> tuple:
+    """The GRU's w_ih (I, 3H), w_hh (H, 3H) and optional b_ih, b_hh (3H,) under ``p``, all of
+    w_hh's dtype and device; H from w_hh unless given. An absent bias is None."""
+    if hidden is None:
+        hidden = shape(p.require("w_hh", (None, None)))[0]
+    w_hh = a.floating(p.path("w_hh"), p.require("w_hh", (hidden, 3 * hidden)))
+    w_ih = param(a, p, "w_ih", (in_width, 3 * hidden), w_hh, p.path("w_hh"))
+    b_ih, b_hh = (param(a, p, n, (3 * hidden,), w_hh, p.path("w_hh")) if n in p else None
+                  for n in ("b_ih", "b_hh"))
+    return w_ih, w_hh, b_ih, b_hh
+
+
+def gru_state(a, name: str, h, batch: int, hidden: int, x):
+    """A GRU state ``h`` (B, H): floating, of x's dtype and device; B from x, H from w_hh."""
+    h = a.floating(name, h)
+    rank(name, h, min_rank=2, max_rank=2)
+    if shape(h) != (batch, hidden):
+        raise ShapeError(f"{name} has shape {shape(h)}, expected (B, H) = {(batch, hidden)} "
+                         f"(B from x, H from w_hh)")
+    return like(a, name, h, "x", x)
+
+
+def kv_group(num_kv_heads, q, k, v) -> int:
+    """:func:`kv_heads` of the arrays q, k, v: the group size H / num_kv_heads."""
+    return kv_heads(num_kv_heads, shape(q), shape(k), shape(v))
 
 
 def attention_shapes(q, k, v) -> tuple:

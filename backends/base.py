@@ -20,6 +20,10 @@ from collections.abc import Callable
 
 from attnspec.spec.errors import DeviceError, DTypeError, NotImplementedComponent
 
+from .composite import returns_of
+
+__all__ = ["Backend", "missing", "returns_of"]  # returns_of: for an autodiff backend's vjp
+
 
 def missing(fn: Callable) -> Callable:
     """Mark a scaffolded function as not implemented yet: calling it raises
@@ -35,19 +39,15 @@ def missing(fn: Callable) -> Callable:
     return stub
 
 
-def returns_of(name: str) -> tuple[str, ...]:
-    """The output names of spec function ``name``, in return order (for an autodiff
-    ``vjp``, which pairs each cotangent with its output)."""
-    from attnspec.spec.vectors import default_spec
-
-    return default_spec().functions[name].returns
-
-
 class Backend:
-    """Shared machinery: function lookup by module, device and dtype checks.
+    """The contract every backend satisfies, and the machinery shared by all of them.
 
-    Subclasses set ``name`` and ``package`` (where the component modules live)
-    and implement ``devices``, ``dtypes``, ``asarray``, ``to_numpy``, ``versions``.
+    A subclass sets ``name`` and ``package`` (where its spec modules live, e.g.
+    ``mylib_attnspec``) and writes the five methods below that raise
+    NotImplementedError here: ``devices``, ``dtypes``, ``asarray``, ``to_numpy``,
+    ``versions``. Everything else (function lookup, device and dtype checks, ``vjp``,
+    extra checks, known failures) is written once here; a backend overrides it only
+    for a reason (``backends/README.md``).
     """
 
     name = "base"
@@ -55,6 +55,45 @@ class Backend:
 
     def __init__(self, **options):
         self.options = options
+
+    # -- the five methods a backend must write -------------------------------------------
+
+    def devices(self) -> list[str]:
+        """The devices usable on this machine, as ``--device`` names them: ``["cpu"]``,
+        ``["cpu", "cuda"]``... A device the framework knows but this machine lacks is left
+        out, so that asking for it fails at once (never a skip)."""
+        raise self._unwritten("devices")
+
+    def dtypes(self, device: str) -> list[str]:
+        """The floating dtypes supported on ``device``, most precise first
+        (``["float64", "float32", "float16", "bfloat16"]``); error vectors run at the first."""
+        raise self._unwritten("dtypes")
+
+    def asarray(self, x, *, dtype: str | None = None, device: str = "cpu"):
+        """Conversion in: NumPy array ``x`` as this backend's array on ``device``.
+
+        Floats are cast to ``dtype`` (the runner has already rounded them to it, so the
+        cast is exact); ``dtype=None`` keeps ints and bools of their kind. Call
+        ``self.check_device(device)`` and ``self.check_dtype(dtype, device)``: an unknown
+        device or dtype is a DeviceError / DTypeError naming the supported ones."""
+        raise self._unwritten("asarray")
+
+    def to_numpy(self, x):
+        """Conversion out: this backend's array ``x`` as a NumPy array, copied off the
+        device (bfloat16 may come back as float32)."""
+        raise self._unwritten("to_numpy")
+
+    def versions(self) -> dict[str, str]:
+        """``{"mylib": "1.2.3", ...}``: the framework and the libraries that decide its
+        numbers, shown in the suite's header and in ``attnspec report``."""
+        raise self._unwritten("versions")
+
+    def _unwritten(self, method: str) -> NotImplementedError:
+        return NotImplementedError(f"backend {self.name!r} ({type(self).__module__}."
+                                   f"{type(self).__qualname__}) does not write {method}(), "
+                                   f"which every backend must (backends/README.md)")
+
+    # -- shared machinery ----------------------------------------------------------------
 
     def function(self, name: str, module: str) -> Callable:
         try:

@@ -25,10 +25,10 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from attnspec.backends.tensorflow import convert, keras_layers  # noqa: E402
+import keras
+import numpy as np
+import tensorflow as tf
+from attnspec.backends.tensorflow import convert, keras_layers
 
 B, T, D, H, F = 8, 128, 256, 8, 1024
 

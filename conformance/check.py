@@ -134,7 +134,7 @@ def _import_file(file: Path) -> types.ModuleType:
         sys.modules.pop(mod_name, None)
         raise CheckError(f"{file}{_line_in(exc, file)} called sys.exit({exc.code!r}) while being "
                          f"imported; put script code under `if __name__ == \"__main__\":`") from None
-    except Exception as exc:  # noqa: BLE001 - the user's module may raise anything
+    except Exception as exc:  # the user's module may raise anything
         sys.modules.pop(mod_name, None)
         hint = ""
         if isinstance(exc, ModuleNotFoundError):
@@ -311,7 +311,7 @@ def construct(t: Target, fn: Function, v: Vector, plan: Plan, params: dict, dtyp
                 instance = t.obj(**plan.init)
                 if plan.params_to == "load_spec_params":
                     instance.load_spec_params(params)
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code may raise anything
+    except (Exception, SystemExit) as exc:  # the user's code may raise anything
         raise ConstructorFailed(exc) from exc
     if t.kind == "torch":
         instance.eval()
@@ -402,11 +402,11 @@ def run_vector(t: Target, fn: Function, v: Vector, backend, dtype: str) -> Outco
                        constructor_error=exc.exc, plan=plan)
     except SystemExit as exc:
         return Outcome("fail", [_exit_line(exc)], plan=plan)
-    except Exception as exc:  # noqa: BLE001 - the user's code may raise anything
+    except Exception as exc:  # the user's code may raise anything
         return Outcome("fail", [f"raised {_exc(exc)}"], plan=plan)
     try:
         outcome = judge_result(fn, v, result, trace, backend, dtype)
-    except Exception as exc:  # noqa: BLE001 - a return value no array can be made of
+    except Exception as exc:  # a return value no array can be made of
         outcome = Outcome("fail", [f"returned {type(result).__name__}, which cannot be compared "
                                    f"with the spec's arrays ({_exc(exc)})"])
     mutated = _mutated(backend, before, {**inputs, **_prefixed(params)})
@@ -447,7 +447,7 @@ def _to_numpy(backend, x) -> np.ndarray:
         return np.asarray([_to_numpy(backend, e) for e in x])
     try:
         return np.asarray(backend.to_numpy(x))
-    except Exception:  # noqa: BLE001 - another framework's array: let NumPy try
+    except Exception:  # another framework's array: let NumPy try
         return np.asarray(x)
 
 
@@ -534,7 +534,7 @@ def run_error_vector(t: Target, fn: Function, v: Vector, backend, dtype: str) ->
         raise
     except ConstructorFailed as exc:
         return _judge_error(exc.exc, want, v, plan, "constructing " + t.name)
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code may raise anything
+    except (Exception, SystemExit) as exc:  # the user's code may raise anything
         return _judge_error(exc, want, v, plan, "")
     return Outcome("fail", [f"raised nothing; the spec raises {v.error}"], plan=plan)
 
@@ -715,11 +715,11 @@ def run_grad_vector(t: Target, fn: Function, v: Vector, backend, dtype: str,
         raise
     except SystemExit as exc:
         return Outcome("fail", [_exit_line(exc)], plan=plan)
-    except Exception as exc:  # noqa: BLE001 - the user's code may raise anything
+    except Exception as exc:  # the user's code may raise anything
         return Outcome("fail", [f"raised {_exc(exc)}"], plan=plan)
     try:
         outcome = judge_gradient_result(fn, v, result, backend, dtype)
-    except Exception as exc:  # noqa: BLE001 - a return value no array can be made of
+    except Exception as exc:  # a return value no array can be made of
         outcome = Outcome("fail", [f"returned {type(result).__name__}, which cannot be compared "
                                    f"with the spec's gradients ({_exc(exc)})"])
     mutated = _mutated(backend, before, arrays)

@@ -425,7 +425,7 @@ def _check_epilog() -> str:
 
     try:
         names = sorted(f.removesuffix(".json") for f in read_manifest()["files"])
-    except Exception:  # noqa: BLE001 - help must print even without vectors
+    except Exception:  # help must print even without vectors
         return "components: see `attnspec list --components`"
     return "components (functions and vector counts: `attnspec list --components`):\n" + \
         textwrap.fill(", ".join(names), width=88, initial_indent="  ", subsequent_indent="  ")
@@ -622,7 +622,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr)
         return 130
-    except Exception:  # noqa: BLE001 - a bug: say so, with the traceback to report
+    except Exception:  # a bug: say so, with the traceback to report
         traceback.print_exc()
         print(f"{name}: internal error: this is a bug in attnspec; please report it with the "
               f"traceback above", file=sys.stderr)

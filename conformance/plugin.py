@@ -174,11 +174,11 @@ class Session:
 
         try:
             self.spec = load(self.vectors_dir) if self.vectors_dir else default_spec()
-        except Exception as exc:  # noqa: BLE001 - reported as the one line
+        except Exception as exc:  # reported as the one line
             raise SuiteConfigError(f"the golden vectors cannot be loaded: {exc}") from None
         try:
             self.backend = get_backend(self.backend_name, **self.options)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise SuiteConfigError(_one_line(exc)) from None
         devices = self.backend.devices()
         if self.device not in devices:

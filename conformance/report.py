@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import results
@@ -242,34 +243,83 @@ def build_report(runs: list[dict], meta: dict) -> dict:
     return {**meta, "ok": all(r["ok"] for r in runs), "runs": runs}
 
 
-def render_md(report: dict) -> str:
+# -- the page: one model, rendered as Markdown and as HTML ---------------------------------
+
+
+@dataclass
+class Cell:
+    text: str
+    kind: str = ""  # "head" (a row's name), "code", or a colour: pass/fail/partial/missing/na
+
+
+@dataclass
+class Section:
+    title: str
+    head: list[str]
+    rows: list[list[Cell]]
+    empty: str = "None."  # shown instead of a table without rows
+
+
+@dataclass
+class Page:
+    title: str
+    date: str
+    platform: str
+    command: str
+    note: str
+    sections: list[Section] = field(default_factory=list)
+
+
+def page(report: dict) -> Page:
+    """What report.md and report.html both show, built once."""
     runs = report["runs"]
     columns, comps, cells = matrix(runs)
-    out = [f"# attnspec {report['spec_version']} conformance report", "",
-           f"{report['date']} · {report['platform']} · `{report['command']}`", "",
-           "Each cell: vectors passed/total, max absolute error, max ULP error "
-           "(over the vectors of that component at that dtype).", "", "## Runs", "",
-           "| backend/device | status | dtypes | wall (s) | exit | problems |",
-           "|---|---|---|---|---|---|"]
-    for run in runs:
-        status = "ok" if run["ok"] else ("unavailable" if not run["available"] else "FAILED")
-        probs = "; ".join(p.splitlines()[0] for p in run["problems"]) or "-"
-        out.append(f"| {run['backend']}/{run['device']} | {status} | "
-                   f"{', '.join(run.get('dtypes') or []) or '-'} | {run['wall_s']} | "
-                   f"{run['returncode']} | {_md(probs)} |")
-    out += ["", "## Matrix", "", "| component | " + " | ".join(columns) + " |",
-            "|---|" + "---|" * len(columns)]
-    for comp in comps:
-        row = [cell_text(cells.get((comp, col))) for col in columns]
-        out.append(f"| {comp} | " + " | ".join(row) + " |")
-    out += ["", "## Versions", "", "| run | versions · interpreter |", "|---|---|"]
-    out += [f"| {w} | {_md(v)} |" for w, v in _versions(runs)]
-    out.append(f"| report | attnspec {report['spec_version']}, python "
-               f"{report['python']}, {report['platform']} |")
+    doc = Page(f"attnspec {report['spec_version']} conformance report", report["date"],
+               report["platform"], report["command"],
+               "Each cell: vectors passed/total, max absolute error, max ULP error "
+               "(over the vectors of that component at that dtype).")
+    doc.sections.append(Section("Runs", ["backend/device", "status", "dtypes", "wall (s)",
+                                         "exit", "problems"], [_run_row(run) for run in runs]))
+    doc.sections.append(Section("Matrix", ["component", *columns], [
+        [Cell(comp, "head")] + [Cell(cell_text(cells.get((comp, col))),
+                                     cell_class(cells.get((comp, col)))) for col in columns]
+        for comp in comps]))
+    versions = [[Cell(w), Cell(v)] for w, v in _versions(runs)]
+    versions.append([Cell("report"), Cell(f"attnspec {report['spec_version']}, python "
+                                          f"{report['python']}, {report['platform']}")])
+    doc.sections.append(Section("Versions", ["run", "versions · interpreter"], versions))
     fails = failures(runs)
-    out += ["", f"## Failures ({len(fails)})", ""]
-    out += [f"- **{w}** `{t}`: {_md(m)}" for w, t, m in fails] or ["None."]
+    doc.sections.append(Section(f"Failures ({len(fails)})", ["run", "test", "first line"],
+                                [[Cell(w, "head"), Cell(t, "code"), Cell(m)]
+                                 for w, t, m in fails]))
+    return doc
+
+
+def _run_row(run: dict) -> list[Cell]:
+    status = "ok" if run["ok"] else ("unavailable" if not run["available"] else "FAILED")
+    return [Cell(f"{run['backend']}/{run['device']}", "head"),
+            Cell(status, "pass" if run["ok"] else "fail"),
+            Cell(", ".join(run.get("dtypes") or []) or "-"), Cell(str(run["wall_s"])),
+            Cell(str(run["returncode"])),
+            Cell("; ".join(p.splitlines()[0] for p in run["problems"]) or "-")]
+
+
+def render_md(report: dict) -> str:
+    doc = page(report)
+    out = [f"# {doc.title}", "", f"{doc.date} · {doc.platform} · `{doc.command}`", "",
+           doc.note]
+    for sec in doc.sections:
+        out += ["", f"## {sec.title}", ""]
+        if not sec.rows:
+            out.append(sec.empty)
+            continue
+        out += ["| " + " | ".join(sec.head) + " |", "|" + "---|" * len(sec.head)]
+        out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in sec.rows]
     return "\n".join(out) + "\n"
+
+
+def _md_cell(c: Cell) -> str:
+    return f"`{c.text}`" if c.kind == "code" else _md(c.text)
 
 
 def _md(text: str) -> str:
@@ -284,52 +334,39 @@ td.partial{background:#fbeab0}td.missing{background:#e2e2e2;color:#555}
 td.na{color:#999;text-align:center}code{font-size:12px}
 .legend span{padding:2px 8px;margin-right:6px;border:1px solid #bbb}"""
 
+LEGEND = ("<p class='legend'><span style='background:#d4f4d4'>all pass</span>"
+          "<span style='background:#fbeab0'>known failures / some missing</span>"
+          "<span style='background:#f8c8c8'>failures</span>"
+          "<span style='background:#e2e2e2'>missing</span> {note}</p>")
+
 
 def render_html(report: dict) -> str:
     e = html.escape
-    runs = report["runs"]
-    columns, comps, cells = matrix(runs)
-    title = f"attnspec {report['spec_version']} conformance report, {report['date']}"
+    doc = page(report)
+    title = f"{doc.title}, {doc.date}"
     h = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
          f"<title>{e(title)}</title><style>{CSS}</style></head><body>",
-         f"<h1>{e(title)}</h1>",
-         f"<p>{e(report['platform'])} · <code>{e(report['command'])}</code></p>",
-         "<p class='legend'><span style='background:#d4f4d4'>all pass</span>"
-         "<span style='background:#fbeab0'>known failures / some missing</span>"
-         "<span style='background:#f8c8c8'>failures</span>"
-         "<span style='background:#e2e2e2'>missing</span> Each cell: passed/total, "
-         "max abs error, max ULP error.</p>", "<h2>Runs</h2><table>",
-         "<tr><th>backend/device</th><th>status</th><th>dtypes</th><th>wall (s)</th>"
-         "<th>exit</th><th>problems</th></tr>"]
-    for run in runs:
-        ok = run["ok"]
-        status = "ok" if ok else ("unavailable" if not run["available"] else "FAILED")
-        h.append(f"<tr><td>{e(run['backend'])}/{e(run['device'])}</td>"
-                 f"<td class='{'pass' if ok else 'fail'}'>{status}</td>"
-                 f"<td>{e(', '.join(run.get('dtypes') or []))}</td><td>{run['wall_s']}</td>"
-                 f"<td>{run['returncode']}</td>"
-                 f"<td>{e('; '.join(p.splitlines()[0] for p in run['problems']))}</td></tr>")
-    h += ["</table><h2>Matrix</h2><table><tr><th>component</th>"
-          + "".join(f"<th>{e(c)}</th>" for c in columns) + "</tr>"]
-    for comp in comps:
-        row = "".join(f"<td class='{cell_class(cells.get((comp, col)))}'>"
-                      f"{e(cell_text(cells.get((comp, col))))}</td>" for col in columns)
-        h.append(f"<tr><th>{e(comp)}</th>{row}</tr>")
-    h.append("</table><h2>Versions</h2><table><tr><th>run</th><th>versions · interpreter</th></tr>")
-    h += [f"<tr><td>{e(w)}</td><td>{e(v)}</td></tr>" for w, v in _versions(runs)]
-    h.append(f"<tr><td>report</td><td>attnspec {e(str(report['spec_version']))}, python "
-             f"{e(report['python'])}</td></tr></table>")
-    fails = failures(runs)
-    h.append(f"<h2>Failures ({len(fails)})</h2>")
-    if fails:
-        h.append("<table><tr><th>run</th><th>test</th><th>first line</th></tr>")
-        h += [f"<tr><td>{e(w)}</td><td><code>{e(t)}</code></td><td>{e(m)}</td></tr>"
-              for w, t, m in fails]
+         f"<h1>{e(title)}</h1>", f"<p>{e(doc.platform)} · <code>{e(doc.command)}</code></p>",
+         LEGEND.format(note=e(doc.note))]
+    for sec in doc.sections:
+        h.append(f"<h2>{e(sec.title)}</h2>")
+        if not sec.rows:
+            h.append(f"<p>{e(sec.empty)}</p>")
+            continue
+        h.append("<table><tr>" + "".join(f"<th>{e(t)}</th>" for t in sec.head) + "</tr>")
+        h += ["<tr>" + "".join(_html_cell(c) for c in row) + "</tr>" for row in sec.rows]
         h.append("</table>")
-    else:
-        h.append("<p>None.</p>")
     h.append("</body></html>")
     return "\n".join(h) + "\n"
+
+
+def _html_cell(c: Cell) -> str:
+    text = html.escape(c.text)
+    if c.kind == "head":
+        return f"<th>{text}</th>"
+    if c.kind == "code":
+        return f"<td><code>{text}</code></td>"
+    return f"<td class='{c.kind}'>{text}</td>" if c.kind else f"<td>{text}</td>"
 
 
 # -- writing atomically --------------------------------------------------------------------

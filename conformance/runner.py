@@ -141,7 +141,7 @@ def run_vector(backend, spec: Spec, v: Vector, dtype: str, device: str) -> Resul
     except NotImplementedComponent as exc:
         res.status, res.messages = "missing", [f"missing: {exc}"]
         return res
-    except Exception as exc:  # noqa: BLE001 - any crash is a reported error
+    except Exception as exc:  # any crash is a reported error
         res.status = "error"
         res.messages = [f"raised {type(exc).__name__}: {exc}"]
         return res
@@ -216,7 +216,7 @@ def run_gradient_vector(backend, spec: Spec, v: Vector, dtype: str, device: str)
     except NotImplementedComponent as exc:
         res.status, res.messages = "missing", [f"missing: gradients of {fn.name}: {exc}"]
         return res
-    except Exception as exc:  # noqa: BLE001 - any crash is a reported error
+    except Exception as exc:  # any crash is a reported error
         res.status = "error"
         res.messages = [f"raised {type(exc).__name__}: {exc}"]
         return res
@@ -260,7 +260,7 @@ def _run_error(backend, fn, v: Vector, dtype, device, res: Result) -> Result:
             res.messages = [f"{v.id}: raised {type(exc).__name__} as expected, but the message "
                             f"does not mention {absent}: {msg!r}"]
         return res
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         res.status = "fail"
         res.messages = [f"{v.id}: expected {v.error}, got {type(exc).__name__}: {exc}"]
         return res

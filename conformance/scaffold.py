@@ -100,7 +100,7 @@ one, write it here instead of the binding."""
 OPS = '''"""The primitive ops attnspec's shared composites call (backends/composite/, OPS):
 replace each stub with your framework's op."""
 
-from attnspec.spec.errors import DomainError, NotImplementedComponent  # noqa: F401
+from attnspec.spec.errors import DomainError, NotImplementedComponent
 '''
 
 OP = '''

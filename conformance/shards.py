@@ -117,7 +117,7 @@ def run_parts(argv: list[str], jobs: int, cwd: Path, work: Path, echo, state: di
     parts = []
     for i in range(1, jobs + 1):
         json_path = work / f"part-{i}.json"
-        log = None if i == 1 else open(work / f"part-{i}.log", "w+", encoding="utf-8",  # noqa: SIM115
+        log = None if i == 1 else open(work / f"part-{i}.log", "w+", encoding="utf-8",
                                        errors="replace")
         cmd = [sys.executable, "-m", "pytest", *argv, f"--attnspec-json={json_path}",
                f"--attnspec-shard={i}/{jobs}"]

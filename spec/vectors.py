@@ -114,10 +114,6 @@ class NoSuchVector(AttnSpecError, KeyError):
         return str(self.args[0])
 
 
-def sha256_of(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def read_manifest(directory: Path | str = VECTORS_DIR) -> dict:
     path = Path(directory) / MANIFEST
     try:
@@ -345,10 +341,3 @@ def load(directory: Path | str = VECTORS_DIR) -> Spec:
 @cache
 def default_spec() -> Spec:
     return load(VECTORS_DIR)
-
-
-def as_numpy_inputs(v: Vector, dtype: str) -> dict[str, np.ndarray]:
-    """Float inputs rounded to ``dtype`` (they are exact in every dtype the vector lists)."""
-    from .tensor import round_to
-
-    return {k: round_to(a, dtype) if a.dtype == np.float64 else a for k, a in v.inputs.items()}

@@ -73,6 +73,14 @@ MODULES = {
 }
 
 
+def returns_of(name: str) -> tuple[str, ...]:
+    """The output names of spec function ``name``, in return order (a composite's VJP, and an
+    autodiff backend's ``vjp``, pair each cotangent with its output by these)."""
+    from attnspec.spec.vectors import default_spec
+
+    return default_spec().functions[name].returns
+
+
 class Kernels:
     """One backend as the composites see it: ``ops`` and its spec functions by name."""
 

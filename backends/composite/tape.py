@@ -28,7 +28,7 @@ import numpy as np
 from attnspec.spec.errors import NotImplementedComponent
 
 from .. import _checks as check
-from . import MODULES, Kernels
+from . import MODULES, Kernels, returns_of
 
 
 class Tracked:
@@ -143,8 +143,6 @@ class Tape:
 
     def backward(self, seeds: dict) -> tuple[dict, dict]:
         """Cotangents {node: array} of the outputs -> ({node: gradient}, {path: gradient})."""
-        from ..base import returns_of
-
         grads, params = dict(seeds), {}
 
         def give(node, g):
@@ -311,7 +309,6 @@ def composite_vjp(backend, name: str, call: dict, cotangents: dict) -> tuple[dic
     """The VJP of the shared composite ``name`` over the backend's kernels (found by
     ``backend.function``): run it on a tape, seed each output's cotangent, replay the
     kernels' VJPs in reverse."""
-    from ..base import returns_of
     from . import shared
 
     tape = Tape(backend)

@@ -46,7 +46,7 @@ import os
 
 import jax
 import numpy as np
-from attnspec.spec.errors import ConfigError, DTypeError
+from attnspec.spec.errors import ConfigError
 
 from ..base import Backend, returns_of
 from . import buckets
@@ -199,9 +199,7 @@ class JaxBackend(Backend):
             if a.dtype.kind in "iu":
                 a = a.astype(np.int64)
         else:
-            if dtype not in JAX_DTYPES:
-                raise DTypeError(f"the jax backend has no dtype {dtype!r}; "
-                                 f"supported: {list(JAX_DTYPES)}")
+            self.check_dtype(dtype, device)  # DTypeError naming the ones supported there
             a = np.asarray(a, dtype=np.float64).astype(JAX_DTYPES[dtype])
         return jax.device_put(a, self._device(device))
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from attnspec.spec.errors import DTypeError
 
-FLOATS = (jnp.float64, jnp.float32, jnp.float16, jnp.bfloat16)
+from .. import _checks as check
 
 
 def host(x, dtype=None):
@@ -33,10 +33,7 @@ def array(name: str, x):
 
 def floating(name: str, x, like=None):
     """A floating array, or DTypeError naming the argument; with ``like``, of like's dtype."""
-    x = array(name, x)
-    if x.dtype not in FLOATS:
-        raise DTypeError(f"{name} must be a floating array (float64, float32, float16, "
-                         f"bfloat16), got {x.dtype} with shape {x.shape}")
+    x = check.floating_dtype(name, array(name, x))
     if like is not None and x.dtype != like.dtype:
         raise DTypeError(f"{name} has dtype {x.dtype} but the input has {like.dtype}")
     return x
@@ -76,3 +73,7 @@ def weighted_sum(weights, v):
     formed only when v holds one (lax.cond runs one branch).
     """
     return jax.lax.cond(jnp.all(jnp.isfinite(v)), jnp.matmul, _masked_sum, weights, v)
+
+
+def same_device(name: str, x, like) -> None:
+    """Every array of this backend is on its one device: nothing to check."""

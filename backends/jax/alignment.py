@@ -13,27 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _checks as check
-from . import buckets
-from ._core import boolean, floating, weighted_sum
+from . import _core, buckets
+from ._core import weighted_sum
 from .attention import _softmax_core
 
 SCORES = ("dot", "general", "concat")
-
-
-def _inputs(query, keys, values, mask):
-    """Checked query (B, T, Dq), keys (B, S, Dk), values (B, S, Dv) (default keys), mask."""
-    query, keys = floating("query", query), floating("keys", keys)
-    values = keys if values is None else floating("values", values)
-    b, t, s, _, _ = check.sequences(query, keys, values, ("query", "keys", "values"),
-                                    same_width=False)
-    if mask is not None:
-        mask = boolean("mask", mask)
-        check.broadcastable("mask", mask, (b, t, s))
-    return query, keys, values, mask
-
-
-def _param(p, name: str, expected: tuple):
-    return floating(p.path(name), p.require(name, expected))
 
 
 def _tanh_score(q_proj, k_proj, v):
@@ -67,12 +51,12 @@ def _luong(query, keys, values, mask, w, v, score):
 def additive_attention(query, keys, values=None, mask=None, *, params):
     """Bahdanau et al. (2015): e_ts = v . tanh(q_t W_q + k_s W_k), w_t = softmax_s(e_t),
     context_t = sum_s w_ts values_s."""
-    query, keys, values, mask = _inputs(query, keys, values, mask)
+    query, keys, values, mask = check.alignment_inputs(_core, query, keys, values, mask)
     p = check.params_of(params)
-    w_q = _param(p, "w_q", (query.shape[-1], None))
+    w_q = check.param(_core, p, "w_q", (query.shape[-1], None), query, "query")
     a = w_q.shape[1]
-    w_k = _param(p, "w_k", (keys.shape[-1], a))
-    v = _param(p, "v", (a,))
+    w_k = check.param(_core, p, "w_k", (keys.shape[-1], a), query, "query")
+    v = check.param(_core, p, "v", (a,), query, "query")
     return _bucketed(_additive, query, keys, values, mask, (w_q, w_k, v), (
         lambda d_q, d_k, A: (buckets.pad(w_q, (d_q, A)), buckets.pad(w_k, (d_k, A)),
                              buckets.pad(v, (A,)))))
@@ -102,7 +86,7 @@ def luong_attention(query, keys, values=None, mask=None, *, score="dot", params=
     dot: e_ts = q_t . k_s; general: e_ts = q_t W k_sᵀ; concat: e_ts = v . tanh([q_t; k_s] W).
     """
     score = check.choice("score", score, SCORES)
-    query, keys, values, mask = _inputs(query, keys, values, mask)
+    query, keys, values, mask = check.alignment_inputs(_core, query, keys, values, mask)
     p = check.params_of(params)
     d_q, d_k = query.shape[-1], keys.shape[-1]
     w = v = None
@@ -110,10 +94,10 @@ def luong_attention(query, keys, values=None, mask=None, *, score="dot", params=
         check.same("query/key width (score='dot')",
                    **{"query.shape[-1]": d_q, "keys.shape[-1]": d_k})
     elif score == "general":
-        w = _param(p, "w", (d_q, d_k))
+        w = check.param(_core, p, "w", (d_q, d_k), query, "query")
     else:
-        w = _param(p, "w", (d_q + d_k, None))
-        v = _param(p, "v", (w.shape[1],))
+        w = check.param(_core, p, "w", (d_q + d_k, None), query, "query")
+        v = check.param(_core, p, "v", (w.shape[1],), query, "query")
 
     def padded(DQ, DK, A):  # dot: no weights; general: w (D_q, D_k); concat: [q; k] rows apart
         if score == "dot":

@@ -14,10 +14,10 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-from attnspec.spec.errors import DomainError, DTypeError
+from attnspec.spec.errors import DomainError
 
 from .. import _checks as check
-from . import buckets
+from . import _core, buckets
 from ._core import boolean, const, floating, host, integers, weighted_sum
 
 
@@ -129,27 +129,9 @@ def combined_mask(ids, *, pad_id, t, num_heads=1, causal=True):
     return host(np.broadcast_to(keep, (b, h, t, s)))  # (B, H, T, S)
 
 
-def _attention_inputs(q, k, v, mask, bias):
-    """Checked q, k, v, mask, bias and the scores shape (*batch, T, S)."""
-    q, k, v = floating("q", q), floating("k", k), floating("v", v)
-    for name, x in (("k", k), ("v", v)):
-        if x.dtype != q.dtype:
-            raise DTypeError(f"{name} has dtype {x.dtype} but q has {q.dtype}")
-    full = check.attention_shapes(q, k, v)  # (..., T, S)
-    if mask is not None:
-        mask = boolean("mask", mask)
-        check.broadcastable("mask", mask, full)
-    if bias is not None:
-        bias = floating("bias", bias)
-        if bias.dtype != q.dtype:
-            raise DTypeError(f"bias has dtype {bias.dtype} but q has {q.dtype}")
-        check.broadcastable("bias", bias, full)
-    return q, k, v, mask, bias, full
-
-
 def repeat_kv(q, k, v, num_kv_heads):
     """k, v (..., H_kv, S, .) -> (..., H, S, .), each kv head repeated H / H_kv times."""
-    return _repeat_kv(k, v, check.kv_heads(num_kv_heads, q.shape, k.shape, v.shape))
+    return _repeat_kv(k, v, check.kv_group(num_kv_heads, q, k, v))
 
 
 @functools.partial(jax.jit, static_argnums=2)
@@ -184,7 +166,7 @@ def sdpa(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, softca
     if num_kv_heads is not None:
         q, k, v = floating("q", q), floating("k", k), floating("v", v)
         k, v = repeat_kv(q, k, v, num_kv_heads)
-    q, k, v, mask, bias, full = _attention_inputs(q, k, v, mask, bias)
+    q, k, v, mask, bias, full = check.attention_inputs(_core, q, k, v, mask, bias)
     cap = None if softcap is None else const(q, check.softcap(softcap))
     c = const(q, check.scale(scale, q.shape[-1]))
     return _bucketed(_sdpa, q, k, v, mask, full, {"bias": bias}, c=c, cap=cap)
@@ -241,7 +223,7 @@ def topk_attention(q, k, v, mask=None, *, top_k, scale=None, ties="lower_index")
     top_k kept); "keep_all": every key scoring >= the top_k-th largest is kept.
     A NaN among a row's unmasked scores makes its unmasked weights NaN.
     """
-    q, k, v, mask, _, full = _attention_inputs(q, k, v, mask, None)
+    q, k, v, mask, _, full = check.attention_inputs(_core, q, k, v, mask, None)
     top_k = check.integer("top_k", top_k, lo=1, hi=full[-1])
     ties = check.choice("ties", ties, TIES)
     c = const(q, check.scale(scale, q.shape[-1]))

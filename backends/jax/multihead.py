@@ -9,29 +9,22 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _checks as check
-from . import buckets
-from ._core import boolean, const, floating
+from . import _core, buckets
+from ._core import const, floating
 from .attention import _sdpa, sdpa
 
 
 def _linear(x, p, w: str, b: str, d_in: int, d_out: int | None = None):
     """x W + b over the last axis; b is optional."""
-    weight = floating(p.path(w), p.require(w, (d_in, d_out)))
+    weight = check.param(_core, p, w, (d_in, d_out), x, "the input")
     bias = p.get(b, (weight.shape[1],))
-    return buckets.rowwise(_affine, x, weight, None if bias is None else floating(p.path(b), bias))
+    bias = None if bias is None else check.param(_core, p, b, None, x, "the input")
+    return buckets.rowwise(_affine, x, weight, bias)
 
 
 @jax.jit
 def _affine(x, w, b):
     return x @ w if b is None else x @ w + b  # one compilation, not one per primitive
-
-
-def _mask(mask, target: tuple):
-    if mask is None:
-        return None
-    mask = boolean("mask", mask)
-    check.broadcastable("mask", mask, target)
-    return mask
 
 
 def self_attention(x, mask=None, *, scale=None, params):
@@ -45,7 +38,7 @@ def self_attention(x, mask=None, *, scale=None, params):
     q = _linear(x, p, "w_q", "b_q", d)  # (B, T, K)
     k = _linear(x, p, "w_k", "b_k", d, q.shape[-1])  # (B, T, K)
     v = _linear(x, p, "w_v", "b_v", d)  # (B, T, V)
-    mask = _mask(mask, (b, t, t))
+    mask = check.mask_of(_core, mask, (b, t, t), x)
     return sdpa(q, k, v, mask, scale=scale)
 
 
@@ -56,16 +49,17 @@ def _split_heads(x, heads: int):
     return x.reshape(b, t, heads, width // heads).transpose(0, 2, 1, 3)
 
 
-def _weights(p, d_q: int, d_k: int, d_v: int, hk: int, hv: int) -> dict:
-    """The mha parameters, shape-checked (ParameterError naming the path); biases may be None."""
+def _weights(p, d_q: int, d_k: int, d_v: int, hk: int, hv: int, like) -> dict:
+    """The mha parameters, shape-checked (ParameterError naming the path) and of ``like``'s
+    dtype (DTypeError); biases may be None."""
     w = {"w_q": p.require("w_q", (d_q, None)), "w_k": p.require("w_k", (d_k, hk)),
          "w_v": p.require("w_v", (d_v, None))}
     w["w_o"] = p.require("w_o", (hv, None))
-    for name, weight in list(w.items()):
-        w[name] = floating(p.path(name), weight)
+    for name in list(w):
+        w[name] = check.param(_core, p, name, None, like, "the input")
         b = "b" + name[1:]
         bias = p.get(b, (w[name].shape[1],))
-        w[b] = None if bias is None else floating(p.path(b), bias)
+        w[b] = None if bias is None else check.param(_core, p, b, None, like, "the input")
     return w
 
 
@@ -95,15 +89,17 @@ def mha(query, key, value, mask=None, *, num_heads, params, num_kv_heads=None):
     (grouped-query attention), scale 1/sqrt(K);
     output = concat_h(head_h) W_o + b_o; weights (B, H, T, S) per head.
     """
-    query, key, value = floating("query", query), floating("key", key), floating("value", value)
+    query = floating("query", query)
+    key, value = (check.like(_core, n, floating(n, x), "query", query)
+                  for n, x in (("key", key), ("value", value)))
     b, t, s, d_k, d_v = check.sequences(query, key, value, ("query", "key", "value"),
                                         same_width=False)
     d_q = check.shape(query)[-1]
     p = check.params_of(params)
     heads, kv_heads, hk, kv_k, hv = check.heads(p, num_heads, d_q, d_v, num_kv_heads)
-    mask = _mask(mask, (b, heads, t, s))
+    mask = check.mask_of(_core, mask, (b, heads, t, s), query)
     c = const(query, check.scale(None, hk // heads))  # 1/sqrt(K)
-    w = _weights(p, d_q, d_k, d_v, kv_k, hv)
+    w = _weights(p, d_q, d_k, d_v, kv_k, hv, query)
     return _mha_bucketed(query, key, value, mask, w, c, heads, kv_heads)
 
 

@@ -5,15 +5,12 @@ from __future__ import annotations
 import numpy as np
 from attnspec.spec.errors import DTypeError
 
-FLOATS = (np.float32, np.float64)
+from .. import _checks as check
 
 
 def floating(name: str, x) -> np.ndarray:
     """A float32/float64 array, or DTypeError naming the argument."""
-    x = np.asarray(x)
-    if x.dtype.type not in FLOATS:
-        raise DTypeError(f"{name} must be float32 or float64, got {x.dtype} with shape {x.shape}")
-    return x
+    return check.floating_dtype(name, np.asarray(x), ("float64", "float32"))
 
 
 def boolean(name: str, x) -> np.ndarray:
@@ -29,3 +26,7 @@ def integers(name: str, x) -> np.ndarray:
     if x.dtype.kind not in "iu":
         raise DTypeError(f"{name} must hold integer token ids, got {x.dtype} with shape {x.shape}")
     return x
+
+
+def same_device(name: str, x, like) -> None:
+    """Every array of this backend is on its one device: nothing to check."""

@@ -5,24 +5,17 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _checks as check
-from ._core import boolean, floating
+from . import _core
+from ._core import floating
 from .attention import sdpa, sdpa_vjp
 
 
 def _linear(x, p, w: str, b: str, d_in: int, d_out: int | None = None):
     """x W + b over the last axis; b is optional."""
-    weight = floating(p.path(w), p.require(w, (d_in, d_out)))
+    weight = check.param(_core, p, w, (d_in, d_out), x, "the input")
     y = x @ weight
     bias = p.get(b, (weight.shape[1],))
-    return y if bias is None else y + floating(p.path(b), bias)
-
-
-def _mask(mask, target: tuple):
-    if mask is None:
-        return None
-    mask = boolean("mask", mask)
-    check.broadcastable("mask", mask, target)
-    return mask
+    return y if bias is None else y + check.param(_core, p, b, None, x, "the input")
 
 
 def self_attention(x, mask=None, *, scale=None, params):
@@ -36,7 +29,7 @@ def self_attention(x, mask=None, *, scale=None, params):
     q = _linear(x, p, "w_q", "b_q", d)  # (B, T, K)
     k = _linear(x, p, "w_k", "b_k", d, q.shape[-1])  # (B, T, K)
     v = _linear(x, p, "w_v", "b_v", d)  # (B, T, V)
-    mask = _mask(mask, (b, t, t))
+    mask = check.mask_of(_core, mask, (b, t, t), x)
     return sdpa(q, k, v, mask, scale=scale)
 
 
@@ -61,7 +54,7 @@ def mha(query, key, value, mask=None, *, num_heads, params, num_kv_heads=None):
     d_q = check.shape(query)[-1]
     p = check.params_of(params)
     heads, kv_heads, hk, kv_k, hv = check.heads(p, num_heads, d_q, d_v, num_kv_heads)
-    mask = _mask(mask, (b, heads, t, s))
+    mask = check.mask_of(_core, mask, (b, heads, t, s), query)
     q = _split_heads(_linear(query, p, "w_q", "b_q", d_q), heads)  # (B, H, T, K)
     k = _split_heads(_linear(key, p, "w_k", "b_k", d_k, kv_k), kv_heads)  # (B, H_kv, S, K)
     v = _split_heads(_linear(value, p, "w_v", "b_v", d_v), kv_heads)  # (B, H_kv, S, V)

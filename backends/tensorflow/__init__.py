@@ -18,12 +18,12 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from attnspec.spec.errors import ConfigError, DTypeError  # noqa: E402
+import numpy as np
+import tensorflow as tf
+from attnspec.spec.errors import ConfigError, DTypeError
 
-from ..base import Backend, returns_of  # noqa: E402
-from ._modes import MODES, ModeFunction  # noqa: E402
+from ..base import Backend, returns_of
+from ._modes import MODES, ModeFunction
 
 DTYPES = {"float64": tf.float64, "float32": tf.float32, "float16": tf.float16,
           "bfloat16": tf.bfloat16}

@@ -17,6 +17,8 @@ import numpy as np
 import tensorflow as tf
 from attnspec.spec.errors import DomainError, DTypeError
 
+from .. import _checks as check
+
 FLOATS = (tf.float64, tf.float32, tf.float16, tf.bfloat16)
 INTS = (tf.int64, tf.int32, tf.int16, tf.int8, tf.uint8, tf.uint16, tf.uint32, tf.uint64)
 
@@ -27,11 +29,7 @@ def tensor(x) -> tf.Tensor:
 
 def floating(name: str, x) -> tf.Tensor:
     """A floating tensor (float64/32/16, bfloat16), or DTypeError naming the argument."""
-    x = tensor(x)
-    if x.dtype not in FLOATS:
-        raise DTypeError(f"{name} must be a floating tensor (float64, float32, float16, "
-                         f"bfloat16), got {x.dtype.name} with shape {tuple(x.shape)}")
-    return x
+    return check.floating_dtype(name, tensor(x))
 
 
 def boolean(name: str, x) -> tf.Tensor:
@@ -115,3 +113,7 @@ def matmul(x, w):
     if len(x.shape) == 1:
         return tf.linalg.matvec(w, x, transpose_a=True)
     return x @ w
+
+
+def same_device(name: str, x, like) -> None:
+    """Every array of this backend is on its one device: nothing to check."""

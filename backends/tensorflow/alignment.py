@@ -5,26 +5,10 @@ from __future__ import annotations
 import tensorflow as tf
 
 from .. import _checks as check
-from ._core import boolean, floating
+from . import _core
 from .attention import softmax, weighted_sum
 
 SCORES = ("dot", "general", "concat")
-
-
-def _inputs(query, keys, values, mask):
-    """Checked query (B, T, Dq), keys (B, S, Dk), values (B, S, Dv) (default keys), mask."""
-    query, keys = floating("query", query), floating("keys", keys)
-    values = keys if values is None else floating("values", values)
-    b, t, s, _, _ = check.sequences(query, keys, values, ("query", "keys", "values"),
-                                    same_width=False)
-    if mask is not None:
-        mask = boolean("mask", mask)
-        check.broadcastable("mask", mask, (b, t, s))
-    return query, keys, values, mask
-
-
-def _param(p, name: str, expected: tuple):
-    return floating(p.path(name), p.require(name, expected))
 
 
 def _tanh_score(q_proj, k_proj, v):
@@ -44,12 +28,12 @@ def _attend(scores, values, mask):
 def additive_attention(query, keys, values=None, mask=None, *, params):
     """Bahdanau et al. (2015): e_ts = v . tanh(q_t W_q + k_s W_k), w_t = softmax_s(e_t),
     context_t = sum_s w_ts values_s."""
-    query, keys, values, mask = _inputs(query, keys, values, mask)
+    query, keys, values, mask = check.alignment_inputs(_core, query, keys, values, mask)
     p = check.params_of(params)
-    w_q = _param(p, "w_q", (check.shape(query)[-1], None))
+    w_q = check.param(_core, p, "w_q", (check.shape(query)[-1], None), query, "query")
     a = check.shape(w_q)[1]
-    w_k = _param(p, "w_k", (check.shape(keys)[-1], a))
-    v = _param(p, "v", (a,))
+    w_k = check.param(_core, p, "w_k", (check.shape(keys)[-1], a), query, "query")
+    v = check.param(_core, p, "v", (a,), query, "query")
     return _attend(_tanh_score(query @ w_q, keys @ w_k, v), values, mask)
 
 
@@ -59,7 +43,7 @@ def luong_attention(query, keys, values=None, mask=None, *, score="dot", params=
     dot: e_ts = q_t . k_s; general: e_ts = q_t W k_sᵀ; concat: e_ts = v . tanh([q_t; k_s] W).
     """
     score = check.choice("score", score, SCORES)
-    query, keys, values, mask = _inputs(query, keys, values, mask)
+    query, keys, values, mask = check.alignment_inputs(_core, query, keys, values, mask)
     p = check.params_of(params)
     d_q, d_k = check.shape(query)[-1], check.shape(keys)[-1]
     if score == "dot":
@@ -67,10 +51,10 @@ def luong_attention(query, keys, values=None, mask=None, *, score="dot", params=
                    **{"query.shape[-1]": d_q, "keys.shape[-1]": d_k})
         scores = tf.matmul(query, keys, transpose_b=True)  # (B, T, S)
     elif score == "general":
-        w = _param(p, "w", (d_q, d_k))
+        w = check.param(_core, p, "w", (d_q, d_k), query, "query")
         scores = tf.matmul(query @ w, keys, transpose_b=True)  # (B, T, S)
     else:
-        w = _param(p, "w", (d_q + d_k, None))
-        v = _param(p, "v", (check.shape(w)[1],))
+        w = check.param(_core, p, "w", (d_q + d_k, None), query, "query")
+        v = check.param(_core, p, "v", (check.shape(w)[1],), query, "query")
         scores = _tanh_score(query @ w[:d_q], keys @ w[d_q:], v)  # [q; k] W = q W_top + k W_bot
     return _attend(scores, values, mask)

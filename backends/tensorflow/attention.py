@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
-from attnspec.spec.errors import DTypeError
 
 from .. import _checks as check
+from . import _core
 from ._core import boolean, const, floating, integers, size, value_check, zeros
 
 
@@ -107,24 +107,6 @@ def combined_mask(ids, *, pad_id, t, num_heads=1, causal=True):
     return tf.broadcast_to(keep, (b, h, t, s))  # (B, H, T, S)
 
 
-def _attention_inputs(q, k, v, mask, bias):
-    """Checked q, k, v, mask, bias and the scores shape (*batch, T, S)."""
-    q, k, v = floating("q", q), floating("k", k), floating("v", v)
-    for name, x in (("k", k), ("v", v)):
-        if x.dtype != q.dtype:
-            raise DTypeError(f"{name} has dtype {x.dtype.name} but q has {q.dtype.name}")
-    full = check.attention_shapes(q, k, v)  # (..., T, S)
-    if mask is not None:
-        mask = boolean("mask", mask)
-        check.broadcastable("mask", mask, full)
-    if bias is not None:
-        bias = floating("bias", bias)
-        if bias.dtype != q.dtype:
-            raise DTypeError(f"bias has dtype {bias.dtype.name} but q has {q.dtype.name}")
-        check.broadcastable("bias", bias, full)
-    return q, k, v, mask, bias, full
-
-
 def _batched(x, full: tuple):
     """x broadcast over the batch dimensions of ``full`` (keeping its last two)."""
     return tf.broadcast_to(x, full[:-2] + tuple(check.shape(x)[-2:]))
@@ -132,7 +114,7 @@ def _batched(x, full: tuple):
 
 def repeat_kv(q, k, v, num_kv_heads):
     """k, v (..., H_kv, S, .) -> (..., H, S, .), each kv head repeated H / H_kv times."""
-    group = check.kv_heads(num_kv_heads, check.shape(q), check.shape(k), check.shape(v))
+    group = check.kv_group(num_kv_heads, q, k, v)
     return tf.repeat(k, group, axis=-3), tf.repeat(v, group, axis=-3)
 
 
@@ -146,7 +128,7 @@ def sdpa(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, softca
     """
     if num_kv_heads is not None:
         k, v = repeat_kv(q, k, v, num_kv_heads)
-    q, k, v, mask, bias, full = _attention_inputs(q, k, v, mask, bias)
+    q, k, v, mask, bias, full = check.attention_inputs(_core, q, k, v, mask, bias)
     c = const(check.scale(scale, check.shape(q)[-1]), q)
     cap = check.softcap(softcap)
     scores = tf.matmul(_batched(q, full), _batched(k, full), transpose_b=True) * c  # (..., T, S)
@@ -173,7 +155,7 @@ def topk_attention(q, k, v, mask=None, *, top_k, scale=None, ties="lower_index")
     top_k kept); "keep_all": every key scoring >= the top_k-th largest is kept.
     A NaN among a row's unmasked scores makes its unmasked weights NaN.
     """
-    q, k, v, mask, _, full = _attention_inputs(q, k, v, mask, None)
+    q, k, v, mask, _, full = check.attention_inputs(_core, q, k, v, mask, None)
     top_k = check.integer("top_k", top_k, lo=1, hi=full[-1])
     ties = check.choice("ties", ties, TIES)
     c = const(check.scale(scale, check.shape(q)[-1]), q)

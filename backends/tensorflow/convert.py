@@ -21,11 +21,11 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-from attnspec.spec.errors import ConfigError, ParameterError  # noqa: E402
+import keras
+import numpy as np
+from attnspec.spec.errors import ConfigError, ParameterError
 
-from .. import _checks as check  # noqa: E402
+from .. import _checks as check
 
 MHA_BIASES = ("b_q", "b_k", "b_v", "b_o")
 

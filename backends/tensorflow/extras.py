@@ -8,8 +8,9 @@
   spec/components/keras.md for where and why they do not);
 - gradients in float64: the tape against central finite differences
   (``tf.test.compute_gradient``) for sdpa, mha, layer_norm, feedforward, encoder_layer,
-  in the backend's mode (eager; a ``tf.function`` in graph; compiled by XLA in xla);
-- a wrong dtype raises DTypeError in the backend's mode.
+  in the backend's mode (eager; a ``tf.function`` in graph; compiled by XLA in xla).
+The dtype contract (a wrong dtype raises DTypeError, in every mode) is the suite's
+``test_contract_errors.py``, for every backend.
 
 The Keras agreement checks run the Keras built-ins eagerly whatever the mode: they check
 the converters and the built-ins' semantics, which do not depend on how our functions run
@@ -21,7 +22,6 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 from attnspec.spec.compare import compare
-from attnspec.spec.errors import DTypeError
 
 DTYPE = "float64"  # Keras layers run in float64 so the spec's tightest tolerance applies
 
@@ -272,36 +272,12 @@ def check_gradient(name, device, mode="eager"):
     return run
 
 
-def check_dtype_errors(backend, device):
-    def run(spec):
-        sdpa = backend.function("sdpa", "attention")
-        q = backend.asarray(np.ones((1, 2, 3)), dtype=None, device=device)  # float64 as given
-        ints = tf.ones((1, 2, 3), dtype=tf.int32)
-        for bad in ({"q": ints, "k": q, "v": q}, {"q": q, "k": tf.cast(q, tf.float32), "v": q}):
-            try:
-                sdpa(**bad)
-            except DTypeError:
-                continue
-            raise AssertionError(f"sdpa in mode={backend.mode} accepted {bad['q'].dtype.name}/"
-                                 f"{bad['k'].dtype.name} inputs without DTypeError")
-        wrong = [d for d in ("float16", "bfloat16") if d not in backend.dtypes(device)]
-        for d in wrong:
-            try:
-                backend.asarray(np.ones(2), dtype=d, device=device)
-            except DTypeError:
-                continue
-            raise AssertionError(f"asarray(dtype={d!r}) on {device} did not raise DTypeError")
-    return run
-
-
 def extra_checks(backend, device):
-    out = [(f"keras-mha[{device}]", check_keras_mha(device)),
-           (f"keras-gqa[{device}]", check_keras_gqa(device)),
-           (f"keras-layer-norm[{device}]", check_keras_layer_norm(device)),
-           (f"keras-gru[{device}]", check_keras_gru(device)),
-           (f"keras-attention[{device}]", check_keras_attention(device))]
-    out += [(f"gradient-{n}[float64,{backend.mode},{device}]",
-             check_gradient(n, device, backend.mode))
+    out = [("agree/keras.layers.MultiHeadAttention", check_keras_mha(device)),
+           ("agree/keras.layers.GroupQueryAttention", check_keras_gqa(device)),
+           ("agree/keras.layers.LayerNormalization", check_keras_layer_norm(device)),
+           ("agree/keras.layers.GRU", check_keras_gru(device)),
+           ("agree/keras.layers.Attention+AdditiveAttention", check_keras_attention(device))]
+    out += [(f"grad/{n}", check_gradient(n, device, backend.mode))
             for n in ("sdpa", "mha", "layer_norm", "feedforward", "encoder_layer")]
-    out.append((f"dtype-errors[{backend.mode},{device}]", check_dtype_errors(backend, device)))
     return out

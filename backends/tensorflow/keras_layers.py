@@ -30,17 +30,17 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-from attnspec.spec.errors import ParameterError  # noqa: E402
+import keras
+import numpy as np
+from attnspec.spec.errors import ParameterError
 
-from . import decoding as _decoding  # noqa: E402
-from . import feedforward as _ffn  # noqa: E402
-from . import layers as _layers  # noqa: E402
-from . import models as _models  # noqa: E402
-from . import multihead as _mh  # noqa: E402
-from . import norm as _norm  # noqa: E402
-from . import rnn as _rnn  # noqa: E402
+from . import decoding as _decoding
+from . import feedforward as _ffn
+from . import layers as _layers
+from . import models as _models
+from . import multihead as _mh
+from . import norm as _norm
+from . import rnn as _rnn
 
 PACKAGE = "attnspec"
 
@@ -391,9 +391,6 @@ class _Model(_Stack):
 
     def _vocab(self):
         return _require("vocab_size", self.vocab_size)
-
-    def _logits_spec(self, ids_shape, path):
-        return tuple(ids_shape) + (self._shapes()[path][-1],)
 
     def _lm_head(self, d):
         return {"lm_head.w": (d, self._vocab()), "lm_head.b": (self._vocab(),)}

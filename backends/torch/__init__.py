@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 import torch
-from attnspec.spec.errors import ConfigError, DTypeError
+from attnspec.spec.errors import ConfigError
 
 from ..base import Backend, returns_of
 from ._core import Paths, using
@@ -89,9 +89,7 @@ class TorchBackend(Backend):
             if a.dtype.kind in "iu":
                 a = a.astype(np.int64)
             return torch.from_numpy(a.copy()).to(device)
-        if dtype not in TORCH_DTYPES:
-            raise DTypeError(f"the torch backend has no dtype {dtype!r}; "
-                             f"supported: {list(TORCH_DTYPES)}")
+        self.check_dtype(dtype, device)  # DTypeError naming the ones supported there
         t = torch.from_numpy(np.array(a, dtype=np.float64))  # (ascontiguousarray makes 0-d 1-d)
         return t.to(device=device, dtype=TORCH_DTYPES[dtype])
 

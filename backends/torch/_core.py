@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from attnspec.spec.errors import DeviceError, DTypeError
 
-FLOATS = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
+from .. import _checks as check
 
 
 def tensor(name: str, x) -> torch.Tensor:
@@ -31,10 +31,7 @@ def tensor(name: str, x) -> torch.Tensor:
 def floating(name: str, x, like: torch.Tensor | None = None) -> torch.Tensor:
     """A floating tensor, or DTypeError naming the argument; with ``like``, also on the same
     device (DeviceError) and of the same dtype (DTypeError)."""
-    x = tensor(name, x)
-    if x.dtype not in FLOATS:
-        raise DTypeError(f"{name} must be a floating tensor (float64, float32, float16, "
-                         f"bfloat16), got {_dt(x.dtype)} with shape {tuple(x.shape)}")
+    x = check.floating_dtype(name, tensor(name, x))
     if like is not None:
         same_device(name, x, like)
         if x.dtype != like.dtype:

@@ -7,11 +7,12 @@ import math
 
 import torch
 import torch.nn.functional as F
-from attnspec.spec.errors import DomainError, DTypeError
+from attnspec.spec.errors import DomainError
 
 from .. import _checks as check
+from . import _core
 from . import _core as paths
-from ._core import boolean, floating, integers, same_device
+from ._core import boolean, floating, integers
 
 
 def softmax(x, mask=None, *, axis=-1):
@@ -107,26 +108,9 @@ def combined_mask(ids, *, pad_id, t, num_heads=1, causal=True):
     return keep.expand(b, h, t, s).clone()  # (B, H, T, S)
 
 
-def _attention_inputs(q, k, v, mask, bias):
-    """Checked q, k, v, mask, bias and the scores shape (*batch, T, S)."""
-    q, k, v = floating("q", q), floating("k", k), floating("v", v)
-    for name, x in (("k", k), ("v", v)):
-        same_device(name, x, q)
-        if x.dtype != q.dtype:
-            raise DTypeError(f"{name} has dtype {x.dtype} but q has {q.dtype}")
-    full = check.attention_shapes(q, k, v)  # (..., T, S)
-    if mask is not None:
-        mask = boolean("mask", mask, q)
-        check.broadcastable("mask", mask, full)
-    if bias is not None:
-        bias = floating("bias", bias, q)
-        check.broadcastable("bias", bias, full)
-    return q, k, v, mask, bias, full
-
-
 def repeat_kv(q, k, v, num_kv_heads):
     """k, v (..., H_kv, S, .) -> (..., H, S, .), each kv head repeated H / H_kv times."""
-    group = check.kv_heads(num_kv_heads, tuple(q.shape), tuple(k.shape), tuple(v.shape))
+    group = check.kv_group(num_kv_heads, q, k, v)
     return k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
 
 
@@ -143,7 +127,7 @@ def sdpa(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, softca
     k_kv, v_kv = k, v
     if num_kv_heads is not None:
         k, v = repeat_kv(q, k, v, num_kv_heads)
-    q, k, v, mask, bias, full = _attention_inputs(q, k, v, mask, bias)
+    q, k, v, mask, bias, full = check.attention_inputs(_core, q, k, v, mask, bias)
     c = check.scale(scale, q.shape[-1])
     cap = check.softcap(softcap)
     gqa = num_kv_heads is not None  # the kernel repeats the unrepeated k_kv, v_kv itself
@@ -227,7 +211,7 @@ def topk_attention(q, k, v, mask=None, *, top_k, scale=None, ties="lower_index")
     top_k kept); "keep_all": every key scoring >= the top_k-th largest is kept.
     A NaN among a row's unmasked scores makes its unmasked weights NaN.
     """
-    q, k, v, mask, _, full = _attention_inputs(q, k, v, mask, None)
+    q, k, v, mask, _, full = check.attention_inputs(_core, q, k, v, mask, None)
     top_k = check.integer("top_k", top_k, lo=1, hi=full[-1])
     ties = check.choice("ties", ties, TIES)
     c = check.scale(scale, q.shape[-1])

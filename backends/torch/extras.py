@@ -1,7 +1,8 @@
 """Backend-specific conformance checks (``TorchBackend.extra_checks``): agreement of the
 golden vectors with PyTorch's own built-ins through :mod:`.convert` and, when transformers
 is installed, with its BertLayer, GPT2Block and Llama modules through :mod:`.hf`, gradient
-checks in float64, and the error contract for tensors of the wrong device or dtype.
+checks in float64, and the error contract for tensors on another device (the dtype contract
+is the suite's ``test_contract_errors.py``, for every backend).
 
 Agreement checks run at float64 with the vectors' own float64 tolerances (transformers'
 Llama modules at the float32 ones: they compute RMSNorm, RoPE and softmax in float32). A vector a
@@ -18,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from attnspec.spec.errors import ConfigError, DeviceError, DTypeError
+from attnspec.spec.errors import ConfigError, DeviceError
 
 from . import convert
 
@@ -409,26 +410,7 @@ def wrong_device(backend, device):
             assert "k" in str(exc) and other in str(exc), str(exc)
         else:
             raise AssertionError(f"sdpa with q on {device} and k on {other} raised nothing")
-    return f"error-contract/wrong-device-{other}", check
-
-
-def wrong_dtype(device):
-    from .attention import sdpa
-    from .multihead import mha
-
-    def check(spec):
-        k = torch.zeros(1, 3, 4, dtype=torch.float32, device=device)
-        for call in (lambda: sdpa(torch.zeros(1, 2, 4, dtype=torch.int64, device=device), k, k),
-                     lambda: mha(k, k, k, num_heads=1, params={
-                         "w_q": torch.zeros(4, 4, dtype=torch.float64, device=device),
-                         "w_k": k[0, 0].expand(4, 4), "w_v": k[0, 0].expand(4, 4),
-                         "w_o": k[0, 0].expand(4, 4)})):
-            try:
-                call()
-            except DTypeError:
-                continue
-            raise AssertionError("a tensor of the wrong dtype raised no DTypeError")
-    return check
+    return "errors/wrong-device", check
 
 
 def extra_checks(backend, device):
@@ -444,8 +426,8 @@ def extra_checks(backend, device):
         ("agree/nn.GRU", agree_gru(device)),
     ]
     if device != "mps":  # MPS has no float64
-        checks += [(f"gradcheck/{name}", fn(device)) for name, fn in (
+        checks += [(f"grad/{name}", fn(device)) for name, fn in (
             ("sdpa", grad_sdpa), ("mha", grad_mha), ("layer_norm", grad_layer_norm),
             ("feedforward", grad_feedforward), ("encoder_layer", grad_encoder_layer))]
-    checks += [wrong_device(backend, device), ("error-contract/wrong-dtype", wrong_dtype(device))]
+    checks.append(wrong_device(backend, device))
     return checks + hf_checks(device)

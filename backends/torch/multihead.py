@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from .. import _checks as check
+from . import _core
 from . import _core as paths
-from ._core import boolean, floating, opt_param, param
+from ._core import floating, opt_param, param
 
 
 def _linear(x, p, w: str, b: str, d_in: int, d_out: int | None = None):
@@ -17,14 +18,6 @@ def _linear(x, p, w: str, b: str, d_in: int, d_out: int | None = None):
         return F.linear(x, weight.T, bias)
     y = x @ weight
     return y if bias is None else y + bias
-
-
-def _mask(mask, target: tuple, like):
-    if mask is None:
-        return None
-    mask = boolean("mask", mask, like)
-    check.broadcastable("mask", mask, target)
-    return mask
 
 
 def self_attention(x, mask=None, *, scale=None, params):
@@ -40,7 +33,7 @@ def self_attention(x, mask=None, *, scale=None, params):
     q = _linear(x, p, "w_q", "b_q", d)  # (B, T, K)
     k = _linear(x, p, "w_k", "b_k", d, q.shape[-1])  # (B, T, K)
     v = _linear(x, p, "w_v", "b_v", d)  # (B, T, V)
-    mask = _mask(mask, (b, t, t), x)
+    mask = check.mask_of(_core, mask, (b, t, t), x)
     return sdpa(q, k, v, mask, scale=scale)
 
 
@@ -68,7 +61,7 @@ def mha(query, key, value, mask=None, *, num_heads, params, num_kv_heads=None):
     d_q = check.shape(query)[-1]
     p = check.params_of(params)
     heads, kv_heads, hk, kv_k, hv = check.heads(p, num_heads, d_q, d_v, num_kv_heads)
-    mask = _mask(mask, (b, heads, t, s), query)
+    mask = check.mask_of(_core, mask, (b, heads, t, s), query)
     q = _split_heads(_linear(query, p, "w_q", "b_q", d_q), heads)  # (B, H, T, K)
     k = _split_heads(_linear(key, p, "w_k", "b_k", d_k, kv_k), kv_heads)  # (B, H_kv, S, K)
     v = _split_heads(_linear(value, p, "w_v", "b_v", d_v), kv_heads)  # (B, H_kv, S, V)

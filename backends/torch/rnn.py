@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-from attnspec.spec.errors import DTypeError, ShapeError
 
 from .. import _checks as check
 from ..composite.rnn import Seq2Seq
+from . import _core
 from ._core import floating, same_device
 
 
@@ -21,15 +21,12 @@ class GRUWeights(NamedTuple):
 
 
 def _gru_weights(p, in_width: int, hidden: int | None = None) -> GRUWeights:
-    """The four GRU parameters under ``p``; absent biases are zero."""
-    if hidden is None:
-        hidden = p.require("w_hh", (None, None)).shape[0]
-    w_hh = floating(p.path("w_hh"), p.require("w_hh", (hidden, 3 * hidden)))
-    w_ih = floating(p.path("w_ih"), p.require("w_ih", (in_width, 3 * hidden)), w_hh)
+    """The four GRU parameters under ``p`` (checked once for every backend); absent biases
+    are zero."""
+    w_ih, w_hh, b_ih, b_hh = check.gru_weights(_core, p, in_width, hidden)
+    hidden = check.shape(w_hh)[0]
     zero = w_hh.new_zeros(3 * hidden)
-    b_ih, b_hh = (floating(p.path(n), p.get(n, (3 * hidden,)), w_hh) if n in p else zero
-                  for n in ("b_ih", "b_hh"))
-    return GRUWeights(w_ih, w_hh, b_ih, b_hh)
+    return GRUWeights(w_ih, w_hh, zero if b_ih is None else b_ih, zero if b_hh is None else b_hh)
 
 
 def _sigmoid(x):
@@ -48,18 +45,6 @@ def _step(x, h, w: GRUWeights):
     return (1 - z) * n + z * h
 
 
-def _state(name: str, h, batch: int, hidden: int, like):
-    h = floating(name, h)
-    same_device(name, h, like)
-    check.rank(name, h, min_rank=2, max_rank=2)
-    if tuple(h.shape) != (batch, hidden):
-        raise ShapeError(f"{name} has shape {tuple(h.shape)}, expected (B, H) = {(batch, hidden)} "
-                         f"(B from x, H from w_hh)")
-    if h.dtype != like.dtype:
-        raise DTypeError(f"{name} has dtype {h.dtype} but x has {like.dtype}")
-    return h
-
-
 def gru_cell(x, h, *, params):
     """One GRU step (Cho et al. 2014 as in cuDNN/PyTorch, reset after the hidden matmul):
 
@@ -70,7 +55,7 @@ def gru_cell(x, h, *, params):
     b, i = check.rank("x", x, min_rank=2, max_rank=2)
     w = _gru_weights(check.params_of(params), i)
     same_device("w_hh", w.w_hh, x)
-    h = _state("h", h, b, w.w_hh.shape[0], x)
+    h = check.gru_state(_core, "h", h, b, w.w_hh.shape[0], x)
     return _step(x, h, w)
 
 
@@ -93,7 +78,7 @@ def gru(x, h0=None, *, params):
     w = _gru_weights(check.params_of(params), i)
     same_device("w_hh", w.w_hh, x)
     hid = w.w_hh.shape[0]
-    h = x.new_zeros((b, hid)) if h0 is None else _state("h0", h0, b, hid, x)
+    h = x.new_zeros((b, hid)) if h0 is None else check.gru_state(_core, "h0", h0, b, hid, x)
     return _run(x, h, w)
 
 

@@ -54,7 +54,7 @@ def _check(backend, spec, device, dtype, v, seed):
             raise MissingFunction(f"missing: {missing}") from None
         except type(exc):
             return
-        except Exception as other:  # noqa: BLE001 - reported in one line
+        except Exception as other:  # reported in one line
             raise AssertionError(f"{v.id} (perturbed, seed={seed}): the reference raised "
                                  f"{type(exc).__name__}, the backend {type(other).__name__}: "
                                  f"{other}") from None

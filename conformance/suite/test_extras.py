@@ -4,6 +4,8 @@ built-ins, gradients, execution modes.
 Extras are optional: a backend that declares none gets one test, reported as
 skipped with that reason (never a pass that asserted nothing)."""
 
+import re
+
 import pytest
 
 
@@ -12,6 +14,14 @@ def _checks(config):
 
     s = session(config)
     return [] if s.problem else s.backend.extra_checks(s.device)
+
+
+# Every backend names its extra checks alike, ``<kind>/<subject>``: ``agree/`` a framework
+# built-in the vectors are run through (``agree/nn.LayerNorm``), ``grad/`` a spec function
+# whose gradient is checked (``grad/sdpa``), ``pinned/`` a documented difference of a
+# built-in, ``errors/`` an error contract of the framework's own (``errors/wrong-device``).
+# The device, dtype and mode are the run's (printed in its header), never part of the id.
+EXTRA_ID = re.compile(r"(agree|grad|pinned|errors)/[A-Za-z0-9_.+\-]+")
 
 
 def pytest_generate_tests(metafunc):
@@ -25,5 +35,7 @@ def test_extra(extra_check, spec):
     if extra_check is None:
         pytest.skip("the backend declares no extra checks (an extras.extra_checks module "
                     "is optional)")
-    _, check = extra_check
+    name, check = extra_check
+    assert EXTRA_ID.fullmatch(name), (f"extra check {name!r} is not named <kind>/<subject> "
+                                      f"with kind agree, grad, pinned or errors")
     check(spec)

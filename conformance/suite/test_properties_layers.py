@@ -146,12 +146,6 @@ def test_transformer_padded_source_tokens_change_no_logits(ops, seed, s):
     ops.assert_close(ops.transformer(src_ids=src[:, :keep], **kw), logits, scale=4)
 
 
-def _call(backend, device, dtype, fn, arrays, **kw):
-    conv = {k: backend.asarray(v, dtype=dtype if v.dtype.kind == "f" else None, device=device)
-            for k, v in arrays.items()}
-    return fn(**conv, **kw)
-
-
 @given(seed=seeds, cfg=configs, t=st.integers(2, 6), data=st.data())
 def test_incremental_decoding_with_cache_equals_full_decoding(backend, device, attnspec_session,
                                                                ops, seed, cfg, t, data):

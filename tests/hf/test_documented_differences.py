@@ -8,13 +8,13 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from attnspec.backends.numpy import positional  # noqa: E402
-from attnspec.backends.torch import hf  # noqa: E402
-from transformers import BertConfig  # noqa: E402
-from transformers.models.bert import modeling_bert  # noqa: E402
-from transformers.models.llama import modeling_llama  # noqa: E402
+from attnspec.backends.numpy import positional
+from attnspec.backends.torch import hf
+from transformers import BertConfig
+from transformers.models.bert import modeling_bert
+from transformers.models.llama import modeling_llama
 
-from .small import DT, gpt2, llama, torch, x_of  # noqa: E402
+from .small import DT, gpt2, llama, torch, x_of
 
 F32 = torch.float32
 

@@ -18,14 +18,14 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from attnspec.backends.numpy import attention, feedforward, norm, positional  # noqa: E402
-from attnspec.backends.numpy.layers import encoder_layer  # noqa: E402
-from attnspec.backends.torch import extras, hf  # noqa: E402
-from attnspec.spec.errors import ConfigError, ParameterError  # noqa: E402
-from attnspec.spec.vectors import default_spec  # noqa: E402
-from transformers.models.llama import modeling_llama  # noqa: E402
+from attnspec.backends.numpy import attention, feedforward, norm, positional
+from attnspec.backends.numpy.layers import encoder_layer
+from attnspec.backends.torch import extras, hf
+from attnspec.spec.errors import ConfigError, ParameterError
+from attnspec.spec.vectors import default_spec
+from transformers.models.llama import modeling_llama
 
-from .small import DT, bert, gpt2, llama, llama_lm, torch, x_of  # noqa: E402
+from .small import DT, bert, gpt2, llama, llama_lm, torch, x_of
 
 RTOL, ATOL = 1e-12, 1e-13
 

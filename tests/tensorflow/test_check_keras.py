@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-import keras  # noqa: E402
-from attnspec.conformance.cli import main  # noqa: E402
+import keras
+from attnspec.conformance.cli import main
 
 STUDENT = Path(__file__).parents[1] / "check_examples" / "keras_student.py"
 

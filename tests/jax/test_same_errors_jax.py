@@ -1,0 +1,12 @@
+"""The same bad input raises the same error class and message here as in NumPy
+(tests/same_errors.py; the checks are written once, in backends/_checks.py)."""
+
+import pytest
+
+pytest.importorskip("jax")
+
+from tests.same_errors import outcomes
+
+
+def test_jax_raises_what_numpy_raises():
+    assert outcomes("jax") == outcomes("numpy")

@@ -1,0 +1,101 @@
+"""The same bad input, the same error class and message, in every backend.
+
+``outcomes(backend_name)`` calls spec functions of one backend with bad inputs (each built
+with that backend's ``asarray``) and returns ``{case: "ErrorClass: message"}``; the tests
+compare each framework's with NumPy's (tests/test_same_errors.py, in its own process per
+framework; tests/torch, tests/jax, tests/tensorflow in their own environment).
+``python -m tests.same_errors NAME`` prints them as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+F64, F32 = "float64", "float32"
+
+
+def _cases():
+    """name -> (spec function, module, {argument: (NumPy value, dtype or None)}, attributes)."""
+    q, k = np.ones((1, 2, 4)), np.ones((1, 3, 4))
+    gru = {"w_ih": (np.ones((2, 6)), F64), "w_hh": (np.ones((2, 6)), F64)}
+    align = {"w_q": (np.ones((4, 5)), F64), "w_k": (np.ones((4, 5)), F64),
+             "v": (np.ones(5), F64)}
+    mha_p = {n: (np.eye(4), F64) for n in ("w_q", "w_k", "w_v", "w_o")}
+    return {
+        "sdpa-bias-float32": ("sdpa", "attention", {"q": (q, F64), "k": (k, F64), "v": (k, F64),
+                                                    "bias": (np.zeros((2, 3)), F32)}, {}),
+        "sdpa-k-float32": ("sdpa", "attention", {"q": (q, F64), "k": (k, F32), "v": (k, F64)},
+                           {}),
+        "sdpa-v-float32": ("sdpa", "attention", {"q": (q, F64), "k": (k, F64), "v": (k, F32)},
+                           {}),
+        "sdpa-q-int": ("sdpa", "attention", {"q": (q.astype(np.int64), None), "k": (k, F64),
+                                             "v": (k, F64)}, {}),
+        "sdpa-mask-float": ("sdpa", "attention", {"q": (q, F64), "k": (k, F64), "v": (k, F64),
+                                                  "mask": (np.ones((2, 3)), F64)}, {}),
+        "sdpa-mask-shape": ("sdpa", "attention", {"q": (q, F64), "k": (k, F64), "v": (k, F64),
+                                                  "mask": (np.ones((5, 3), bool), None)}, {}),
+        "sdpa-bias-shape": ("sdpa", "attention", {"q": (q, F64), "k": (k, F64), "v": (k, F64),
+                                                  "bias": (np.ones((2, 4)), F64)}, {}),
+        "sdpa-kv-heads": ("sdpa", "attention", {"q": (np.ones((1, 4, 2, 4)), F64),
+                                                "k": (np.ones((1, 3, 3, 4)), F64),
+                                                "v": (np.ones((1, 3, 3, 4)), F64)},
+                          {"num_kv_heads": 3}),
+        "additive-keys-float32": ("additive_attention", "alignment",
+                                  {"query": (q, F64), "keys": (k, F32)}, {"params": align}),
+        "additive-w_q-float32": ("additive_attention", "alignment",
+                                 {"query": (q, F64), "keys": (k, F64)},
+                                 {"params": {**align, "w_q": (np.ones((4, 5)), F32)}}),
+        "additive-mask-shape": ("additive_attention", "alignment",
+                                {"query": (q, F64), "keys": (k, F64),
+                                 "mask": (np.ones((1, 3, 2), bool), None)}, {"params": align}),
+        "mha-mask-shape": ("mha", "multihead", {"query": (q, F64), "key": (k, F64),
+                                                "value": (k, F64),
+                                                "mask": (np.ones((1, 1, 3, 2), bool), None)},
+                           {"num_heads": 2, "params": mha_p}),
+        "mha-mask-int": ("mha", "multihead", {"query": (q, F64), "key": (k, F64),
+                                              "value": (k, F64),
+                                              "mask": (np.ones((1, 1, 2, 3), np.int64), None)},
+                         {"num_heads": 2, "params": mha_p}),
+        "gru-w_ih-float32": ("gru_cell", "rnn", {"x": (np.ones((1, 2)), F64),
+                                                 "h": (np.ones((1, 2)), F64)},
+                             {"params": {**gru, "w_ih": (np.ones((2, 6)), F32)}}),
+        "gru-b_hh-float32": ("gru_cell", "rnn", {"x": (np.ones((1, 2)), F64),
+                                                 "h": (np.ones((1, 2)), F64)},
+                             {"params": {**gru, "b_hh": (np.ones(6), F32)}}),
+        "gru-h-float32": ("gru_cell", "rnn", {"x": (np.ones((1, 2)), F64),
+                                              "h": (np.ones((1, 2)), F32)}, {"params": gru}),
+        "gru-h-shape": ("gru_cell", "rnn", {"x": (np.ones((1, 2)), F64),
+                                            "h": (np.ones((2, 2)), F64)}, {"params": gru}),
+        "gru-w_ih-shape": ("gru_cell", "rnn", {"x": (np.ones((1, 2)), F64),
+                                               "h": (np.ones((1, 2)), F64)},
+                           {"params": {**gru, "w_ih": (np.ones((3, 6)), F64)}}),
+    }
+
+
+def outcomes(name: str) -> dict[str, str]:
+    from attnspec.backends import get_backend
+
+    backend = get_backend(name)
+    out = {}
+    for case, (fn, module, arrays, attributes) in _cases().items():
+        def conv(value, dtype):
+            return backend.asarray(value, dtype=dtype, device="cpu")
+
+        args = {n: conv(*a) for n, a in arrays.items()}
+        attrs = dict(attributes)
+        if "params" in attrs:
+            attrs["params"] = {n: conv(*a) for n, a in attrs["params"].items()}
+        try:
+            backend.function(fn, module)(**args, **attrs)
+        except Exception as exc:  # the class and message are what is compared
+            out[case] = f"{type(exc).__name__}: {exc}"
+        else:
+            out[case] = "no error"
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(outcomes(sys.argv[1]), indent=1, sort_keys=True))
