@@ -55,7 +55,6 @@ import importlib.util
 import inspect
 import re
 import sys
-import textwrap
 import time
 import traceback
 import types
@@ -78,6 +77,10 @@ FRAMEWORK_OF_MODULE = {"numpy": "numpy", "torch": "torch", "tensorflow": "tensor
 
 class CheckError(ConfigError):
     """The check cannot run at all (bad target, file, component, dtype or selection)."""
+
+
+DEFAULT_TIMEOUT = 20.0  # seconds per vector
+DEFAULT_MEMORY_GIB = 4.0  # what the user's code may allocate beyond its framework
 
 
 # ---- loading the user's file ------------------------------------------------------------------
@@ -122,7 +125,10 @@ def _import_file(file: Path) -> types.ModuleType:
         raise CheckError(f"{str(file)!r} is not a Python file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module  # dataclasses and pickling look their module up here
-    sys.path.insert(0, str(file.parent.resolve()))
+    # its folder stays on sys.path: a function may import a sibling module when called
+    folder = str(file.parent.resolve())
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     try:
         spec.loader.exec_module(module)
     except SyntaxError as exc:
@@ -141,8 +147,6 @@ def _import_file(file: Path) -> types.ModuleType:
             hint = f" (is {exc.name!r} installed in this environment?)"
         raise CheckError(f"importing {file} failed{_line_in(exc, file)}: "
                          f"{type(exc).__name__}: {exc}{hint}") from None
-    finally:
-        sys.path.pop(0)
     return module
 
 
@@ -366,6 +370,18 @@ class Outcome:
     plan: Plan | None = None
 
 
+@dataclass
+class Verdict:
+    """How one vector went, as plain data (it crosses a pipe from the worker): the lines to
+    print, what a SKIP needs, a constructor failure {key, type, help}, what was printed."""
+    status: str  # pass | fail | skip
+    lines: list[str]
+    reasons: list[str] = field(default_factory=list)
+    ctor: dict | None = None
+    output: list[str] = field(default_factory=list)
+    restart: bool = False  # the worker should start afresh (it ran out of memory)
+
+
 def _fresh(backend, arrays: dict, dtype: str) -> dict:
     # copies: the user's code may modify what it is given, never the loaded spec
     return convert_inputs(backend, {k: np.array(a, copy=True) for k, a in arrays.items()},
@@ -465,6 +481,9 @@ def returned_outputs(fn: Function, result) -> tuple[dict, list[str]]:
                         f"the outputs {list(fn.returns)}"]
         return got, []
     if isinstance(result, (tuple, list)):
+        if not result:
+            return {}, [f"returned an empty {type(result).__name__}; {fn.name} returns "
+                        f"{', '.join(fn.returns)}"]
         if len(fn.returns) == 1:
             single = len(result) == 1 and not isinstance(result[0], (int, float))
             return {fn.returns[0]: result[0] if single else result}, []
@@ -482,6 +501,9 @@ def judge_result(fn: Function, v: Vector, result, trace, backend, dtype: str) ->
     if problems:
         return Outcome("fail", problems)
     outputs = {k: _to_numpy(backend, a) for k, a in got.items() if k in v.outputs}
+    problems = _not_real(outputs, lambda k: f"output {k!r}")
+    if problems:
+        return Outcome("fail", problems)
     inter = {k: _to_numpy(backend, a) for k, a in (trace.items() if trace else ())
              if k in v.intermediates}
     sub = dataclasses.replace(v, outputs={k: v.outputs[k] for k in outputs},
@@ -498,6 +520,27 @@ def judge_result(fn: Function, v: Vector, result, trace, backend, dtype: str) ->
         lines.append(f"recorded none of the intermediates the spec names "
                      f"({', '.join(v.intermediates)}) in trace")
     return Outcome("fail", lines)
+
+
+def _not_real(got: dict, label) -> list[str]:
+    """A returned array that cannot be judged as the spec's real numbers: None, complex
+    (its imaginary part would be dropped), objects, strings."""
+    out = []
+    for name, g in got.items():
+        if g.dtype == object and g.ndim == 0 and g.item() is None:
+            out.append(f"{label(name)} is None")
+        elif g.dtype.kind == "c":
+            out.append(f"{label(name)} is complex ({g.dtype}); the spec's values are real (take "
+                       f".real only where the imaginary part is zero by construction)")
+        elif g.dtype.kind not in "fiub":
+            out.append(f"{label(name)} is an array of {g.dtype} ({_kinds(g)}), not numbers")
+    return out
+
+
+def _kinds(g: np.ndarray) -> str:
+    if g.dtype != object or g.size == 0:
+        return g.dtype.name
+    return ", ".join(sorted({type(x).__name__ for x in g.flat[:100]}))
 
 
 def _dtype_note(got: dict, dtype: str) -> list[str]:
@@ -739,6 +782,9 @@ def judge_gradient_result(fn: Function, v: Vector, result, backend, dtype: str) 
     raw = {k: g for k, g in got.items() if g is not None}
     got = {k: _to_numpy(backend, g) for k, g in raw.items()}
     expected = {k: e for group in v.gradients.values() for k, e in group.items()}
+    problems = _not_real(got, lambda k: _label(v, k))
+    if problems:
+        return Outcome("fail", problems)
     sub = {g: {k: e for k, e in d.items() if k in got} for g, d in v.gradients.items()}
     res = judge_gradients(dataclasses.replace(v, gradients=sub), dtype,
                           {k: g for k, g in got.items() if k in sub.get("inputs", {})},
@@ -859,21 +905,62 @@ def _backend(framework: str, dtype: str):
     return backend
 
 
-def run_check(target: str, component: str, spec: Spec, framework: str = "numpy",
+def run_check(target, component: str, spec, framework: str = "numpy",
               dtype: str = "float64", function: str | None = None, errors: bool = False,
               out=None, keyword: str | None = None, variants: tuple = (),
-              grad: bool = False) -> int:
+              grad: bool = False, timeout: float | None = DEFAULT_TIMEOUT,
+              memory: float | None = DEFAULT_MEMORY_GIB, isolate: bool = True) -> int:
+    """The command: ``target`` is ``FILE.py:NAME`` (run in a worker process when
+    ``isolate``) and ``spec`` a Spec, or a callable returning one (called once the worker
+    is started, so that the user's file is imported while the vectors load)."""
     out = out or sys.stdout  # looked up now: a default bound at import misses redirection
-    fn = resolve_function(spec, component, function)
-    if grad:
-        _grad_selection(spec, fn, errors)
-    backend = _backend(framework, dtype)
-    t = load_target(target)
-    call_signature(t)  # a class that cannot be called fails here, once
+    session = _session(target, framework, dtype, timeout, memory, isolate)
+    try:
+        spec = spec() if callable(spec) else spec
+        fn = resolve_function(spec, component, function)
+        if grad:
+            _grad_selection(spec, fn, errors)
+        info = session.load()
+        chosen, selected = _choose(spec, fn, dtype, errors, grad, keyword, variants)
+        session.prepare(fn, chosen, grad)
+        what = " gradients" if grad else ""
+        print(f"attnspec check {_shown(target)} against {component}.{fn.name}{what} ({framework}, "
+              f"{dtype}): {len(chosen)} vector{'' if len(chosen) == 1 else 's'}{selected}",
+              file=out)
+        tally = _Tally(name=info["name"])
+        tally.printed(getattr(session, "import_output", []), out)
+        t0 = time.perf_counter()
+        for i, v in enumerate(chosen):
+            tally.report(session.run(i, dtype), v, out)
+        tally.printed(session.capture.closing() if isolate else [], out)
+        print(tally.summary(time.perf_counter() - t0), file=out)
+        for line in tally.closing(info, framework, dtype, len(chosen), chosen, session):
+            print(line, file=out)
+    finally:
+        session.close()
+    ran = tally.passed + tally.failed
+    return 0 if tally.failed == 0 and ran > 0 and tally.skipped <= ran else 1
+
+
+def _session(target, framework: str, dtype: str, timeout, memory, isolate: bool):
+    from .check_worker import LocalSession, WorkerSession
+
+    if isolate and isinstance(target, str):
+        return WorkerSession(target, framework, dtype, timeout, memory)
+    session = LocalSession()
+    session.load = lambda load=session.load: load(target, framework, dtype)
+    return session
+
+
+def _shown(target) -> str:
+    return target if isinstance(target, str) else target.name
+
+
+def _choose(spec: Spec, fn: Function, dtype: str, errors: bool, grad: bool, keyword, variants):
+    """The vectors to run, and how the header says they were selected."""
     wanted = ("gradient",) if grad else ("value", "error") if errors else ("value",)
     chosen = [v for v in spec.vectors if v.function == fn.name and not v.deprecated
               and dtype in v.dtypes and v.expect in wanted]
-    conv = grad_convention(t, fn, chosen) if grad else None
     total = len(chosen)
     if keyword:
         chosen = list(filter(keyword_matcher(keyword), chosen))
@@ -881,19 +968,41 @@ def run_check(target: str, component: str, spec: Spec, framework: str = "numpy",
         chosen = list(filter(variant_matcher(list(variants), fn), chosen))
     selected = f" (of {total}, selected by {_selection(keyword, variants)})" if len(
         chosen) != total else ""
-    what = " gradients" if grad else ""
-    print(f"attnspec check {target} against {component}.{fn.name}{what} ({framework}, {dtype}): "
-          f"{len(chosen)} vector{'' if len(chosen) == 1 else 's'}{selected}", file=out)
-    t0 = time.perf_counter()
-    tally = _Tally()
-    for v in chosen:
-        tally.report(_run_any(t, fn, v, backend, dtype, conv), v, t, fn, out)
-    print(tally.summary(time.perf_counter() - t0), file=out)
-    notes = tally.closing(t, fn, backend, framework, dtype, spec, len(chosen), conv)
-    for line in notes:
-        print(line, file=out)
-    ran = tally.passed + tally.failed
-    return 0 if tally.failed == 0 and ran > 0 and tally.skipped <= ran else 1
+    return chosen, selected
+
+
+def parse_timeout(value, where: str = "--timeout") -> float | None:
+    """Seconds per vector: a number from 0.01 to a day, or 0 for no limit."""
+    if value is None or value == "":
+        return DEFAULT_TIMEOUT
+    seconds = _number(value, where, "seconds")
+    if seconds == 0:
+        return None
+    if not 0.01 <= seconds <= 86400:
+        raise CheckError(f"{where} {value!r}: give seconds from 0.01 to 86400, or 0 for no limit")
+    return seconds
+
+
+def parse_memory(value, where: str = "--memory-limit") -> float | None:
+    """GiB the user's code may allocate: from 0.1 to 1024, or 0 for no limit."""
+    if value is None or value == "":
+        return DEFAULT_MEMORY_GIB
+    gib = _number(value, where, "GiB")
+    if gib == 0:
+        return None
+    if not 0.1 <= gib <= 1024:
+        raise CheckError(f"{where} {value!r}: give GiB from 0.1 to 1024, or 0 for no limit")
+    return gib
+
+
+def _number(value, where: str, unit: str) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise CheckError(f"{where} {value!r}: not a number of {unit}") from None
+    if x != x or x < 0:
+        raise CheckError(f"{where} {value!r}: give a finite number of {unit} >= 0")
+    return x
 
 
 def _run_any(t, fn, v, backend, dtype, conv) -> Outcome:
@@ -920,6 +1029,7 @@ def _selection(keyword, variants) -> str:
 
 @dataclass
 class _Tally:
+    name: str
     passed: int = 0
     failed: int = 0
     skipped: int = 0
@@ -927,12 +1037,12 @@ class _Tally:
     failed_values: list = field(default_factory=list)
     constructor_errors: set = field(default_factory=set)
 
-    def report(self, o: Outcome, v: Vector, t: Target, fn: Function, out) -> None:
-        pad = " " * 6 + " " * 37
+    def report(self, o: Verdict, v: Vector, out) -> None:
         if o.status == "skip":
             self.skipped += 1
-            self.reasons.update(w for w, _ in o.unsupported)
+            self.reasons.update(o.reasons)
             print(f"SKIP  {v.id:36s} {o.lines[0]}", file=out)
+            self.printed(o.output, out)
             return
         ok = o.status == "pass"
         self.passed += ok
@@ -940,25 +1050,31 @@ class _Tally:
         if not ok and v.expect in ("value", "gradient"):
             self.failed_values.append(v)
         lines, as_above = o.lines, False
-        if o.constructor_error is not None:  # explained once, however many vectors it hits
-            key = _exc(o.constructor_error)
-            as_above = key in self.constructor_errors
-            self.constructor_errors.add(key)
-            lines = ([f"constructing {t.name} raised {type(o.constructor_error).__name__} (as "
-                      f"above)"] if as_above else [*lines, *textwrap.wrap(
-                          constructor_help(t, fn, v, o.plan), 88)])
-        lines = [part for line in lines for part in line.splitlines() if part.strip()]
+        if o.ctor is not None:  # explained once, however many vectors it hits
+            as_above = o.ctor["key"] in self.constructor_errors
+            self.constructor_errors.add(o.ctor["key"])
+            lines = ([f"constructing {self.name} raised {o.ctor['type']} (as above)"] if as_above
+                     else [*lines, *o.ctor["help"]])
+        lines = [part for line in lines for part in line.splitlines() if part.strip()] or [""]
         print(f"{'PASS' if ok else 'FAIL'}  {v.id:36s} {lines[0]}", file=out)
         for line in lines[1:]:
-            print(f"{pad}{line}", file=out)
+            print(f"{PAD}{line}", file=out)
         if not ok and not as_above:
-            print(f"{pad}({v.description})", file=out)
+            print(f"{PAD}({v.description})", file=out)
+        self.printed(o.output, out)
+
+    @staticmethod
+    def printed(lines: list, out) -> None:
+        """What the user's code printed (at most a few lines: the rest is counted)."""
+        for line in lines:
+            print(f"      | {line}", file=out)
 
     def summary(self, seconds: float) -> str:
         tail = f", {self.skipped} skipped" if self.skipped else ""
         return f"{self.passed} passed, {self.failed} failed{tail} ({seconds:.2f} s)"
 
-    def closing(self, t, fn, backend, framework, dtype, spec, selected, conv=None) -> list[str]:
+    def closing(self, info: dict, framework, dtype, selected: int, chosen: list,
+                session) -> list[str]:
         lines = []
         ran = self.passed + self.failed
         if self.skipped:
@@ -970,30 +1086,32 @@ class _Tally:
             lines.append(f"only {ran} of {selected} vectors ran: add those arguments, or select "
                          f"the vectors you implement with --variant KEY=VALUE or -k EXPR")
         if self.failed:
-            lines += _framework_hint(t, framework)
+            lines += _framework_hint(info, framework)
             if dtype == "float64" and self.failed_values:
-                lines += _float32_note(t, fn, self.failed_values, backend, conv)
+                lines += _float32_note(info, self.failed_values, chosen, session)
         return lines
 
 
-def _framework_hint(t: Target, framework: str) -> list[str]:
-    used = frameworks_used(t)
+PAD = " " * 6 + " " * 37
+
+
+def _framework_hint(info: dict, framework: str) -> list[str]:
+    used = set(info["frameworks"])
     if framework in used and (framework != "numpy" or used == {"numpy"}):
         return []
     ml = sorted(used - {"numpy"})
     suggest = ml[0] if len(ml) == 1 else ("numpy" if used == {"numpy"} else None)
     if suggest is None or suggest == framework:
         return []
-    return [f"hint: {t.file} uses {suggest}, but the inputs were {framework} arrays; run it "
+    return [f"hint: {info['file']} uses {suggest}, but the inputs were {framework} arrays; run it "
             f"with --framework {suggest}"]
 
 
-def _float32_note(t: Target, fn: Function, failed: list, backend, conv=None) -> list[str]:
-    if "float32" not in backend.dtypes("cpu"):
+def _float32_note(info: dict, failed: list, chosen: list, session) -> list[str]:
+    if "float32" not in info["dtypes"]:
         return []
     again = [v for v in failed if "float32" in v.dtypes]
-    if not again or any(_run_any(t, fn, v, backend, "float32", conv).status != "pass"
-                        for v in again):
+    if not again or any(session.run(chosen.index(v), "float32").status != "pass" for v in again):
         return []
     return [f"note: the {len(again)} failing vector(s) that float32 has all pass at float32: your "
             f"code computes in float32 (an astype(np.float32), dtype=torch.float32, .float(), "

@@ -357,14 +357,20 @@ def cmd_cite(args) -> int:
 def cmd_check(args) -> int:
     from attnspec.spec.vectors import default_spec
 
-    from .check import run_check
+    from .check import parse_memory, parse_timeout, run_check
 
     custom = args.vectors_dir or os.environ.get("ATTNSPEC_VECTORS_DIR")
-    spec = _spec(args) if custom else default_spec()  # loaded once a process (tests call often)
+    env = os.environ.get("ATTNSPEC_TIMEOUT")
+    timeout = parse_timeout(args.timeout, "--timeout") if args.timeout is not None else \
+        parse_timeout(env, "ATTNSPEC_TIMEOUT")
+    memory = parse_memory(args.memory_limit)
+    # the spec is loaded once the worker has started (it imports the file meanwhile), and
+    # once a process (tests call often)
+    spec = (lambda: _spec(args)) if custom else default_spec
     # a CheckError (the check cannot run) is an AttnSpecError: main prints it, exit 2
     return run_check(args.target, args.component, spec, args.framework, args.dtype,
                      args.function, args.errors, keyword=args.k, variants=args.variant,
-                     grad=args.grad)
+                     grad=args.grad, timeout=timeout, memory=memory)
 
 
 CHECK_HELP = """\
@@ -392,6 +398,12 @@ a forward output (y, weights) gets the spec's value of it by keyword. It returns
 gradient of every float input the vector passes and of every parameter: a tuple, the
 inputs in the spec's order then the parameters (dx, dgamma, dbeta), or a dict by input
 name and parameter path ({"x": dx, "gamma": dgamma, "beta": dbeta}).
+
+Your code runs in a separate process, with a time limit per vector (--timeout) and a
+memory limit (--memory-limit, the address space beyond what Python and the framework
+had mapped: RLIMIT_AS, where the OS has it); a vector that overruns either, or that ends
+the process (os._exit, a crash), fails saying so and the next runs in a new process.
+What it prints is shown under its vector, at most 10 lines each and 100 in a run.
 
 Exit status: 0 when every vector that ran passed and at most half were skipped;
 1 otherwise; 2 when the check cannot run (file, target, component, dtype).
@@ -528,6 +540,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only vectors with this attribute value, e.g. norm=pre, "
                         "variant=annotated, or a bare VALUE for any attribute (repeatable: "
                         "values of one key are alternatives, different keys must all hold)")
+    s.add_argument("--timeout", metavar="SECONDS",
+                   help="time limit per vector (default 20; env ATTNSPEC_TIMEOUT; 0: none); "
+                        "importing the file has 120 s or this, whichever is longer")
+    s.add_argument("--memory-limit", metavar="GIB",
+                   help="memory your code may allocate, in GiB (default 4; 0: none)")
     s.set_defaults(func=cmd_check)
 
     s = sub.add_parser("export", help="write a vector as .npz or .json for other languages")
