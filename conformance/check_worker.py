@@ -132,7 +132,9 @@ def serve(fd_in: int, fd_out: int, output: int) -> None:
     line back. In a session of its own, so that the parent can kill whatever the user's code
     starts; fd 1 and 2 go to ``output``. Ends with os._exit, so no thread of the user's code
     keeps it alive."""
+    parent = os.getppid()
     os.setsid()
+    _die_with(parent)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
@@ -147,6 +149,18 @@ def serve(fd_in: int, fd_out: int, output: int) -> None:
         reply = _handle(session, request)
         _flush()
         _write_line(fd_out, reply)
+
+
+def _die_with(parent: int) -> None:
+    """SIGKILL when the parent ends (Linux), even one killed by SIGTERM mid-vector."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it ended before prctl
+        os._exit(0)
 
 
 def _handle(session: LocalSession, request: dict) -> dict:

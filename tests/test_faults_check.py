@@ -419,3 +419,39 @@ def test_user_code_leaves_this_process_alone(capsys, tmp_path):
     assert code == 0, out
     assert np.geterr() == before and sys.modules["json"] is not None
     assert not any(name.startswith("attnspec_user_student") for name in sys.modules)
+
+
+def test_the_worker_ends_when_check_is_killed(tmp_path):
+    """SIGTERM to `check` while the user's code loops: the worker does not live on."""
+    pidfile = tmp_path / "pid"
+    path = student(tmp_path, f"""
+        import os
+
+
+        def loops(q, k, v, mask=None):
+            open({str(pidfile)!r}, "w").write(str(os.getpid()))
+            while True:
+                pass
+        """)
+    code = ("import sys\nfrom attnspec.conformance.cli import main\n"
+            f"sys.exit(main(['check', {str(path) + ':loops'!r}, '--component', 'sdpa']))")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, env=ENV)
+    try:
+        for _ in range(600):
+            if pidfile.exists() and pidfile.read_text():
+                break
+            time.sleep(0.05)
+        p.terminate()
+        p.wait(timeout=30)
+        pid = int(pidfile.read_text())
+        for _ in range(100):
+            stat = Path(f"/proc/{pid}/stat")
+            if not stat.exists() or stat.read_text().split()[2] == "Z":
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, 9)
+            pytest.fail("the worker outlived check")
+    finally:
+        p.kill()
