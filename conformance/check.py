@@ -881,6 +881,19 @@ def variant_matcher(variants: list[str], fn: Function):
 
 # ---- the command ------------------------------------------------------------------------------
 
+def coursework_dir() -> Path | None:
+    """The examples/coursework/ folder of the installed package (the wheel ships it as
+    ``attnspec.examples.coursework``), or None."""
+    try:
+        found = importlib.util.find_spec("attnspec.examples.coursework")
+    except ImportError:
+        found = None
+    for place in (found.submodule_search_locations or []) if found else []:
+        if (Path(place) / "README.md").is_file():
+            return Path(place)
+    return None
+
+
 def resolve_function(spec: Spec, component: str, function: str | None) -> Function:
     if component not in spec.components:
         close = difflib.get_close_matches(component, spec.components, n=1)

@@ -407,22 +407,29 @@ What it prints is shown under its vector, at most 10 lines each and 100 in a run
 
 Exit status: 0 when every vector that ran passed and at most half were skipped;
 1 otherwise; 2 when the check cannot run (file, target, component, dtype).
-See examples/coursework/README.md.
 """
 
 
 def _check_epilog() -> str:
-    """The components, from the vector manifest (cheap: no vector file is read)."""
+    """The components, from the vector manifest (cheap: no vector file is read), and where
+    the installed examples are."""
     import textwrap
 
     from attnspec.spec.vectors import read_manifest
 
+    from .check import coursework_dir
+
+    where = coursework_dir()
+    examples = (f"Examples to start from, and how your code is called: {where}{os.sep} "
+                f"(README.md there)" if where else "Examples: examples/coursework/ in the "
+                "attnspec repository")
     try:
         names = sorted(f.removesuffix(".json") for f in read_manifest()["files"])
     except Exception:  # noqa: BLE001 - help must print even without vectors
-        return "components: see `attnspec list --components`"
-    return "components (functions and vector counts: `attnspec list --components`):\n" + \
-        textwrap.fill(", ".join(names), width=88, initial_indent="  ", subsequent_indent="  ")
+        return f"{examples}\n\ncomponents: see `attnspec list --components`"
+    return f"{examples}\n\ncomponents (functions and vector counts: `attnspec list " \
+        f"--components`):\n" + textwrap.fill(", ".join(names), width=88, initial_indent="  ",
+                                              subsequent_indent="  ")
 
 
 def cmd_export(args) -> int:
