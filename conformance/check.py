@@ -55,6 +55,7 @@ import importlib.util
 import inspect
 import re
 import sys
+import textwrap
 import time
 import traceback
 import types
@@ -918,15 +919,19 @@ def _backend(framework: str, dtype: str):
     return backend
 
 
-def run_check(target, component: str, spec, framework: str = "numpy",
+def run_check(target, component: str, spec, framework: str | None = None,
               dtype: str = "float64", function: str | None = None, errors: bool = False,
               out=None, keyword: str | None = None, variants: tuple = (),
               grad: bool = False, timeout: float | None = DEFAULT_TIMEOUT,
-              memory: float | None = DEFAULT_MEMORY_GIB, isolate: bool = True) -> int:
+              memory: float | None = DEFAULT_MEMORY_GIB, isolate: bool = True,
+              strict: bool = False) -> int:
     """The command: ``target`` is ``FILE.py:NAME`` (run in a worker process when
     ``isolate``) and ``spec`` a Spec, or a callable returning one (called once the worker
     is started, so that the user's file is imported while the vectors load)."""
     out = out or sys.stdout  # looked up now: a default bound at import misses redirection
+    inferred = ""
+    if framework is None:
+        framework, inferred = infer_framework(target)
     session = _session(target, framework, dtype, timeout, memory, isolate)
     try:
         spec = spec() if callable(spec) else spec
@@ -937,22 +942,68 @@ def run_check(target, component: str, spec, framework: str = "numpy",
         chosen, selected = _choose(spec, fn, dtype, errors, grad, keyword, variants)
         session.prepare(fn, chosen, grad)
         what = " gradients" if grad else ""
-        print(f"attnspec check {_shown(target)} against {component}.{fn.name}{what} ({framework}, "
-              f"{dtype}): {len(chosen)} vector{'' if len(chosen) == 1 else 's'}{selected}",
-              file=out)
-        tally = _Tally(name=info["name"])
+        print(f"attnspec check {_shown(target)} against {component}.{fn.name}{what} ({framework}"
+              f"{inferred}, {dtype}): {len(chosen)} vector{'' if len(chosen) == 1 else 's'}"
+              f"{selected}", file=out)
+        tally = _Tally(name=info["name"], strict=strict)
         tally.printed(getattr(session, "import_output", []), out)
         t0 = time.perf_counter()
         for i, v in enumerate(chosen):
             tally.report(session.run(i, dtype), v, out)
+        tally.repeats(out)
         tally.printed(session.capture.closing() if isolate else [], out)
         print(tally.summary(time.perf_counter() - t0), file=out)
         for line in tally.closing(info, framework, dtype, len(chosen), chosen, session):
             print(line, file=out)
     finally:
         session.close()
-    ran = tally.passed + tally.failed
-    return 0 if tally.failed == 0 and ran > 0 and tally.skipped <= ran else 1
+    return tally.exit_status()
+
+
+def infer_framework(target) -> tuple[str, str]:
+    """--framework from what the file imports (read, never run): the one of torch,
+    tensorflow/keras, jax it imports, else numpy. Returns the name and how it was chosen."""
+    if not isinstance(target, str):
+        return "numpy", " (--framework: default)"
+    file = Path(target.rpartition(":")[0])
+    try:
+        used = imported_frameworks(read_source(file))
+    except (OSError, SyntaxError, ValueError, CheckError):
+        return "numpy", ""  # the worker's import says what is wrong with the file
+    ml = sorted(used - {"numpy"})
+    if len(ml) == 1:
+        return ml[0], " from its imports; --framework to choose"
+    if ml:
+        return "numpy", f"; it imports {' and '.join(ml)}: choose one with --framework"
+    return "numpy", ""
+
+
+def read_source(file: Path, limit: int = 10 << 20) -> str:
+    """A Python file's or notebook's code, read with a bound."""
+    if file.suffix == ".ipynb":
+        from .check_notebook import notebook_code
+
+        return notebook_code(file)
+    with open(file, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise CheckError(f"{file} is over {limit >> 20} MiB; is it a Python file?")
+    return data.decode("utf-8", "replace")
+
+
+def imported_frameworks(source: str) -> set[str]:
+    """The --framework names of the modules a source imports (``import torch.nn as nn``,
+    ``from keras import layers``), anywhere in it."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module] if isinstance(node, ast.ImportFrom) and node.module and
+                 not node.level else [])
+        found.update(FRAMEWORK_OF_MODULE[n.split(".")[0]] for n in names
+                     if n.split(".")[0] in FRAMEWORK_OF_MODULE)
+    return found
 
 
 def _session(target, framework: str, dtype: str, timeout, memory, isolate: bool):
@@ -1043,12 +1094,14 @@ def _selection(keyword, variants) -> str:
 @dataclass
 class _Tally:
     name: str
+    strict: bool = False
     passed: int = 0
     failed: int = 0
     skipped: int = 0
     reasons: Counter = field(default_factory=Counter)
     failed_values: list = field(default_factory=list)
     constructor_errors: set = field(default_factory=set)
+    errors: dict = field(default_factory=dict)  # a failure's lines -> [first id, later ids]
 
     def report(self, o: Verdict, v: Vector, out) -> None:
         if o.status == "skip":
@@ -1069,12 +1122,41 @@ class _Tally:
             lines = ([f"constructing {self.name} raised {o.ctor['type']} (as above)"] if as_above
                      else [*lines, *o.ctor["help"]])
         lines = [part for line in lines for part in line.splitlines() if part.strip()] or [""]
+        if not ok and not as_above and self._repeated(lines, v):
+            return
         print(f"{'PASS' if ok else 'FAIL'}  {v.id:36s} {lines[0]}", file=out)
         for line in lines[1:]:
             print(f"{PAD}{line}", file=out)
         if not ok and not as_above:
             print(f"{PAD}({v.description})", file=out)
         self.printed(o.output, out)
+
+    def _repeated(self, lines: list, v: Vector) -> bool:
+        """An error already printed word for word (a TypeError on every vector): counted,
+        and listed once after the last vector."""
+        key = tuple(lines)
+        if key in self.errors:
+            self.errors[key].append(v.id)
+            return True
+        if lines[0].startswith(("raised ", "returned ", "constructing ", "called sys.exit",
+                                "timed out", "the process ", "not run")):
+            self.errors[key] = [v.id]
+        return False
+
+    def repeats(self, out) -> None:
+        for ids in self.errors.values():
+            if len(ids) > 1:
+                more = ", ".join(ids[1:])
+                print(f"FAIL  {len(ids) - 1} more vector(s) with the same error as {ids[0]}: "
+                      f"{textwrap.shorten(more, 400, placeholder=' ...')}", file=out)
+
+    def exit_status(self) -> int:
+        """0 when every vector that ran passed (--strict: and no more were skipped than
+        ran); 1 when one failed or none ran."""
+        ran = self.passed + self.failed
+        if self.failed or ran == 0 or (self.strict and self.skipped > ran):
+            return 1
+        return 0
 
     @staticmethod
     def printed(lines: list, out) -> None:
@@ -1092,10 +1174,12 @@ class _Tally:
         ran = self.passed + self.failed
         if self.skipped:
             what = ", ".join(f"{w} ({n})" for w, n in self.reasons.most_common())
-            lines.append(f"skipped {self.skipped}: they need what your code does not take: {what}")
+            lines.append(f"not applicable: {self.skipped} of {selected} vectors need what your "
+                         f"code does not take: {what}" + ("" if self.strict or ran == 0 else
+                                                          " (not a failure; --strict makes it one)"))
         if selected == 0:
             lines.append("no vector selected: nothing was checked")
-        elif ran == 0 or self.skipped > ran:
+        elif ran == 0 or (self.strict and self.skipped > ran):
             lines.append(f"only {ran} of {selected} vectors ran: add those arguments, or select "
                          f"the vectors you implement with --variant KEY=VALUE or -k EXPR")
         if self.failed:

@@ -370,7 +370,7 @@ def cmd_check(args) -> int:
     # a CheckError (the check cannot run) is an AttnSpecError: main prints it, exit 2
     return run_check(args.target, args.component, spec, args.framework, args.dtype,
                      args.function, args.errors, keyword=args.k, variants=args.variant,
-                     grad=args.grad, timeout=timeout, memory=memory)
+                     grad=args.grad, timeout=timeout, memory=memory, strict=args.strict)
 
 
 CHECK_HELP = """\
@@ -405,8 +405,9 @@ had mapped: RLIMIT_AS, where the OS has it); a vector that overruns either, or t
 the process (os._exit, a crash), fails saying so and the next runs in a new process.
 What it prints is shown under its vector, at most 10 lines each and 100 in a run.
 
-Exit status: 0 when every vector that ran passed and at most half were skipped;
-1 otherwise; 2 when the check cannot run (file, target, component, dtype).
+Exit status: 0 when every vector that ran passed (vectors needing what your code does
+not take are skipped, and said so in one line; --strict fails when most were); 1 when
+one failed or none ran; 2 when the check cannot run (file, target, component, dtype).
 """
 
 
@@ -527,9 +528,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--function", metavar="NAME",
                    help="which function of a component that has several (embedding: lm_head; "
                         "masks: padding_mask...); default: the one named like the component")
-    s.add_argument("--framework", default="numpy", metavar="NAME",
-                   help="the arrays your code takes and returns: numpy (default), torch, "
-                        "tensorflow (also for Keras), or any installed attnspec backend")
+    s.add_argument("--framework", default=None, metavar="NAME",
+                   help="the arrays your code takes and returns: numpy, torch, tensorflow "
+                        "(also for Keras), or any installed attnspec backend (default: the one "
+                        "the file imports, else numpy)")
     s.add_argument("--dtype", default="float64",
                    choices=["float64", "float32", "float16", "bfloat16"],
                    help="the inputs' and parameters' dtype, and so the spec tolerance "
@@ -547,6 +549,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only vectors with this attribute value, e.g. norm=pre, "
                         "variant=annotated, or a bare VALUE for any attribute (repeatable: "
                         "values of one key are alternatives, different keys must all hold)")
+    s.add_argument("--strict", action="store_true",
+                   help="fail when more vectors are skipped (not applicable to your code) than "
+                        "ran; by default the run passes when every vector that ran passed")
     s.add_argument("--timeout", metavar="SECONDS",
                    help="time limit per vector (default 20; env ATTNSPEC_TIMEOUT; 0: none); "
                         "importing the file has 120 s or this, whichever is longer")

@@ -24,7 +24,7 @@ NO_NAN = "not nan and not pos-inf"  # the edge vectors textbook attention gets w
 
 def test_torch_code_under_numpy_gets_the_framework_hint(capsys):
     code, out = check(capsys, "scaled_dot_product_attention", "--component", "sdpa",
-                      "-k", "basic")
+                      "-k", "basic", "--framework", "numpy")
     assert code == 1
     assert re.search(r"FAIL  sdpa/basic-001 +raised TypeError", out)
     assert out.rstrip().endswith("torch_student.py uses torch, but the inputs were numpy "
