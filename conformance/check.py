@@ -104,11 +104,16 @@ def load_target(target: str) -> Target:
     (no file, a syntax error, an import error, ``sys.exit`` at import) is one CheckError."""
     path, sep, name = target.rpartition(":")
     if not sep or not path or not name:
-        raise CheckError(f"target must be FILE.py:NAME, got {target!r}")
+        raise CheckError(f"target must be FILE.py:NAME or NOTEBOOK.ipynb:NAME, got {target!r}")
     file = Path(path)
     if not file.is_file():
         raise CheckError(f"no such file {str(file)!r} (target {target!r})")
-    module = _import_file(file)
+    if file.suffix == ".ipynb":
+        from .notebook import notebook_module
+
+        module = notebook_module(file, f"attnspec_user_{file.stem}")
+    else:
+        module = _import_file(file)
     obj = getattr(module, name, None)
     if obj is None:
         raise CheckError(f"{str(file)!r} defines no {name!r}")
@@ -981,7 +986,7 @@ def infer_framework(target) -> tuple[str, str]:
 def read_source(file: Path, limit: int = 10 << 20) -> str:
     """A Python file's or notebook's code, read with a bound."""
     if file.suffix == ".ipynb":
-        from .check_notebook import notebook_code
+        from .notebook import notebook_code
 
         return notebook_code(file)
     with open(file, "rb") as f:
