@@ -374,6 +374,7 @@ class Outcome:
     unsupported: list = field(default_factory=list)
     constructor_error: BaseException | None = None
     plan: Plan | None = None
+    worst: dict | None = None
 
 
 @dataclass
@@ -386,6 +387,7 @@ class Verdict:
     ctor: dict | None = None
     output: list[str] = field(default_factory=list)
     restart: bool = False  # the worker should start afresh (it ran out of memory)
+    worst: dict | None = None  # {what, max_abs_err, index, expected, got} for the API's table
 
 
 def _fresh(backend, arrays: dict, dtype: str) -> dict:
@@ -516,16 +518,31 @@ def judge_result(fn: Function, v: Vector, result, trace, backend, dtype: str) ->
                               intermediates={k: e for k, e in v.intermediates.items() if k in inter})
     res = judge(sub, dtype, outputs, inter, Result(v.id, dtype, "pass"))
     notes = [f"{n}: not returned (not checked)" for n in v.outputs if n not in outputs]
+    worst = worst_element(sub.outputs, outputs, v.tolerances[dtype], dtype)
     if res.status == "pass":
         done = f", {len(inter)} intermediates" if inter else ""
-        return Outcome("pass", [f"max abs err {res.max_abs_err:.3g}{done}", *notes])
+        return Outcome("pass", [f"max abs err {res.max_abs_err:.3g}{done}", *notes], worst=worst)
     head = res.messages[0].removeprefix(f"{v.id} [{dtype}] ")
     lines = [head, *_nan_lines(outputs, sub.outputs), *res.messages[1:], *notes]
     lines += _dtype_note(got, dtype)
     if trace is not None and not inter and v.intermediates:
         lines.append(f"recorded none of the intermediates the spec names "
                      f"({', '.join(v.intermediates)}) in trace")
-    return Outcome("fail", lines)
+    return Outcome("fail", lines, worst=worst)
+
+
+def worst_element(expected: dict, got: dict, tol: dict, dtype: str) -> dict | None:
+    """The output with the largest error, and where (for the API's table)."""
+    from attnspec.spec.compare import compare
+
+    worst = None
+    for name, exp in expected.items():
+        c = compare(got[name], exp, dtype, tol)
+        if worst is None or c.max_abs_err > worst["max_abs_err"] or (not c.ok and worst["ok"]):
+            worst = {"what": name, "max_abs_err": c.max_abs_err, "ok": c.ok,
+                     "index": c.worst_index, "expected": c.expected_at_worst,
+                     "got": c.got_at_worst, "problem": c.problem}
+    return worst
 
 
 def _not_real(got: dict, label) -> list[str]:
@@ -929,7 +946,7 @@ def run_check(target, component: str, spec, framework: str | None = None,
               out=None, keyword: str | None = None, variants: tuple = (),
               grad: bool = False, timeout: float | None = DEFAULT_TIMEOUT,
               memory: float | None = DEFAULT_MEMORY_GIB, isolate: bool = True,
-              strict: bool = False) -> int:
+              strict: bool = False, record=None) -> int:
     """The command: ``target`` is ``FILE.py:NAME`` (run in a worker process when
     ``isolate``) and ``spec`` a Spec, or a callable returning one (called once the worker
     is started, so that the user's file is imported while the vectors load)."""
@@ -954,7 +971,10 @@ def run_check(target, component: str, spec, framework: str | None = None,
         tally.printed(getattr(session, "import_output", []), out)
         t0 = time.perf_counter()
         for i, v in enumerate(chosen):
-            tally.report(session.run(i, dtype), v, out)
+            verdict = session.run(i, dtype)
+            tally.report(verdict, v, out)
+            if record is not None:
+                record(v, verdict)
         tally.repeats(out)
         tally.printed(session.capture.closing() if isolate else [], out)
         print(tally.summary(time.perf_counter() - t0), file=out)
@@ -1016,7 +1036,7 @@ def _session(target, framework: str, dtype: str, timeout, memory, isolate: bool)
 
     if isolate and isinstance(target, str):
         return WorkerSession(target, framework, dtype, timeout, memory)
-    session = LocalSession()
+    session = LocalSession(timeout)
     session.load = lambda load=session.load: load(target, framework, dtype)
     return session
 

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from contextlib import contextmanager
 
 from .check import (
     CheckError,
@@ -61,7 +62,8 @@ _FRAME = struct.Struct(">I")
 class LocalSession:
     """The user's code loaded once; ``run`` judges one vector and returns a Verdict."""
 
-    def __init__(self):
+    def __init__(self, timeout: float | None = None):
+        self.timeout = timeout  # in this process: SIGALRM, where this is the main thread
         self.t: Target | None = None
         self.backend = self.fn = self.conv = None
         self.vectors: list = []
@@ -83,9 +85,12 @@ class LocalSession:
     def run(self, index: int, dtype: str) -> Verdict:
         v = self.vectors[index]
         try:
-            outcome = _run_any(self.t, self.fn, v, self.backend, dtype, self.conv)
+            with _alarm(self.timeout):
+                outcome = _run_any(self.t, self.fn, v, self.backend, dtype, self.conv)
         except CheckError:
             raise
+        except _Alarm:
+            outcome = Outcome("fail", [f"timed out after {self.timeout:g} s (timeout=)"])
         except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt, GeneratorExit... raised by user code
             outcome = Outcome("fail", [f"raised {_exc(exc)}"])
         return self.verdict(outcome, v)
@@ -99,10 +104,37 @@ class LocalSession:
         lines = [_clip(str(line), VERDICT_CHARS) for line in o.lines]
         restart = any("MemoryError" in line or "can't allocate memory" in line
                       for line in lines[:1])
-        return Verdict(o.status, lines, [w for w, _ in o.unsupported], ctor, restart=restart)
+        return Verdict(o.status, lines, [w for w, _ in o.unsupported], ctor, restart=restart,
+                       worst=o.worst)
 
     def close(self) -> None:
         pass
+
+
+class _Alarm(BaseException):
+    """The time limit of a vector run in this process (a BaseException: user code's
+    ``except Exception`` does not swallow it)."""
+
+
+@contextmanager
+def _alarm(seconds: float | None):
+    import threading
+
+    if not seconds or threading.current_thread() is not threading.main_thread() or not hasattr(
+            signal, "setitimer"):
+        yield
+        return
+
+    def ring(signum, frame):
+        raise _Alarm()
+
+    before = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
 
 
 def limit_memory(gib: float) -> None:
