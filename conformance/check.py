@@ -523,12 +523,24 @@ def judge_result(fn: Function, v: Vector, result, trace, backend, dtype: str) ->
         done = f", {len(inter)} intermediates" if inter else ""
         return Outcome("pass", [f"max abs err {res.max_abs_err:.3g}{done}", *notes], worst=worst)
     head = res.messages[0].removeprefix(f"{v.id} [{dtype}] ")
-    lines = [head, *_nan_lines(outputs, sub.outputs), *res.messages[1:], *notes]
+    lines = [head, *_nan_lines(outputs, sub.outputs), *res.messages[1:], *notes,
+             *_mistake_lines(fn, v, outputs, dtype)]
     lines += _dtype_note(got, dtype)
     if trace is not None and not inter and v.intermediates:
         lines.append(f"recorded none of the intermediates the spec names "
                      f"({', '.join(v.intermediates)}) in trace")
     return Outcome("fail", lines, worst=worst)
+
+
+def _mistake_lines(fn: Function, v: Vector, outputs: dict, dtype: str) -> list[str]:
+    """'your output matches <variant> (see <page>#<anchor>)' for the known conventions."""
+    from .variants import likely_mistakes
+
+    try:
+        found = likely_mistakes(fn.name, v, outputs, dtype)
+    except Exception:  # noqa: BLE001 - naming a mistake is a hint; never a failure of its own
+        return []
+    return [f"your output matches {m.name} (see {m.where})" for m in found]
 
 
 def worst_element(expected: dict, got: dict, tol: dict, dtype: str) -> dict | None:
