@@ -93,6 +93,7 @@ class Target:
     file: Path
     module: types.ModuleType
     kind: str  # function | class | torch | keras
+    said: set = field(default_factory=set)  # notes given once a run (aliases, mappings)
 
     @property
     def is_class(self) -> bool:
@@ -198,6 +199,8 @@ class Plan:
     trace: bool = False
     training: bool = False  # a Keras call that takes ``training``
     unsupported: list = field(default_factory=list)  # (what, value) pairs: a SKIP
+    aliases: dict = field(default_factory=dict)  # spec attribute -> the __init__ name used
+    mapping: dict = field(default_factory=dict)  # spec param path -> the instance's name
 
 
 def _accepts(sig: inspect.Signature, name: str) -> bool:
@@ -235,8 +238,13 @@ def plan_vector(t: Target, fn: Function, v: Vector) -> Plan:
     call_sig = call_signature(t)
     init_sig = constructor_signature(t) if t.is_class else None
     for k, val in v.attributes.items():
+        alias = _alias(init_sig, k) if init_sig is not None and not hasattr(
+            t.obj, "from_spec") else None
         if init_sig is not None and _takes(t, init_sig, k):
             p.init[k] = val
+        elif alias:
+            p.init[alias] = val
+            p.aliases[k] = alias
         elif _accepts(call_sig, k):
             p.call[k] = val
         elif val != fn.attributes.get(k, object()):
@@ -254,6 +262,31 @@ def plan_vector(t: Target, fn: Function, v: Vector) -> Plan:
     return p
 
 
+# the names notebooks give the spec's attributes and sizes in a constructor
+ALIASES = {"num_heads": ("n_head", "n_heads", "nhead", "h", "heads", "num_attention_heads"),
+           "eps": ("epsilon", "layer_norm_eps", "norm_eps"),
+           "max_seq_len": ("seq_len", "max_len", "block_size", "max_position_embeddings"),
+           "num_kv_heads": ("n_kv_heads", "num_key_value_heads")}
+SIZES = {"d_model": ("d_model", "dim_model", "embed_dim", "hidden_size", "n_embd", "dim",
+                     "features", "normalized_shape", "d_embed", "size")}
+
+
+def _alias(init_sig: inspect.Signature, attribute: str) -> str | None:
+    return next((a for a in ALIASES.get(attribute, ()) if a in init_sig.parameters), None)
+
+
+def _sizes(ctor_sig: inspect.Signature, fn: Function, v: Vector, plan: Plan) -> dict:
+    """Required constructor sizes (``d_model``, ``embed_dim``...) read from the first
+    input's last axis."""
+    first = v.inputs.get(fn.inputs[0]) if fn.inputs else None
+    out = {}
+    for name, p in ctor_sig.parameters.items():
+        if p.default is p.empty and name not in plan.init and first is not None and \
+                first.ndim and name in SIZES["d_model"]:
+            out[name] = int(first.shape[-1])
+    return out
+
+
 def _params_route(t: Target, call_sig, v: Vector, p: Plan) -> str:
     if t.is_class and hasattr(t.obj, "from_spec"):
         return "from_spec"
@@ -261,6 +294,8 @@ def _params_route(t: Target, call_sig, v: Vector, p: Plan) -> str:
         return "load_spec_params"
     if "params" in call_sig.parameters:
         return "params"
+    if t.is_class:
+        return "state"  # mapped onto the instance's parameters by name and shape
     for path in v.params:
         if not _accepts(call_sig, _keyword(path)):
             p.unsupported.append(("parameter " + _keyword(path), None))
@@ -308,6 +343,10 @@ def construct(t: Target, fn: Function, v: Vector, plan: Plan, params: dict, dtyp
     """The instance for one vector. A constructor that cannot take what check passes is a
     CheckError (said once); one that raises is ConstructorFailed (a failed vector)."""
     ctor_sig = constructor_signature(t)
+    if not hasattr(t.obj, "from_spec"):
+        sizes = _sizes(ctor_sig, fn, v, plan)
+        plan.init.update(sizes)
+        plan.aliases.update({k: f"{k}={val} (from the input's shape)" for k, val in sizes.items()})
     try:
         ctor_sig.bind(*([params] if hasattr(t.obj, "from_spec") else []), **plan.init)
     except TypeError as exc:
@@ -321,6 +360,10 @@ def construct(t: Target, fn: Function, v: Vector, plan: Plan, params: dict, dtyp
                 instance = t.obj(**plan.init)
                 if plan.params_to == "load_spec_params":
                     instance.load_spec_params(params)
+        if plan.params_to == "state":
+            from .check_state import load_by_name_and_shape
+
+            plan.mapping = load_by_name_and_shape(instance, params, t.kind)
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code may raise anything
         raise ConstructorFailed(exc) from exc
     if t.kind == "torch":
@@ -438,8 +481,24 @@ def run_vector(t: Target, fn: Function, v: Vector, backend, dtype: str) -> Outco
         outcome.status = "fail"
         outcome.lines.insert(0, f"modified its input(s) {', '.join(mutated)} in place; the spec's "
                                 f"functions leave their arguments unchanged (work on a copy)")
+    outcome.lines += _built_note(t, plan)
     outcome.plan = plan
     return outcome
+
+
+def _built_note(t: Target, plan: Plan) -> list[str]:
+    """How a class was built, said once a run for each alias, size and parameter mapping."""
+    parts = []
+    for k, alias in plan.aliases.items():
+        if k not in t.said:
+            t.said.add(k)
+            parts.append(f"{alias} for {k}" if "=" not in alias else alias)
+    note = [f"built {t.name} with {', '.join(parts)}"] if parts else []
+    if plan.mapping and "mapping" not in t.said:
+        t.said.add("mapping")
+        note.append("parameters mapped by name and shape: " + ", ".join(
+            f"{p} -> {n}" for p, n in plan.mapping.items()))
+    return note
 
 
 def _prefixed(params: dict) -> dict:
