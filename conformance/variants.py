@@ -160,8 +160,42 @@ FEEDFORWARD = [
             "spec/components/feedforward.md", CONVENTIONS, _feedforward("gelu")),
 ]
 
+# ---- rope -----------------------------------------------------------------------------------
+
+def _rope(swap: bool = False, float32_angles: bool = False):
+    def run(inputs, attributes, params):
+        x = inputs["x"]
+        k = x.shape[-1]
+        if k == 0 or k % 2 or x.ndim < 2:
+            return None
+        convention = attributes.get("convention", "interleaved")
+        if swap:
+            convention = "half" if convention == "interleaved" else "interleaved"
+        p = attributes.get("offset", 0) + np.arange(x.shape[-2])  # (T,)
+        theta = attributes.get("base", 10000.0) ** (-2 * np.arange(k // 2) / k)  # (K/2,)
+        if float32_angles:
+            angle = (p.astype(np.float32)[:, None] * theta.astype(np.float32)).astype(np.float64)
+        else:
+            angle = p[:, None] * theta  # (T, K/2)
+        c, s = np.cos(angle), np.sin(angle)
+        a, b = (x[..., 0::2], x[..., 1::2]) if convention == "interleaved" else np.split(x, 2, -1)
+        ya, yb = a * c - b * s, a * s + b * c
+        if convention == "interleaved":
+            return {"y": np.stack([ya, yb], axis=-1).reshape(x.shape)}
+        return {"y": np.concatenate([ya, yb], axis=-1)}
+
+    return run
+
+
+ROPE = [
+    Variant("the other pairing of RoPE (half where the vector asks for interleaved, or the "
+            "reverse)", "spec/components/rope.md", "conventions", _rope(swap=True)),
+    Variant("RoPE angles p * theta computed in float32 (wrong at large positions)",
+            "spec/components/rope.md", "conventions", _rope(float32_angles=True)),
+]
+
 VARIANTS = {"sdpa": SDPA, "layer_norm": LAYER_NORM, "softmax": SOFTMAX,
-            "feedforward": FEEDFORWARD}
+            "feedforward": FEEDFORWARD, "rope": ROPE}
 
 
 def likely_mistakes(function: str, v, got: dict, dtype: str) -> list[Variant]:

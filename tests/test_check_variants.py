@@ -101,7 +101,32 @@ ffn_tanh = _ffn(lambda h: 0.5 * h * (1 + np.tanh(sqrt(2 / pi) * (h + 0.044715 * 
 ffn_erf = _ffn(lambda h: 0.5 * h * (1 + np.vectorize(erf)(h / sqrt(2))))
 
 
+def _rope(x, offset, base, half, float32):
+    k = x.shape[-1]
+    pos = offset + np.arange(x.shape[-2], dtype=np.float32 if float32 else np.float64)
+    inv = base ** (-np.arange(0, k, 2) / k)
+    ang = np.outer(pos, inv.astype(pos.dtype)).astype(np.float64)
+    if half:
+        x1, x2 = x[..., : k // 2], x[..., k // 2:]
+        return np.concatenate([x1 * np.cos(ang) - x2 * np.sin(ang),
+                               x1 * np.sin(ang) + x2 * np.cos(ang)], axis=-1)
+    out = np.empty_like(x)
+    out[..., 0::2] = x[..., 0::2] * np.cos(ang) - x[..., 1::2] * np.sin(ang)
+    out[..., 1::2] = x[..., 0::2] * np.sin(ang) + x[..., 1::2] * np.cos(ang)
+    return out
+
+
+def rope_always_half(x, offset=0, base=10000.0, convention="interleaved"):
+    return _rope(x, offset, base, half=True, float32=False)  # the convention ignored
+
+
+def rope_float32_angles(x, offset=0, base=10000.0, convention="interleaved"):
+    return _rope(x, offset, base, half=convention == "half", float32=True)
+
+
 @pytest.mark.parametrize("fn, component, words, anchor", [
+    (rope_always_half, "rope", "the other pairing of RoPE", "rope.md#conventions"),
+    (rope_float32_angles, "rope", "RoPE angles p * theta computed in float32", "rope.md#conv"),
     (sdpa_minus_1e9, "sdpa", "-1e9 fills", "sdpa.md#edge-cases"),
     (sdpa_minus_inf, "sdpa", "-inf fills without a guard", "sdpa.md#edge-cases"),
     (sdpa_wrong_axis, "sdpa", "softmax over the wrong axis", "sdpa.md#conventions"),
