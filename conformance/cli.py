@@ -385,7 +385,12 @@ intermediates in. A class is built by NAME.from_spec(params, **attributes) when 
 has that classmethod, else NAME(**attributes it names) then
 instance.load_spec_params(params); the instance is called with the signature of its
 forward (torch.nn.Module: .eval(), torch.inference_mode()) or call (Keras layer:
-training=False). Vectors needing an argument your code does not take are SKIP.
+training=False). Vectors needing an argument your code does not take are SKIP. A class
+with neither hook is built with the common aliases (n_head, epsilon, d_model from the
+input's shape...) and its parameters matched to the spec's by name and shape, when
+that is unambiguous (the mapping is printed). A failure that matches a convention the
+spec knows (-1e9 fills, unbiased variance, tanh GELU...) names it and its page.
+In Jupyter: from attnspec.conformance.notebook import check; check(fn, "sdpa").
 
 With --grad, NAME is a hand-written backward function, run against the component's
 gradient vectors. It gets the cotangents first, one positional argument per output of
@@ -522,7 +527,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description=CHECK_HELP, epilog=_check_epilog(),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("target", metavar="FILE.py:NAME",
-                   help="the file, and the function or class in it to check")
+                   help="the file (or a Jupyter notebook, FILE.ipynb: its code cells run in "
+                        "order, magics and shell lines skipped), and the function or class in "
+                        "it to check")
     s.add_argument("--component", required=True, metavar="C",
                    help="the spec component to check against (listed below)")
     s.add_argument("--function", metavar="NAME",
