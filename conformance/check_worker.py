@@ -31,6 +31,8 @@ import textwrap
 import time
 from contextlib import contextmanager
 
+from attnspec.spec.errors import AttnSpecError
+
 from .check import (
     CheckError,
     Outcome,
@@ -205,7 +207,7 @@ def _handle(session: LocalSession, request: dict) -> dict:
             session.prepare(request["fn"], request["vectors"], request["grad"])
             return {"event": "ready"}
         return {"event": "done", "verdict": vars(session.run(request["index"], request["dtype"]))}
-    except CheckError as exc:
+    except AttnSpecError as exc:  # CheckError, a backend that is not installed...
         return {"event": "fatal", "message": str(exc)}
     except BaseException as exc:  # noqa: BLE001 - a bug in attnspec: one line, not a hang
         return {"event": "fatal", "message": f"the check worker failed: {_exc(exc)}"}
