@@ -375,14 +375,20 @@ def cmd_cite(args) -> int:
 def cmd_check(args) -> int:
     from attnspec.spec.vectors import default_spec
 
-    from .check import run_check
+    from .check import parse_memory, parse_timeout, run_check
 
     custom = args.vectors_dir or os.environ.get("ATTNSPEC_VECTORS_DIR")
-    spec = _spec(args) if custom else default_spec()  # loaded once a process (tests call often)
+    env = os.environ.get("ATTNSPEC_TIMEOUT")
+    timeout = parse_timeout(args.timeout, "--timeout") if args.timeout is not None else \
+        parse_timeout(env, "ATTNSPEC_TIMEOUT")
+    memory = parse_memory(args.memory_limit)
+    # the spec is loaded once the worker has started (it imports the file meanwhile), and
+    # once a process (tests call often)
+    spec = (lambda: _spec(args)) if custom else default_spec
     # a CheckError (the check cannot run) is an AttnSpecError: main prints it, exit 2
     return run_check(args.target, args.component, spec, args.framework, args.dtype,
                      args.function, args.errors, keyword=args.k, variants=args.variant,
-                     grad=args.grad)
+                     grad=args.grad, timeout=timeout, memory=memory, strict=args.strict)
 
 
 CHECK_HELP = """\
@@ -397,7 +403,12 @@ intermediates in. A class is built by NAME.from_spec(params, **attributes) when 
 has that classmethod, else NAME(**attributes it names) then
 instance.load_spec_params(params); the instance is called with the signature of its
 forward (torch.nn.Module: .eval(), torch.inference_mode()) or call (Keras layer:
-training=False). Vectors needing an argument your code does not take are SKIP.
+training=False). Vectors needing an argument your code does not take are SKIP. A class
+with neither hook is built with the common aliases (n_head, epsilon, d_model from the
+input's shape...) and its parameters matched to the spec's by name and shape, when
+that is unambiguous (the mapping is printed). A failure that matches a convention the
+spec knows (-1e9 fills, unbiased variance, tanh GELU...) names it and its page.
+In Jupyter: from attnspec.conformance.notebook import check; check(fn, "sdpa").
 
 With --grad, NAME is a hand-written backward function, run against the component's
 gradient vectors. It gets the cotangents first, one positional argument per output of
@@ -411,24 +422,38 @@ gradient of every float input the vector passes and of every parameter: a tuple,
 inputs in the spec's order then the parameters (dx, dgamma, dbeta), or a dict by input
 name and parameter path ({"x": dx, "gamma": dgamma, "beta": dbeta}).
 
-Exit status: 0 when every vector that ran passed and at most half were skipped;
-1 otherwise; 2 when the check cannot run (file, target, component, dtype).
-See examples/coursework/README.md.
+Your code runs in a separate process, with a time limit per vector (--timeout) and a
+memory limit (--memory-limit, the address space beyond what Python and the framework
+had mapped: RLIMIT_AS, where the OS has it); a vector that overruns either, or that ends
+the process (os._exit, a crash), fails saying so and the next runs in a new process.
+What it prints is shown under its vector, at most 10 lines each and 100 in a run.
+
+Exit status: 0 when every vector that ran passed (vectors needing what your code does
+not take are skipped, and said so in one line; --strict fails when most were); 1 when
+one failed or none ran; 2 when the check cannot run (file, target, component, dtype).
 """
 
 
 def _check_epilog() -> str:
-    """The components, from the vector manifest (cheap: no vector file is read)."""
+    """The components, from the vector manifest (cheap: no vector file is read), and where
+    the installed examples are."""
     import textwrap
 
     from attnspec.spec.vectors import read_manifest
 
+    from .check import coursework_dir
+
+    where = coursework_dir()
+    examples = (f"Examples to start from, and how your code is called: {where}{os.sep} "
+                f"(README.md there)" if where else "Examples: examples/coursework/ in the "
+                "attnspec repository")
     try:
         names = sorted(f.removesuffix(".json") for f in read_manifest()["files"])
-    except Exception:  # help must print even without vectors
-        return "components: see `attnspec list --components`"
-    return "components (functions and vector counts: `attnspec list --components`):\n" + \
-        textwrap.fill(", ".join(names), width=88, initial_indent="  ", subsequent_indent="  ")
+    except Exception:
+        return f"{examples}\n\ncomponents: see `attnspec list --components`"
+    return f"{examples}\n\ncomponents (functions and vector counts: `attnspec list " \
+        f"--components`):\n" + textwrap.fill(", ".join(names), width=88, initial_indent="  ",
+                                              subsequent_indent="  ")
 
 
 def cmd_export(args) -> int:
@@ -524,15 +549,18 @@ def build_parser() -> argparse.ArgumentParser:
                        description=CHECK_HELP, epilog=_check_epilog(),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("target", metavar="FILE.py:NAME",
-                   help="the file, and the function or class in it to check")
+                   help="the file (or a Jupyter notebook, FILE.ipynb: its code cells run in "
+                        "order, magics and shell lines skipped), and the function or class in "
+                        "it to check")
     s.add_argument("--component", required=True, metavar="C",
                    help="the spec component to check against (listed below)")
     s.add_argument("--function", metavar="NAME",
                    help="which function of a component that has several (embedding: lm_head; "
                         "masks: padding_mask...); default: the one named like the component")
-    s.add_argument("--framework", default="numpy", metavar="NAME",
-                   help="the arrays your code takes and returns: numpy (default), torch, "
-                        "tensorflow (also for Keras), or any installed attnspec backend")
+    s.add_argument("--framework", default=None, metavar="NAME",
+                   help="the arrays your code takes and returns: numpy, torch, tensorflow "
+                        "(also for Keras), or any installed attnspec backend (default: the one "
+                        "the file imports, else numpy)")
     s.add_argument("--dtype", default="float64",
                    choices=["float64", "float32", "float16", "bfloat16"],
                    help="the inputs' and parameters' dtype, and so the spec tolerance "
@@ -550,6 +578,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only vectors with this attribute value, e.g. norm=pre, "
                         "variant=annotated, or a bare VALUE for any attribute (repeatable: "
                         "values of one key are alternatives, different keys must all hold)")
+    s.add_argument("--strict", action="store_true",
+                   help="fail when more vectors are skipped (not applicable to your code) than "
+                        "ran; by default the run passes when every vector that ran passed")
+    s.add_argument("--timeout", metavar="SECONDS",
+                   help="time limit per vector (default 20; env ATTNSPEC_TIMEOUT; 0: none); "
+                        "importing the file has 120 s or this, whichever is longer")
+    s.add_argument("--memory-limit", metavar="GIB",
+                   help="memory your code may allocate, in GiB (default 4; 0: none)")
     s.set_defaults(func=cmd_check)
 
     s = sub.add_parser("export", help="write a vector as .npz or .json for other languages")
