@@ -132,22 +132,25 @@ def expm1_small(r):
 
 
 def exp(x):
-    """exp of a DD array; -inf -> 0, overflow -> inf."""
+    """exp of a DD array; -inf and anything below -746 -> 0, above 710 -> inf."""
+    with np.errstate(all="ignore"):
+        return _exp(x)
+
+
+def _exp(x):
     hi = x[0]
-    finite = np.isfinite(hi)
-    with np.errstate(invalid="ignore"):
-        k = np.where(finite, np.rint(hi / LN2[0]), 0.0)
-    k = np.clip(k, -1100, 1100)
-    r = sub(x, mul(dd(k), LN2))
-    r = (np.where(finite, r[0], 0.0), np.where(finite, r[1], 0.0))
+    ok = np.isfinite(hi) & (hi > -746.0) & (hi < 710.0)
+    k = np.where(ok, np.rint(np.where(ok, hi, 0.0) / LN2[0]), 0.0)
+    r = sub((np.where(ok, hi, 0.0), np.where(ok, x[1], 0.0)), mul(dd(k), LN2))
     p = expm1_small(r)
     one_p = add(dd(np.ones_like(hi)), p)
     ki = k.astype(np.int64)
     # two steps so that 2**k itself never overflows or underflows before the product
     half = ki // 2
     out = scale2(scale2(one_p, half), ki - half)
-    out_hi = np.where(finite, out[0], np.where(hi > 0, np.inf, np.where(np.isnan(hi), np.nan, 0.0)))
-    out_lo = np.where(finite & np.isfinite(out[0]), out[1], 0.0)
+    big = np.where(np.isnan(hi), np.nan, np.where(hi > 0, np.inf, 0.0))
+    out_hi = np.where(ok, out[0], big)
+    out_lo = np.where(ok & np.isfinite(out[0]), out[1], 0.0)
     return out_hi, out_lo
 
 

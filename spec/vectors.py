@@ -339,6 +339,10 @@ def load(directory: Path | str = VECTORS_DIR) -> Spec:
         functions.update(fns)
         components[doc["component"]] = list(fns)
         vectors.extend(vectors_of(doc, name))
+    if directory.resolve() == VECTORS_DIR.resolve():  # the stress family (spec/STRESS.md)
+        from .stress import load_vectors
+
+        vectors.extend(load_vectors(functions))
     return Spec(manifest["spec_version"], functions, vectors, dict(files), components)
 
 
