@@ -50,12 +50,26 @@ class TorchOrder:
         return self if dtype in self.dtypes else None
 
 
+class AutogradOrder(TorchOrder):
+    """Autograd through a forward written step by step in the dtype: the torch backend's
+    explicit path (matmul, softmax, norms... one op at a time, each result rounded to the
+    dtype) on the CPU, differentiated by torch.autograd. A correct order (TOLERANCES.md):
+    nothing in it is wrong, only rounded at other places than the hand-written VJPs."""
+
+    def __init__(self):
+        super().__init__("cpu")
+        opts = dict(getattr(self.backend, "options", {}), attention="explicit")
+        self.backend = type(self.backend)(**opts)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="update spec/cases/tolerances.json")
     ap.add_argument("--check", action="store_true", help="exit 1 on any problem")
     ap.add_argument("--torch", metavar="DEVICE", help="torch's kernels on DEVICE (cpu, cuda) "
                     "as one more order")
+    ap.add_argument("--no-autograd", action="store_true", help="leave out the autograd order "
+                    "(torch's explicit path differentiated by autograd; needs torch)")
     ap.add_argument("--component", action="append", help="only these components")
     ap.add_argument("--quiet", action="store_true", help="the summary only")
     ap.add_argument("--verbose", action="store_true",
@@ -73,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no component {', '.join(unknown)}", file=sys.stderr)
         return 2
     derived = derive.read()
-    extra = {f"torch-{args.torch}": TorchOrder(args.torch)} if args.torch else None
+    extra = {f"torch-{args.torch}": TorchOrder(args.torch)} if args.torch else {}
+    if not args.no_autograd:
+        extra["autograd-stepwise"] = AutogradOrder()
     rows = derive.measure(spec, args.component, derived, extra, catalogue())
     if args.write:
         derive.choose(rows)
