@@ -70,12 +70,14 @@ def main(argv: list[str] | None = None) -> int:
                     "as one more order")
     ap.add_argument("--no-autograd", action="store_true", help="leave out the autograd order "
                     "(torch's explicit path differentiated by autograd; needs torch)")
+    ap.add_argument("--stress", action="store_true", help="the stress family only (spec/STRESS.md; "
+                    "without planted bugs; --write then replaces its entries only)")
     ap.add_argument("--component", action="append", help="only these components")
     ap.add_argument("--quiet", action="store_true", help="the summary only")
     ap.add_argument("--verbose", action="store_true",
                     help="also every planted bug's deviation/tolerance on every vector")
     args = ap.parse_args(argv)
-    if args.write and args.component:
+    if args.write and args.component and not args.stress:
         ap.error("--write derives every component; leave out --component")
 
     from attnspec.spec.vectors import default_spec
@@ -90,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     extra = {f"torch-{args.torch}": TorchOrder(args.torch)} if args.torch else {}
     if not args.no_autograd:
         extra["autograd-stepwise"] = AutogradOrder()
-    rows = derive.measure(spec, args.component, derived, extra, catalogue())
+    rows = derive.measure(spec, args.component, derived, extra, None if args.stress else catalogue(),
+                          stress=args.stress)
     if args.write:
         derive.choose(rows)
     if not args.quiet:
@@ -101,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     print_summary(rows, derived)
     if args.write:
         doc = derive.document(rows)
+        if args.stress:  # the others' entries stay as they are
+            doc = {**derived, **{k: {**derived.get(k, {}), **v} for k, v in doc.items()
+                                 if not k.startswith("_")}}
         from attnspec.spec.generate import TOLERANCES_JSON, dumps
 
         TOLERANCES_JSON.write_text(dumps(doc), encoding="utf-8")

@@ -386,6 +386,30 @@ def _index_bytes(entries: list[dict]) -> bytes:
                        allow_nan=False) + "\n").encode()
 
 
+def rebuild(ids: list[str], derived: dict) -> None:
+    """Rebuild only the vectors ``ids`` (the others' entries and files kept as they are)."""
+    from . import read_index
+
+    doc = read_index()
+    cases = {c["id"]: c for c in every()}
+    unknown = sorted(set(ids) - set(cases))
+    if unknown:
+        raise StressError(f"no stress case {unknown}")
+    at = {e["id"]: i for i, e in enumerate(doc["vectors"])}
+    for vid in ids:
+        entry, blob, _ = build_vector(cases[vid], derived)
+        path = DATA_DIR / entry["data"]["file"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(blob)
+        if vid in at:
+            doc["vectors"][at[vid]] = entry
+        else:
+            doc["vectors"].append(entry)
+    order = list(cases)
+    doc["vectors"].sort(key=lambda e: order.index(e["id"]))
+    (STRESS_DIR / INDEX).write_bytes(_index_bytes(doc["vectors"]))
+
+
 def stress_ids() -> list[str]:
     return [c["id"] for c in every()]
 
@@ -397,9 +421,18 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="generate the stress family")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--only", nargs="+", metavar="ID", help="rebuild these vectors only")
+    ap.add_argument("--retolerance", action="store_true",
+                    help="only give every entry the tolerances cases/tolerances.json says")
     args = ap.parse_args(argv)
     from ..generate import read_derived
 
+    if args.only:
+        rebuild(args.only, read_derived())
+        return 0
+    if args.retolerance:
+        print("new tolerances:", retolerance(read_derived()))
+        return 0
     t0 = time.perf_counter()
     changed, _ = generate(args.check, read_derived(), args.jobs, log=print)
     print(f"{len(changed)} file(s) {'would change' if args.check else 'written'} in "
