@@ -173,3 +173,19 @@ def test_finite_sentinel_and_finite_mask_fill_are_caught():
         assert compare(ok, want, "float32", tol).ok, vid
         wrong = kernel(x["q"], x["k"], x["v"], mask, **bug)
         assert not compare(wrong, want, "float32", tol).ok, vid
+
+
+def test_a_stress_hash_is_of_its_entry_without_the_editorial_fields():
+    """Recomputed here from the raw entry, independently of the loader."""
+    import hashlib
+    import json
+
+    from attnspec.spec.vectors import default_spec
+
+    fields = ("id", "function", "dtypes", "expect", "attributes", "tolerances", "recipes", "digests", "data")
+    for v in default_spec().vectors:
+        if "stress" in v.flags:
+            content = {k: v.raw[k] for k in fields if k in v.raw}
+            text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            assert hashlib.sha256(text.encode()).hexdigest() == v.sha256, v.id
+            assert v.raw["data"]["sha256"] in json.dumps(v.raw)  # the data file is pinned

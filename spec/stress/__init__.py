@@ -92,13 +92,14 @@ def read_data(entry: dict, directory: Path = STRESS_DIR) -> dict[str, np.ndarray
     return out
 
 
-def load_vectors(functions: dict, directory: Path = STRESS_DIR) -> list:
-    """Every stress vector as a :class:`Vector` (none where the index is absent)."""
+def load_vectors(functions: dict, directory: Path = STRESS_DIR, version: str | None = None) -> list:
+    """Every stress vector as a :class:`Vector` (none where the index is absent, or is of
+    another spec version than ``version``)."""
     from ..vectors import Vector
     from .recipes import build_inputs, digest
 
     doc = read_index(directory)
-    if doc is None:
+    if doc is None or (version is not None and doc.get("spec_version") != version):
         return []
     out = []
     for e in doc["vectors"]:
