@@ -189,3 +189,21 @@ def test_a_stress_hash_is_of_its_entry_without_the_editorial_fields():
             text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
             assert hashlib.sha256(text.encode()).hexdigest() == v.sha256, v.id
             assert v.raw["data"]["sha256"] in json.dumps(v.raw)  # the data file is pinned
+
+
+def test_the_one_pass_variance_is_caught_at_float32():
+    """E[x^2] - E[x]^2 in float32 fails layer_norm/stress-large-mean-001 under its derived
+    tolerance; the two-pass variance in float32 passes."""
+    from attnspec.spec.compare import compare
+    from attnspec.spec.vectors import default_spec
+
+    vec = default_spec().vector("layer_norm/stress-large-mean-001")
+    x = vec.inputs["x"].astype(np.float32)
+    gamma, beta = (vec.params[k].astype(np.float32) for k in ("gamma", "beta"))
+    eps, tol = np.float32(vec.attributes["eps"]), vec.tolerances["float32"]
+    mean = x.mean(-1, keepdims=True)
+    two_pass = ((x - mean) ** 2).mean(-1, keepdims=True)
+    one_pass = (x * x).mean(-1, keepdims=True) - mean * mean
+    for var, ok in ((two_pass, True), (one_pass, False)):
+        y = (x - mean) / np.sqrt(var + eps) * gamma + beta
+        assert compare(y, vec.outputs["y"], "float32", tol).ok is ok
