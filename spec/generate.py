@@ -371,7 +371,8 @@ def generate(directory: Path | str = VECTORS_DIR, check: bool = False, jobs: int
             raise GenerationError(f"no case module for {unknown}")
         modules = [m for m in modules if m in only]
     frozen, derived = frozen_vectors(frozen_dir, SPEC_VERSION), read_derived(tolerances)
-    per = [{k: e for k, e in frozen.items() if k.split("/")[0] == m} for m in modules]
+    per = [{k: e for k, e in frozen.items() if k.split("/")[0] == m and "/stress-" not in k}
+           for m in modules]
     if jobs > 1 and len(modules) > 1:
         with ProcessPoolExecutor(jobs) as pool:
             built = list(pool.map(build_component, modules, per, [derived] * len(modules)))
@@ -379,6 +380,14 @@ def generate(directory: Path | str = VECTORS_DIR, check: bool = False, jobs: int
         built = [build_component(m, f, derived) for m, f in zip(modules, per)]
     files = {name: text.encode("utf-8") for name, text, _ in built}
     entries = [e for _, _, es in built for e in es]
+    stress_changed = []
+    if not only and directory.resolve() == VECTORS_DIR.resolve():  # the stress family (spec/STRESS.md)
+        from .stress.build import generate as generate_stress
+
+        stress_changed, stress_entries = generate_stress(check, derived, jobs)
+        _check_released("stress", [{"id": e["id"], "sha256": e["sha256"]} for e in stress_entries],
+                        {k: e for k, e in frozen.items() if "/stress-" in k})
+        entries += stress_entries
     if not only:
         _check_derived(derived, entries, modules)
     hashes = {n: hashlib.sha256(b).hexdigest() for n, b in files.items()}
@@ -390,7 +399,7 @@ def generate(directory: Path | str = VECTORS_DIR, check: bool = False, jobs: int
                 entries += _entries_on_disk(path)
     manifest = {"spec_version": SPEC_VERSION, "files": dict(sorted(hashes.items()))}
     files[MANIFEST] = dumps(manifest).encode("utf-8")
-    changed = _write(directory, files, check)
+    changed = _write(directory, files, check) + stress_changed
     stale = [] if only else sorted(p.name for p in directory.glob("*.json")
                                    if p.name not in files)
     changed.extend(f"{name} (no case module)" for name in stale)

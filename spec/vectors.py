@@ -320,8 +320,9 @@ class Spec:
         return out
 
 
-def load(directory: Path | str = VECTORS_DIR) -> Spec:
-    """Load and hash-check every vector file listed in the manifest."""
+def load(directory: Path | str = VECTORS_DIR, stress: bool = True) -> Spec:
+    """Load and hash-check every vector file listed in the manifest (and, with ``stress``,
+    the package's stress family where its spec version is the manifest's)."""
     directory = Path(directory)
     manifest = read_manifest(directory)
     files = listed_files(directory, manifest)
@@ -335,6 +336,10 @@ def load(directory: Path | str = VECTORS_DIR) -> Spec:
         functions.update(fns)
         components[doc["component"]] = list(fns)
         vectors.extend(vectors_of(doc, name))
+    if stress:  # the stress family (spec/STRESS.md), where it is of the same spec version
+        from .stress import load_vectors
+
+        vectors.extend(load_vectors(functions, version=manifest["spec_version"]))
     return Spec(manifest["spec_version"], functions, vectors, dict(files), components)
 
 
