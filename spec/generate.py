@@ -25,7 +25,10 @@ from pathlib import Path
 import numpy as np
 
 from . import SPEC_VERSION
+from .cases._build import Rng
 from .citing import RELEASES_DIR, dump_record, frozen_vectors, make_record
+from .oracle import vjps
+from .oracle.core import precision, tofloat
 from .tensor import FLOAT_DTYPES, encode, representable
 from .vectors import MANIFEST, VECTORS_DIR, content_hash
 
@@ -74,16 +77,13 @@ def build_component(module_name: str, frozen: dict | None = None, derived: dict 
     (its content may not change); ``derived``: the derived tolerances. Returns the file
     name, the file text and, per vector, what a release record holds.
     """
-    from .cases._build import Rng
-
     mod = importlib.import_module(f"{__package__}.cases.{module_name}")
     comp = mod.COMPONENT
     frozen, derived = frozen or {}, derived or {}
     default = _tolerances(derived.get("_default", {}).get(comp.id), comp.tolerances)
-    from .cases._gradients import gradient_cases
-
-    every = [*mod.cases(Rng(comp.id)), *gradient_cases(comp.id)]
-    built = [(case, _build_case(comp, case)) for case in every]
+    with precision():
+        every = [*mod.cases(Rng(comp.id)), *_grad_cases(mod, comp.id)]
+        built = [(case, _build_case(comp, case)) for case in every]
     vectors = _resolve(comp.id, built, frozen, derived, default)
     _check_ids(comp.id, vectors)
     _check_flags(vectors)
@@ -100,6 +100,12 @@ def build_component(module_name: str, frozen: dict | None = None, derived: dict 
     entries = [{"id": v["id"], "file": name, "sha256": v["sha256"], "tolerances": v["tolerances"],
                 "deprecated": v.get("deprecated", False)} for v in vectors]
     return name, dumps(doc), entries
+
+
+def _grad_cases(mod, component: str) -> list:
+    """The module's gradient cases, on their own stream (none for a component without)."""
+    make = getattr(mod, "grad_cases", None)
+    return [] if make is None else list(make(Rng(f"{component}/grad")))
 
 
 def _tolerances(given: dict | None, base: dict) -> dict:
@@ -270,10 +276,10 @@ def _build_case(comp, case) -> dict:
 
 def _gradients(fn, name: str, case, kwargs: dict, v: dict, where: str) -> None:
     """Cotangents and the oracle's VJP: a gradient for every float input and parameter."""
-    from .oracle.grad import VJPS
-
-    if name not in VJPS:
-        raise GenerationError(f"{where}: the oracle has no VJP for {name!r} (oracle/grad.py)")
+    vjp = vjps().get(name)
+    if vjp is None:
+        raise GenerationError(f"{where}: the oracle has no VJP for {name!r} (VJPS of its "
+                              f"oracle module, spec/oracle/{fn.oracle.__module__.split('.')[-1]}.py)")
     cot = case.cotangents or {}
     unknown = [k for k in cot if k not in fn.returns]
     if not cot or unknown:
@@ -283,7 +289,7 @@ def _gradients(fn, name: str, case, kwargs: dict, v: dict, where: str) -> None:
         if np.shape(c) != tuple(v["outputs"][k]["shape"]):
             raise GenerationError(f"{where}: cotangent {k!r} of shape {np.shape(c)} for an "
                                   f"output of shape {tuple(v['outputs'][k]['shape'])}")
-    grad_inputs, grad_params = VJPS[name]({k: np.asarray(c, dtype=np.float64)
+    grad_inputs, grad_params = vjp({k: np.asarray(c, dtype=np.float64)
                                               for k, c in cot.items()}, **kwargs)
     want = {k for k, a in case.inputs.items() if np.asarray(a).dtype.kind == "f"}
     if set(grad_inputs) != want or set(grad_params) != set(case.params):
@@ -296,8 +302,6 @@ def _gradients(fn, name: str, case, kwargs: dict, v: dict, where: str) -> None:
 
 
 def _encode_result(a):
-    from .oracle.core import tofloat
-
     a = np.asarray(a)
     if a.dtype == object:
         a = tofloat(a)

@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.attention_entropy import attention_entropy as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 
 COMPONENT = Component("attention_entropy", {
     "attention_entropy": Fn(module="attention", inputs=["weights"], attributes={"axis": -1},
@@ -88,3 +88,28 @@ def missed_cases():
                 "An infinite weight is outside the domain (it is not a distribution).",
                 inputs={"weights": np.array([[0.5, np.inf, 0.25]])},
                 error="DomainError", mentions=["weights"])
+
+
+def grad_cases(r):
+    yield gradient("attention_entropy/grad-001", "attention_entropy",
+                   "Positive (3, 5) weights in [2^-6, 1]: dw = -dH (ln w + 1); leaving out "
+                   "the + 1 (the derivative of ln w times w) fails.",
+                   inputs={"weights": r.uniform((3, 5), 2.0**-6, 1)},
+                   cotangents={"entropy": r.uniform((3,))}, flags=["gradient", "basic"])
+    yield gradient("attention_entropy/grad-002", "attention_entropy",
+                   "axis = 0 on (4, 3) weights: each column's cotangent scales its column.",
+                   inputs={"weights": r.uniform((4, 3), 2.0**-6, 1)}, attributes={"axis": 0},
+                   cotangents={"entropy": r.uniform((3,))}, flags=["gradient", "axis"])
+    w = r.uniform((2, 6), 2.0**-6, 1)
+    w[0, [1, 4]] = 0
+    w[1, 0] = 0
+    yield gradient("attention_entropy/grad-003", "attention_entropy",
+                   "Zero weights (as after a mask): 0 ln 0 = 0 and the gradient there is 0 "
+                   "(the one-sided derivative is +inf; torch's and TensorFlow's where-guarded "
+                   "entropy give 0); -(ln w + 1) unguarded gives inf.",
+                   inputs={"weights": w}, cotangents={"entropy": r.uniform((2,))},
+                   flags=["gradient", "zeros"])
+    yield gradient("attention_entropy/grad-004", "attention_entropy",
+                   "A (2, 2, 4) batch of small weights in [2^-6, 2^-3]: |ln w| up to 4.2.",
+                   inputs={"weights": r.uniform((2, 2, 4), 2.0**-6, 2.0**-3)},
+                   cotangents={"entropy": r.uniform((2, 2))}, flags=["gradient", "batch", "tiny"])

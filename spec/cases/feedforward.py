@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.feedforward import feedforward as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 
 COMPONENT = Component("feedforward", {
     "feedforward": Fn(module="feedforward", inputs=["x"], attributes={"activation": "relu"},
@@ -96,3 +96,23 @@ def defaults_cases():
                 "default fails.",
                 inputs={"x": rd.uniform((2, 3, 4))}, params=ffn_params(rd, 4, 8),
                 flags=["defaults"], omit_defaults=True)
+
+
+def grad_cases(r):
+    def p(d, f):
+        return {"w1": r.weights((d, f)), "b1": r.weights((f,), 0.5),
+                "w2": r.weights((f, d)), "b2": r.weights((d,), 0.5)}
+
+    for n, act in enumerate(["relu", "gelu", "gelu_tanh"], 1):
+        yield gradient(f"feedforward/grad-00{n}", "feedforward",
+                       f"activation='{act}', a (2, 3, 4) input, D = 4, F = 8: dW1 = x^T dh and "
+                       f"dW2 = a^T dy summed over every token (a wrong transpose fails: D != F), "
+                       f"dh = (dy W2^T) act'(h).",
+                       inputs={"x": r.uniform((2, 3, 4))}, attributes={"activation": act},
+                       params=p(4, 8), cotangents={"y": r.uniform((2, 3, 4))},
+                       flags=["gradient", act])
+    yield gradient("feedforward/grad-004", "feedforward",
+                   "activation='gelu', a single token (rank-1 x), D = 6, F = 3.",
+                   inputs={"x": r.uniform((6,))}, attributes={"activation": "gelu"},
+                   params=p(6, 3), cotangents={"y": r.uniform((6,))},
+                   flags=["gradient", "gelu", "rank-1"])

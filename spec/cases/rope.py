@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.rope import rope as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 
 COMPONENT = Component("rope", {
     "rope": Fn(module="positional", inputs=["x"],
@@ -87,3 +87,31 @@ def _edges(rng):
                 "(2, 3, 0) gives y (2, 3, 0) (0 is even; not an error).",
                 inputs={"x": np.zeros((2, 3, 0))}, attributes={"offset": 2},
                 flags=["empty-axis", "edge"])
+
+
+def grad_cases(r):
+    yield gradient("rope/grad-001", "rope",
+                   "interleaved, x (1, 5, 8), offset 3: dx = R^T dy, the rotation by the "
+                   "opposite angle (dx_a = dy_a cos + dy_b sin, dx_b = -dy_a sin + dy_b cos); "
+                   "rotating dy forward (R dy) fails.",
+                   inputs={"x": r.uniform((1, 5, 8))}, attributes={"offset": 3},
+                   cotangents={"y": r.uniform((1, 5, 8))},
+                   flags=["gradient", "interleaved", "offset", "sign"])
+    yield gradient("rope/grad-002", "rope",
+                   "half convention, x (2, 4, 8), offset 5: the pairs (i, i + K/2) in the "
+                   "backward pass too.",
+                   inputs={"x": r.uniform((2, 4, 8))},
+                   attributes={"offset": 5, "convention": "half"},
+                   cotangents={"y": r.uniform((2, 4, 8))}, flags=["gradient", "half", "offset"])
+    yield gradient("rope/grad-003", "rope",
+                   "x (1, 2, 4, 6) = (B, H, T, K), base 500, interleaved, offset 0: row 0 is "
+                   "not rotated, so its gradient is dy itself.",
+                   inputs={"x": r.uniform((1, 2, 4, 6))}, attributes={"base": 500.0},
+                   cotangents={"y": r.uniform((1, 2, 4, 6))},
+                   flags=["gradient", "heads", "base", "interleaved"])
+    yield gradient("rope/grad-004", "rope",
+                   "half convention, base 100, offset 37, rank-2 x (3, 10).",
+                   inputs={"x": r.uniform((3, 10))},
+                   attributes={"offset": 37, "base": 100.0, "convention": "half"},
+                   cotangents={"y": r.uniform((3, 10))},
+                   flags=["gradient", "half", "base", "rank-2"])

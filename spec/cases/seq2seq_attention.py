@@ -7,7 +7,7 @@ import numpy as np
 from ..oracle.seq2seq_attention import greedy
 from ..oracle.seq2seq_attention import seq2seq_attention as oracle
 from ..oracle.seq2seq_attention import seq2seq_greedy_decode as oracle_decode
-from ._build import Component, Fn, error, value
+from ._build import Component, Fn, error, gradient, value
 from .gru_cell import gru_params
 
 COMPONENT = Component("seq2seq_attention", {
@@ -178,3 +178,22 @@ def cases(rng):
                 inputs={"src_ids": src_batch(rng, [3, 2], 3)},
                 attributes=dec("additive", 5, eos_id=16),
                 params=base, error="ConfigError", mentions=["eos_id", "16"])
+
+
+def grad_cases(r):
+    for n, kind in enumerate(["additive", "dot", "general", "concat"], 1):
+        how = ("the attention reads h_(t-1), so dh_(t-1) gets the attention's dquery besides "
+               "the GRU's" if kind == "additive" else
+               "h~ = tanh([c; h] W_c): decoder.combine.w gets [c; h]^T dz, and h_t gets the "
+               "attention's dquery")
+        yield gradient(f"seq2seq_attention/grad-00{n}", "seq2seq_attention",
+                       f"{kind} attention, B = 2, S = 4, T = 3, E = H = A = 4, vocabularies of "
+                       f"8, source row 1 padded after 2: backpropagation through time in the "
+                       f"decoder ({how}), the encoder outputs get every step's dkeys plus dh_0 "
+                       f"at each row's last real token, then the encoder's BPTT.",
+                       inputs={"src_ids": src_batch(r, [4, 2], 4, vocab=8),
+                               "tgt_ids": tgt_batch(r, 2, 3, vocab=8)},
+                       attributes=tf(kind),
+                       params=s2s_params(r, kind, src_vocab=8, vocab=8, e=4, h=4, a=4),
+                       cotangents={"logits": r.uniform((2, 3, 8))},
+                       flags=["gradient", kind, "padding", "attention-state"])
