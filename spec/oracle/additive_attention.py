@@ -34,7 +34,7 @@ def additive_attention(query, keys, values=None, mask=None, params=None):
     for bi in range(b):
         for ti in range(t):
             for si in range(s):
-                e[bi, ti, si] = mp.fsum(v[j] * mpmath.tanh(qa[bi, ti, j] + ka[bi, si, j])
+                e[bi, ti, si] = mp.fdot((v[j], mpmath.tanh(qa[bi, ti, j] + ka[bi, si, j]))
                                         for j in range(a))
     keep = None if mask is None else np.broadcast_to(np.asarray(mask, dtype=bool), (b, t, s))
     weights = softmax(e, axis=-1, keep=keep)
@@ -83,7 +83,7 @@ def additive_scores(q, k, w_q, w_k, v):
     qa, ka = matmul(q, w_q), matmul(k, w_k)  # (B, T, A), (B, S, A)
     e = zeros((q.shape[0], q.shape[1], k.shape[1]))
     for bi, ti, si in np.ndindex(e.shape):
-        e[bi, ti, si] = mp.fsum(v[j] * mpmath.tanh(qa[bi, ti, j] + ka[bi, si, j])
+        e[bi, ti, si] = mp.fdot((v[j], mpmath.tanh(qa[bi, ti, j] + ka[bi, si, j]))
                                 for j in range(v.shape[0]))
     return e
 

@@ -15,7 +15,7 @@ def attention_entropy(weights, axis=-1):
     w = np.moveaxis(mpa(weights), axis, -1)
     out = np.empty(w.shape[:-1], dtype=object)
     for idx in np.ndindex(w.shape[:-1]):
-        out[idx] = -mp.fsum(x * mpmath.log(x) for x in w[idx] if x != 0)
+        out[idx] = -mp.fdot((x, mpmath.log(x)) for x in w[idx] if x != 0)
     return {"entropy": out}
 
 

@@ -96,7 +96,7 @@ def matmul(a, b) -> np.ndarray:
     out = np.empty(batch + (n, p), dtype=object)
     for bi in np.ndindex(batch):
         for i, j in itertools.product(range(n), range(p)):
-            out[bi + (i, j)] = mp.fsum(a[bi + (i, k)] * b[bi + (k, j)] for k in range(m))
+            out[bi + (i, j)] = mp.fdot((a[bi + (i, k)], b[bi + (k, j)]) for k in range(m))
     return out
 
 
@@ -114,7 +114,7 @@ def weighted_sum(weights, v) -> np.ndarray:
     out = np.empty(batch + (t, width), dtype=object)
     for bi in np.ndindex(batch):
         for i, c in itertools.product(range(t), range(width)):
-            out[bi + (i, c)] = mp.fsum(w[bi + (i, j)] * v[bi + (j, c)] for j in range(s)
+            out[bi + (i, c)] = mp.fdot((w[bi + (i, j)], v[bi + (j, c)]) for j in range(s)
                                        if w[bi + (i, j)] != 0)
     return out
 
@@ -201,7 +201,7 @@ def rows(a):
 
 def softmax_backward_row(y, dy) -> list:
     """dx_i = y_i (dy_i - sum_j dy_j y_j)."""
-    s = mp.fsum(a * b for a, b in zip(y, dy))
+    s = mp.fdot(y, dy)
     return [yi * (di - s) for yi, di in zip(y, dy)]
 
 

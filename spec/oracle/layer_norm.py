@@ -58,19 +58,19 @@ def layer_norm_vjp(cot, x, eps=1e-5, variant="canonical", params=None):
         g = list(dy[idx])
         mu = mp.fsum(row) / d
         c = [xi - mu for xi in row]
-        ss = mp.fsum(ci * ci for ci in c)
+        ss = mp.fdot(c, c)
         dz = [gi * gamma[j] for j, gi in enumerate(g)]
         if variant == "canonical":
             r = mpmath.sqrt(ss / d + eps)
             z = [ci / r for ci in c]
             m1 = mp.fsum(dz) / d
-            m2 = mp.fsum(a * b for a, b in zip(dz, z)) / d
+            m2 = mp.fdot(dz, z) / d
             dx[idx] = [(dz[j] - m1 - z[j] * m2) / r for j in range(d)]
         else:
             std = mpmath.sqrt(ss / (d - 1))
             r = std + eps
             z = [ci / r for ci in c]
-            s = mp.fsum(a * b for a, b in zip(dz, c))
+            s = mp.fdot(dz, c)
             dc = [dz[j] / r - c[j] * s / (r * r * std * (d - 1)) for j in range(d)]
             m = mp.fsum(dc) / d
             dx[idx] = [dcj - m for dcj in dc]

@@ -35,7 +35,7 @@ def cross_entropy(logits, targets, ignore_index=-100, label_smoothing=0.0, reduc
             continue
         n += 1
         q = smoothed_target(int(t[idx]), z.shape[-1], label_smoothing)
-        per[idx] = -mp.fsum(qc * lp for qc, lp in zip(q, log_softmax_row(list(z[idx]))))
+        per[idx] = -mp.fdot(q, log_softmax_row(list(z[idx])))
     if reduction == "none":
         return {"loss": per}
     total = mp.fsum(per.ravel())

@@ -22,9 +22,9 @@ def _concat_scores(q, k, w, v):
         for ti in range(t):
             for si in range(s):
                 c = list(q[bi, ti]) + list(k[bi, si])  # [q_t; k_s]
-                hidden = [mpmath.tanh(mp.fsum(c[i] * w[i, j] for i in range(len(c))))
+                hidden = [mpmath.tanh(mp.fdot((c[i], w[i, j]) for i in range(len(c))))
                           for j in range(w.shape[1])]
-                e[bi, ti, si] = mp.fsum(v[j] * hidden[j] for j in range(len(hidden)))
+                e[bi, ti, si] = mp.fdot((v[j], hidden[j]) for j in range(len(hidden)))
     return e
 
 

@@ -28,14 +28,14 @@ def relative_attention(q, k, v, mask=None, max_distance=None, scale=None, params
         for i in range(t):
             rows = [min(max(j - i, -m), m) + m for j in range(s)]
             # e_ij = q_i . (k_j + a^K_ij) * scale
-            e = [mp.fsum(q[bi, i, c] * (k[bi, j, c] + rel_k[rows[j], c]) for c in range(kw))
+            e = [mp.fdot((q[bi, i, c], k[bi, j, c] + rel_k[rows[j], c]) for c in range(kw))
                  * scale for j in range(s)]
             alpha = softmax_row(e, list(keep[bi, i]))
             for j in range(s):
                 weights[bi, i, j] = alpha[j]
             # z_i = sum_j alpha_ij (v_j + a^V_ij)
             for c in range(vw):
-                out[bi, i, c] = mp.fsum(alpha[j] * (v[bi, j, c] + rel_v[rows[j], c])
+                out[bi, i, c] = mp.fdot((alpha[j], v[bi, j, c] + rel_v[rows[j], c])
                                         for j in range(s) if alpha[j] != 0)
     return {"output": out, "weights": weights}
 
@@ -67,7 +67,7 @@ def relative_attention_vjp(cot, q, k, v, mask=None, max_distance=None, scale=Non
             a[idx] = []
     for bi in range(b):
         for i in range(t):
-            da = [mp.fsum(dz[bi, i, x] * (v[bi, j, x] + rel_v[rows[i][j], x]) for x in range(vw))
+            da = [mp.fdot((dz[bi, i, x], v[bi, j, x] + rel_v[rows[i][j], x]) for x in range(vw))
                   + dalpha[bi, i, j] for j in range(s)]
             de = softmax_backward_row(list(alpha[bi, i]), da)
             for j in range(s):

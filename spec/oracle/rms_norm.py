@@ -19,7 +19,7 @@ def rms_norm(x, eps=1e-6, params=None):
         row = list(x[idx])
         if not row:  # D = 0: nothing to normalise, an empty row
             continue
-        rms = mpmath.sqrt(mp.fsum(v * v for v in row) / len(row) + eps)
+        rms = mpmath.sqrt(mp.fdot(row, row) / len(row) + eps)
         y[idx] = [row[d] / rms * gamma[d] for d in range(len(row))]
     return {"y": y}
 
@@ -37,9 +37,9 @@ def rms_norm_vjp(cot, x, eps=1e-6, params=None):
     for idx, row in rows(x):
         if d == 0:
             continue
-        r = mpmath.sqrt(mp.fsum(v * v for v in row) / d + eps)
+        r = mpmath.sqrt(mp.fdot(row, row) / d + eps)
         dz = [dy[idx][j] * gamma[j] for j in range(d)]
-        s = mp.fsum(a * b for a, b in zip(dz, row))
+        s = mp.fdot(dz, row)
         dx[idx] = [dz[j] / r - row[j] * s / (d * r ** 3) for j in range(d)]
         z_all[idx] = [v / r for v in row]
     return {"x": dx}, {"gamma": fsum_axes(dy * z_all, tuple(range(x.ndim - 1)))}
