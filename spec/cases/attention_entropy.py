@@ -66,6 +66,7 @@ def cases(rng):
                 mentions=["weights"])
     yield from defaults_cases()
     yield from missed_cases()
+    yield from study_cases(Rng(f"{COMPONENT.id}/study"))
 
 
 # -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
@@ -113,3 +114,26 @@ def grad_cases(r):
                    "A (2, 2, 4) batch of small weights in [2^-6, 2^-3]: |ln w| up to 4.2.",
                    inputs={"weights": r.uniform((2, 2, 4), 2.0**-6, 2.0**-3)},
                    cotangents={"entropy": r.uniform((2, 2))}, flags=["gradient", "batch", "tiny"])
+    yield from grad_study_cases(Rng(f"{COMPONENT.id}/grad-study"))
+
+
+# -- asked for by the mutation study (issue 19) --------------------------------------------
+
+def study_cases(rng):
+    cols = np.array([[0.5, 0.25, 0.125, 0.125], [0.25, 0.25, 0.25, 0.25],
+                     [0.625, 0.125, 0.125, 0.125]])
+    w = np.stack([cols[rng.integers(0, 3, (4,))].T for _ in range(2)])  # (2, 4, 4), axis 1 sums to 1
+    yield value("attention_entropy/axis-002", "attention_entropy",
+                "axis = 1 (positive, not the last) of (2, 4, 4) weights whose axis 1 sums to "
+                "1: the result is (2, 4); reducing the last axis, or normalising axis 1 as "
+                "-1 - 1, fails.",
+                inputs={"weights": w}, attributes={"axis": 1}, flags=["axis"])
+
+
+def grad_study_cases(r):
+    yield gradient("attention_entropy/grad-005", "attention_entropy",
+                   "axis left out (default -1) on (2, 3, 4) weights in [2^-6, 1]: dw = -dH "
+                   "(ln w + 1) along the last axis.",
+                   inputs={"weights": r.uniform((2, 3, 4), 2.0**-6, 1)},
+                   cotangents={"entropy": r.uniform((2, 3))}, flags=["gradient", "defaults"],
+                   omit_defaults=True)

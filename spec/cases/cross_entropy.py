@@ -89,6 +89,7 @@ def cases(rng):
                 inputs={"logits": np.array(0.5), "targets": np.array(0)},
                 error="ShapeError", mentions=["logits"])
     yield from defaults_cases()
+    yield from study_cases()
 
 
 def defaults_cases():
@@ -134,3 +135,37 @@ def grad_cases(r):
                            "targets": np.array([5, 0, 1, 1, 4])},
                    attributes={"reduction": "sum"}, cotangents={"loss": np.array(-0.5)},
                    flags=["gradient", "reduction"])
+    yield from grad_study_cases(Rng(f"{COMPONENT.id}/grad-study"))
+
+
+# -- asked for by the mutation study (issue 19) --------------------------------------------
+
+def study_cases():
+    Rng(f"{COMPONENT.id}/study")  # no random inputs
+    yield value("cross_entropy/overflow-001", "cross_entropy",
+                "Logits beyond float32's exp range (exp overflows above 88.7): rows [96, -96, 90, "
+                "0], [-100, -92, -90, -89] and [89.5, 91, -94, 92], reduction='none'. A "
+                "log-sum-exp without the max subtracted gives inf or nan; with it, every loss "
+                "is finite (e.g. row 1: 96 - 90 + log(1 + e^-6 + ...)).",
+                inputs={"logits": np.array([[96.0, -96.0, 90.0, 0.0], [-100.0, -92.0, -90.0, -89.0],
+                                            [89.5, 91.0, -94.0, 92.0]]),
+                        "targets": np.array([2, 1, 0])},
+                attributes={"reduction": "none"}, flags=["large-logits", "overflow"])
+    yield value("cross_entropy/overflow-002", "cross_entropy",
+                "Logits beyond float64's exp range (exp overflows above 709.8): rows [720, -720, "
+                "712, 0] and [-736, -712, -720, -704], reduction='none': finite losses (8 + "
+                "log(1 + e^-8 + ...) for row 0) in every dtype, not inf or nan.",
+                inputs={"logits": np.array([[720.0, -720.0, 712.0, 0.0],
+                                            [-736.0, -712.0, -720.0, -704.0]]),
+                        "targets": np.array([2, 1])},
+                attributes={"reduction": "none"}, flags=["large-logits", "overflow"])
+
+
+def grad_study_cases(r):
+    t = np.array([[0, 3, -100], [4, -100, 1]])
+    yield gradient("cross_entropy/grad-005", "cross_entropy",
+                   "ignore_index, label_smoothing and reduction left out (-100, 0.0, 'mean'): "
+                   "dlogits = (p - onehot) / 4 over the 4 counted tokens of a (2, 3) batch.",
+                   inputs={"logits": r.uniform((2, 3, 5), -3, 3), "targets": t},
+                   cotangents={"loss": np.array(1.0)}, flags=["gradient", "defaults"],
+                   omit_defaults=True)

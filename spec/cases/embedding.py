@@ -136,3 +136,21 @@ def grad_cases(r):
                    params={"table": r.weights((4, 4)), "b": r.weights((4,))},
                    cotangents={"logits": r.uniform((3, 4))},
                    flags=["gradient", "tied-embeddings", "transpose", "lm-head"])
+    yield from grad_study_cases(Rng(f"{COMPONENT.id}/grad-study"))
+
+
+# -- asked for by the mutation study (issue 19) --------------------------------------------
+
+def grad_study_cases(r):
+    yield gradient("embedding/grad-006", "embedding",
+                   "scale left out (True: sqrt(D) = 2 for D = 4), ids [[3, 0, 3], [1, 3, 2]]: "
+                   "dtable[3] = 2 (dy[0,0] + dy[0,2] + dy[1,1]); an unscaled default fails.",
+                   inputs={"ids": np.array([[3, 0, 3], [1, 3, 2]])},
+                   params={"table": r.weights((5, 4))}, cotangents={"y": r.uniform((2, 3, 4))},
+                   flags=["gradient", "defaults", "repeat"], omit_defaults=True)
+    yield gradient("embedding/grad-007", "lm_head",
+                   "tied left out (False): W (4, 6) and b; a tied default has no table.",
+                   inputs={"x": r.uniform((2, 4))},
+                   params={"w": r.weights((4, 6)), "b": r.weights((6,))},
+                   cotangents={"logits": r.uniform((2, 6))}, flags=["gradient", "defaults"],
+                   omit_defaults=True)

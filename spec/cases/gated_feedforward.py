@@ -134,3 +134,17 @@ def grad_cases(r):
                    "activation='silu', a single token (rank-1 x), D = 5, F = 3.",
                    inputs={"x": r.uniform((5,))}, params=p(5, 3),
                    cotangents={"y": r.uniform((5,))}, flags=["gradient", "silu", "rank-1"])
+    yield from grad_study_cases(Rng(f"{COMPONENT.id}/grad-study"))
+
+
+# -- asked for by the mutation study (issue 19) --------------------------------------------
+
+def grad_study_cases(r):
+    yield gradient("gated_feedforward/grad-005", "gated_feedforward",
+                   "activation left out (default 'silu'), x (2, 3, 4), F = 6: a GELU default "
+                   "fails.",
+                   inputs={"x": r.uniform((2, 3, 4))},
+                   params={"w_gate": r.weights((4, 6)), "w_up": r.weights((4, 6)),
+                           "w_down": r.weights((6, 4))},
+                   cotangents={"y": r.uniform((2, 3, 4))}, flags=["gradient", "defaults"],
+                   omit_defaults=True)

@@ -190,3 +190,16 @@ def grad_cases(r):
                    inputs={"x": r.uniform((8,), -0.5, 0.5)},
                    attributes={"variant": "annotated", "eps": 0.25}, params=_gb(r, 8),
                    cotangents={"y": r.uniform((8,))}, flags=["gradient", "annotated", "eps"])
+    yield from grad_study_cases(Rng(f"{COMPONENT.id}/grad-study"))
+
+
+# -- asked for by the mutation study (issue 19) --------------------------------------------
+
+def grad_study_cases(r):
+    yield gradient("layer_norm/grad-005", "layer_norm",
+                   "eps and variant left out (1e-5, canonical) on inputs in {-2^-6, 0, 2^-6} "
+                   "(variance ~1e-4, so eps = 1e-5 shifts the gradient by ~5%; 1e-6 or the "
+                   "annotated variant fail).",
+                   inputs={"x": r.uniform((3, 6), -2.0**-6, 2.0**-6)}, params=_gb(r, 6),
+                   cotangents={"y": r.uniform((3, 6))}, flags=["gradient", "defaults", "eps"],
+                   omit_defaults=True)

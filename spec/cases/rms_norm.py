@@ -134,3 +134,17 @@ def grad_cases(r):
     yield gradient("rms_norm/grad-004", "rms_norm", "A rank-1 input of width 8.",
                    inputs={"x": r.uniform((8,))}, params=g(8), cotangents={"y": r.uniform((8,))},
                    flags=["gradient", "rank-1"])
+    yield from grad_study_cases(Rng(f"{COMPONENT.id}/grad-study"))
+
+
+# -- asked for by the mutation study (issue 19) --------------------------------------------
+
+def grad_study_cases(r):
+    yield gradient("rms_norm/grad-005", "rms_norm",
+                   "eps left out (1e-6) on inputs that are multiples of 2^-9 in [-2^-8, 2^-8] "
+                   "(mean square ~7e-6): a default of 1e-5 or 1e-8 changes the gradient by "
+                   "more than 4%.",
+                   inputs={"x": r.uniform((3, 6), -2.0**-8, 2.0**-8, 2.0**-9)},
+                   params={"gamma": 1.0 + r.weights((6,), 0.5)},
+                   cotangents={"y": r.uniform((3, 6))}, flags=["gradient", "defaults", "eps"],
+                   omit_defaults=True)

@@ -67,6 +67,7 @@ def cases(rng):
                 inputs={"x": rng.uniform((8,))}, error="ShapeError", mentions=["x"])
     yield from defaults_cases()
     yield from _edges(Rng(f"{COMPONENT.id}/edges"))
+    yield from study_cases(Rng(f"{COMPONENT.id}/study"))
 
 
 # -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
@@ -87,6 +88,18 @@ def _edges(rng):
                 "(2, 3, 0) gives y (2, 3, 0) (0 is even; not an error).",
                 inputs={"x": np.zeros((2, 3, 0))}, attributes={"offset": 2},
                 flags=["empty-axis", "edge"])
+
+
+def study_cases(rng):
+    """Asked for by the mutation study (issue 19): a base that is not a number."""
+    yield error("rope/bad-base-002", "rope",
+                "base = True: a bool is not a number here (Python's True == 1 would give "
+                "theta = 1 for every pair).",
+                inputs={"x": rng.uniform((1, 4, 8))}, attributes={"base": True},
+                error="ConfigError", mentions=["base"])
+    yield error("rope/bad-base-003", "rope", "base = '10000', a string.",
+                inputs={"x": rng.uniform((1, 4, 8))}, attributes={"base": "10000"},
+                error="ConfigError", mentions=["base"])
 
 
 def grad_cases(r):
@@ -115,3 +128,14 @@ def grad_cases(r):
                    attributes={"offset": 37, "base": 100.0, "convention": "half"},
                    cotangents={"y": r.uniform((3, 10))},
                    flags=["gradient", "half", "base", "rank-2"])
+    yield from grad_study_cases(Rng(f"{COMPONENT.id}/grad-study"))
+
+
+# -- asked for by the mutation study (issue 19) --------------------------------------------
+
+def grad_study_cases(r):
+    yield gradient("rope/grad-005", "rope",
+                   "offset, base and convention left out (0, 10000, interleaved): x (1, 6, 8); "
+                   "the half convention or base 500000 fails.",
+                   inputs={"x": r.uniform((1, 6, 8))}, cotangents={"y": r.uniform((1, 6, 8))},
+                   flags=["gradient", "defaults"], omit_defaults=True)

@@ -426,3 +426,16 @@ def _grad_gqa_softcap(r):
 def grad_cases(r):
     yield from _grad(r)
     yield from _grad_gqa_softcap(r)
+    yield from grad_study_cases(Rng(f"{COMPONENT.id}/grad-study"))
+
+
+# -- asked for by the mutation study (issue 19) --------------------------------------------
+
+def grad_study_cases(r):
+    yield gradient("sdpa/grad-010", "sdpa",
+                   "scale (and num_kv_heads, softcap) left out: c = 1/sqrt(K) = 1/4 for K = 16, "
+                   "on (2, 3, 16) queries and 4 keys in [-2, 2]; a default of c = 1 fails.",
+                   inputs={"q": r.uniform((2, 3, 16)), "k": r.uniform((2, 4, 16)),
+                           "v": r.uniform((2, 4, 3))},
+                   cotangents={"output": r.uniform((2, 3, 3))},
+                   flags=["gradient", "defaults"], omit_defaults=True)

@@ -7,7 +7,7 @@ import numpy as np
 from ..oracle.seq2seq_attention import greedy
 from ..oracle.seq2seq_attention import seq2seq_attention as oracle
 from ..oracle.seq2seq_attention import seq2seq_greedy_decode as oracle_decode
-from ._build import Component, Fn, error, gradient, value
+from ._build import Component, Fn, Rng, error, gradient, value
 from .gru_cell import gru_params
 
 COMPONENT = Component("seq2seq_attention", {
@@ -178,6 +178,37 @@ def cases(rng):
                 inputs={"src_ids": src_batch(rng, [3, 2], 3)},
                 attributes=dec("additive", 5, eos_id=16),
                 params=base, error="ConfigError", mentions=["eos_id", "16"])
+    yield from tie_cases(Rng(f"{COMPONENT.id}/tie"))
+
+
+def tie_cases(rng, tries=400):
+    """A greedy decode whose top two logits are exactly equal (issue 19's mutation study):
+    out.w's and out.b's column 3 copy those of the token row 0 picks first (id >= 4), so the
+    two logits are equal at every step and, where they lead, the rule "ties: the lowest id"
+    picks 3. Every other top-2 margin stays above MARGIN."""
+    for _ in range(tries):
+        params = s2s_params(rng, "dot", vocab=12, out_scale=4.0)
+        src = src_batch(rng, [5, 3], 5)
+        first = int(greedy(src, "dot", PAD, BOS, EOS, 6, params)[0][0, 1])
+        if first < 4:
+            continue
+        params["out.w"][:, 3], params["out.b"][3] = params["out.w"][:, first], params["out.b"][first]
+        ids, chosen = greedy(src, "dot", PAD, BOS, EOS, 6, params)
+        tops = [sorted(set(row))[-2:] for _, _, row in chosen]
+        tied = sum(1 for _, _, row in chosen if row[3] == max(row))
+        if all(len(t) == 2 and t[1] - t[0] > MARGIN for t in tops) and tied >= 2 \
+                and len(set(ids[:, 1:].ravel().tolist())) >= 3:
+            yield value("seq2seq_attention/greedy-tie-001", "seq2seq_greedy_decode",
+                        f"Greedy decoding (dot, B=2, S=5, max_len=6, L=12) with tied top "
+                        f"logits: token 3's output column and bias equal token {first}'s, so "
+                        f"their logits are equal at every step; where they lead ({tied} "
+                        f"steps) the rule is the lowest id wins (as argmax's first maximum: "
+                        f"numpy, torch, jax), so 3 is emitted, never {first}. Taking the last "
+                        f"maximum fails; every other top-2 margin is above {MARGIN}.",
+                        inputs={"src_ids": src}, attributes=dec("dot", 6), params=params,
+                        flags=["decoding", "dot", "ties"])
+            return
+    raise RuntimeError(f"no tied decoding candidate in {tries} tries")
 
 
 def grad_cases(r):

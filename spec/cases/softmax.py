@@ -146,3 +146,14 @@ def grad_cases(r):
                    "saturated row is tiny and must not come out as NaN or a large value.",
                    inputs={"x": r.uniform((2, 7), -8, 8, 2.0**-4)},
                    cotangents={"y": r.uniform((2, 7))}, flags=["gradient", "large-logits"])
+    yield from grad_study_cases(Rng(f"{COMPONENT.id}/grad-study"))
+
+
+# -- asked for by the mutation study (issue 19) --------------------------------------------
+
+def grad_study_cases(r):
+    yield gradient("softmax/grad-005", "softmax",
+                   "axis and mask left out (the last axis, every entry kept) on a (2, 3, 4) "
+                   "input: a default of axis 0 or 1 fails.",
+                   inputs={"x": r.uniform((2, 3, 4))}, cotangents={"y": r.uniform((2, 3, 4))},
+                   flags=["gradient", "defaults"], omit_defaults=True)
