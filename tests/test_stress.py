@@ -11,8 +11,16 @@ import pytest
 from attnspec.spec import fastoracle as fo
 from attnspec.spec.cases._build import Rng
 from attnspec.spec.errors import VectorFileError
-from attnspec.spec.oracle.core import tofloat
-from attnspec.spec.oracle.grad import VJPS
+from attnspec.spec.oracle import vjps
+from attnspec.spec.oracle.core import precision, tofloat
+
+VJPS = vjps()
+
+
+@pytest.fixture(autouse=True)
+def _oracle_precision():
+    with precision():
+        yield
 
 
 def _exact(fast, slow):

@@ -123,7 +123,9 @@ def _rows(rng: np.random.Generator, n: int, k: int = SAMPLE_ROWS) -> list[int]:
 def mp_check(vid: str, fn: str, x: dict, p: dict, a: dict, cot, outputs: dict, grads) -> int:
     """Compare sampled rows (or everything, where cheap) with the mpmath oracle; returns the
     number of elements compared."""
-    from ..oracle.grad import VJPS
+    from ..oracle import vjps
+
+    VJPS = vjps()
 
     rng = np.random.default_rng(int.from_bytes(hashlib.sha256(vid.encode()).digest()[:4], "little"))
     n = 0
@@ -261,6 +263,14 @@ def _sdpa_kv_columns(vid, x, a, cot, grads, rng) -> int:
 # -- writing ---------------------------------------------------------------------------------
 
 def build_vector(c: dict, derived: dict, check_mp: bool = True) -> tuple[dict, bytes, int]:
+    """One vector, at the mpmath oracle's working precision (it sets none at import)."""
+    from ..oracle.core import precision
+
+    with precision():
+        return _build_vector(c, derived, check_mp)
+
+
+def _build_vector(c: dict, derived: dict, check_mp: bool = True) -> tuple[dict, bytes, int]:
     from ..generate import _tolerances
 
     vid = c["id"]
