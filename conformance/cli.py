@@ -22,7 +22,6 @@ error, printed with its traceback: that is a bug in attnspec, please report it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -113,16 +112,22 @@ def pytest_args(backend, device, dtype, json_path, extra=(), options=(), *, vect
 
 def verify_session(args):
     """The suite's Session for ``attnspec verify``'s arguments, or CommandError (one line)
-    naming what stops the run before the suite starts. Sets ``args.jobs`` to a count."""
+    naming what stops the run before the suite starts. Sets ``args.jobs`` to a count and
+    ``args.hypothesis_profile`` to a profile name."""
+    from .jobs import JobsError, parse_jobs
     from .plugin import Session, SuiteConfigError
-    from .shards import parse_jobs
 
     try:
         if args.json:
             _check_writable(args.json)
-        args.jobs = parse_jobs(getattr(args, "jobs", 1))
-    except SuiteConfigError as exc:
+        args.hypothesis_profile = _hypothesis_profile(args.hypothesis_profile)
+        _check_keyword(args.k)
+        default = "auto" if args.device == "cpu" else "1"  # a GPU is one device, shared
+        args.jobs, clamped = parse_jobs(args.jobs or default)
+    except (SuiteConfigError, JobsError) as exc:
         raise CommandError(str(exc)) from None
+    if clamped:
+        print(f"attnspec verify: {clamped}", file=sys.stderr, flush=True)
     session = Session(backend=args.backend, device=args.device, dtype=args.dtype,
                       options=args.backend_option, vectors_dir=args.vectors_dir,
                       known_path=args.known_failures, timeout=_timeout(args))
@@ -131,97 +136,142 @@ def verify_session(args):
     return session
 
 
+def _hypothesis_profile(name: str | None) -> str:
+    """``--hypothesis-profile`` (or ATTNSPEC_HYPOTHESIS_PROFILE): one of the suite's."""
+    from .plugin import HYPOTHESIS_PROFILES, SuiteConfigError
+
+    name = name or "ci"
+    if name not in HYPOTHESIS_PROFILES:
+        raise SuiteConfigError(f"--hypothesis-profile {name!r} (or ATTNSPEC_HYPOTHESIS_PROFILE)"
+                               f" is not one of the suite's profiles: "
+                               f"{', '.join(HYPOTHESIS_PROFILES)}")
+    return name
+
+
+def _check_keyword(k: str | None) -> None:
+    """A -k that pytest cannot parse: one line naming it, before the suite starts."""
+    from _pytest.mark.expression import Expression
+
+    from .plugin import SuiteConfigError
+
+    if not k or not k.strip():
+        return
+    try:
+        Expression.compile(k)
+    except SyntaxError as exc:
+        raise SuiteConfigError(f"-k {k!r} is not a pytest -k expression: at column "
+                               f"{exc.offset}: {exc.msg}") from None
+
+
+# -k words naming a framework whose tests exist only where it is installed: (module, extra)
+OPTIONAL_FRAMEWORKS = {"transformers": ("transformers", "hf"), "flax": ("flax", "flax"),
+                       "onnx": ("onnx", "onnx")}
+
+
+def _selected_nothing(k: str | None) -> str:
+    """Why a run selected no test: the -k, and a framework it names that is not installed."""
+    import importlib.util
+    import re
+
+    if not k:
+        return "the suite selected no test"
+    words = set(re.findall(r"[A-Za-z_]+", k))
+    for word, (module, extra) in OPTIONAL_FRAMEWORKS.items():
+        if word in words and importlib.util.find_spec(module) is None:
+            return (f"-k {k!r} selects no test: {module} is not installed, so the suite has no "
+                    f"{word} tests (pip install 'attnspec[{extra}]')")
+    return f"-k {k!r} selects none of the suite's tests (see `pytest --collect-only`)"
+
+
 def _timeout(args):
     """Seconds per test: ``--timeout`` where the parser has it, else ATTNSPEC_TIMEOUT."""
     return getattr(args, "timeout", None) or os.environ.get("ATTNSPEC_TIMEOUT")
 
 
-def _verify_here(argv: list[str]) -> tuple[dict | None, int, str]:
-    """The suite in this process: (results document or None, pytest's exit status, why)."""
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP during the suite: pytest (and xdist, which then stops its
+    workers) ends the run as for Ctrl-C; ``signum`` gives the exit status."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+def _terminate(signum, frame):
+    raise Terminated(signum)
+
+
+def run_suite(argv: list[str]):
+    """The suite in this process (and, with ``-n``, in xdist's workers): (the session,
+    pytest's exit status). No temporary file: the results come from the session."""
     import pytest
 
-    from .plugin import SUITE_DIR
-
-    fd, json_path = tempfile.mkstemp(suffix=".json", prefix="attnspec-")
-    os.close(fd)
-    try:
-        with _removed_when_stopped(json_path):
-            # from the suite's folder: pytest loads a conftest.py from the current folder
-            here = os.getcwd()
-            os.chdir(SUITE_DIR)
-            try:
-                code = pytest.main([*argv, f"--attnspec-json={json_path}"])
-            finally:
-                os.chdir(here)
-        with open(json_path, encoding="utf-8") as f:
-            doc = json.load(f) if os.path.getsize(json_path) else None
-    finally:
-        os.unlink(json_path)
-    return doc, int(code), f"pytest exit status {int(code)}"
-
-
-@contextlib.contextmanager
-def _removed_when_stopped(path: str):
-    """SIGTERM or SIGHUP (as ``attnspec report`` stops its child) remove ``path``, then
-    end the process by that signal as it would have ended anyway: pytest would catch an
-    exception raised here as a test's error, so none is raised. The suite's watchdog,
-    which ends the process with os._exit, removes it too (plugin.REMOVE_ON_HARD_STOP)."""
-    import signal
-
-    from .plugin import REMOVE_ON_HARD_STOP
+    from .plugin import SUITE_DIR, session
     from .report import handling
 
-    def stop(signum, frame):
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
+    class Keep:
+        config = None
 
-    REMOVE_ON_HARD_STOP.add(path)
+        def pytest_configure(self, config):
+            self.config = config
+
+    keep = Keep()
+    here = os.getcwd()
+    os.chdir(SUITE_DIR)  # pytest loads a conftest.py from the current folder
     try:
-        with handling(stop):
-            yield
+        with handling(_terminate):
+            code = pytest.main(argv, plugins=[keep])
     finally:
-        REMOVE_ON_HARD_STOP.discard(path)
+        os.chdir(here)
+    return (session(keep.config) if keep.config is not None else None), int(code)
 
 
-def _verify_in_parts(argv: list[str], jobs: int, session) -> tuple[dict | None, int, str]:
-    """The suite as ``jobs`` processes (shards.py). Ctrl-C, SIGTERM or SIGHUP stop every
-    part's process group before the interruption goes on."""
-    import shutil
-
-    from .plugin import SUITE_DIR
-    from .report import Stopped, handling, raise_stopped, stop
-    from .shards import merge, run_parts, temporary_dir
-
-    work = temporary_dir()
-    state: dict = {"procs": []}
-    try:
-        with handling(raise_stopped):
-            parts = run_parts(argv, jobs, SUITE_DIR, work,
-                              lambda line: print(line, flush=True), state)
-            return merge(parts, session)
-    except Stopped as exc:
-        print("attnspec verify: interrupted", file=sys.stderr)
-        sys.exit(exc.code)
-    finally:
-        for proc in state["procs"]:  # every part's process group, on any way out
-            stop(proc)
-        shutil.rmtree(work, ignore_errors=True)
+# Less free space than this on --json's filesystem refuses the run before it starts
+# (a full run's results are ~1-2 MB).
+MIN_FREE_BYTES = 16 << 20
 
 
 def _check_writable(path: str) -> None:
+    """--json's folder takes a new file and has room: else one line, before the run."""
     from .plugin import SuiteConfigError
 
-    existed = os.path.exists(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise SuiteConfigError(f"--json {path}: is a folder")
     try:
-        with open(path, "a", encoding="utf-8"):
-            pass
+        fd, probe = tempfile.mkstemp(prefix=".attnspec-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+        free = os.statvfs(folder)
     except OSError as exc:
         raise SuiteConfigError(f"--json {path}: cannot write there ({exc.strerror or exc})"
                                ) from None
-    if not existed:
-        os.unlink(path)
+    if free.f_bavail * free.f_frsize < MIN_FREE_BYTES:
+        raise SuiteConfigError(f"--json {path}: only {free.f_bavail * free.f_frsize} bytes free "
+                               f"on its filesystem (at least {MIN_FREE_BYTES >> 20} MiB wanted)")
+
+
+def _keep_results(doc: dict, path: str) -> int:
+    """Write --json atomically; where that fails, keep the results in the temporary folder
+    and say where (one line, exit 2) rather than lose the run."""
+    from .plugin import write_json
+
+    try:
+        write_json(doc, path)
+        return 0
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+    fd, kept = tempfile.mkstemp(prefix="attnspec-verify-results-", suffix=".json")
+    os.close(fd)
+    try:
+        write_json(doc, kept)
+    except OSError as exc:
+        print(f"attnspec verify: error: --json {path}: cannot write it ({why}), nor {kept} "
+              f"({exc.strerror or exc}); the table above is all that is left", file=sys.stderr)
+        return 2
+    print(f"attnspec verify: error: --json {path}: cannot write it ({why}); the results are "
+          f"in {kept}", file=sys.stderr)
+    return 2
 
 
 def _absolute(path):
@@ -229,20 +279,33 @@ def _absolute(path):
 
 
 def cmd_verify(args) -> int:
-    session = verify_session(args)  # a fault: one line, exit 2 (main)
+    verify_session(args)  # a fault: one line, exit 2 (main)
     extra = ["-x"] if args.exitfirst else []
     if args.k:
         extra += ["-k", args.k]
+    if args.jobs > 1:
+        extra += ["-n", str(args.jobs), "--dist", "loadgroup"]
     argv = pytest_args(args.backend, args.device, args.dtype, None, extra,
                        args.backend_option, vectors_dir=_absolute(args.vectors_dir),
                        known_failures=_absolute(args.known_failures), timeout=_timeout(args))
+    os.environ["ATTNSPEC_HYPOTHESIS_PROFILE"] = args.hypothesis_profile  # workers inherit it
     if args.jobs > 1:
-        doc, code, why = _verify_in_parts(argv, args.jobs, session)
-    else:
-        doc, code, why = _verify_here(argv)
-    if doc is None:
-        print(f"attnspec verify: the suite did not run ({why})", file=sys.stderr)
-        return int(code) or 1
+        print(f"attnspec verify: {args.jobs} processes (pytest-xdist, --dist loadgroup)",
+              flush=True)
+    s, code = run_suite(argv)
+    if s is None or s.doc is None:
+        print(f"attnspec verify: the suite did not run (pytest exit status {code})",
+              file=sys.stderr)
+        return code or 1
+    doc = s.doc
+    if s.interrupted:
+        kept = f"; --json {args.json} left as it was" if args.json else ""
+        print(f"\nattnspec verify: interrupted: the run stopped after {len(doc['results'])} "
+              f"vector result(s); no table{kept}", file=sys.stderr)
+        return 128 + s.interrupted
+    if code == 5:  # pytest: no test collected or all deselected
+        print(f"attnspec verify: error: {_selected_nothing(args.k)}", file=sys.stderr)
+        return 2
     print()
     print(summary_table(doc))
     for note in doc.get("notes", []):
@@ -250,9 +313,8 @@ def cmd_verify(args) -> int:
     for line in doc.get("stale_known_failures", []):
         print(f"attnspec verify: stale known failure: {line}", file=sys.stderr)
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1)
-    return int(code)
+        return _keep_results(doc, args.json) or code
+    return code
 
 
 def summary_table(doc: dict) -> str:
@@ -471,9 +533,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="known-failure patterns (default: the backend's known_failures.txt)")
     s.add_argument("-x", "--exitfirst", action="store_true",
                    help="stop at the first failure (with --jobs: each process at its own)")
-    s.add_argument("--jobs", default=os.environ.get("ATTNSPEC_JOBS", "1"), metavar="N",
-                   help="run the suite as N processes at once, or auto (one per usable CPU, "
-                        "at most 8); env ATTNSPEC_JOBS; default 1")
+    s.add_argument("--jobs", default=os.environ.get("ATTNSPEC_JOBS"), metavar="N|auto",
+                   help="run the suite as N processes (pytest-xdist, a (component, dtype) per "
+                        "process), or auto: one per usable CPU, at most 8; never more than "
+                        "the usable CPUs and the memory allow. Env ATTNSPEC_JOBS; default "
+                        "auto on the cpu device, 1 on a GPU")
+    s.add_argument("--hypothesis-profile", default=os.environ.get("ATTNSPEC_HYPOTHESIS_PROFILE"),
+                   metavar="NAME", help="the property tests' hypothesis profile: ci "
+                   "(reproducible, 20 examples) or thorough (500, random); env "
+                   "ATTNSPEC_HYPOTHESIS_PROFILE; default ci")
     s.set_defaults(func=cmd_verify)
 
     s = sub.add_parser("generate", help="regenerate the vector files from the oracle")

@@ -6,6 +6,8 @@ skipped with that reason (never a pass that asserted nothing)."""
 
 import pytest
 
+pytestmark = pytest.mark.extras
+
 
 def _checks(config):
     from attnspec.conformance.plugin import session
