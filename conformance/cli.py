@@ -351,11 +351,25 @@ def cmd_generate(args) -> int:
     from attnspec.spec.generate import GenerationError, generate
     from attnspec.spec.vectors import VECTORS_DIR
 
+    from .jobs import JobsError, parse_jobs
+    from .report import Stopped, handling, raise_stopped
+
     try:
-        changed = generate(args.dir or VECTORS_DIR, check=args.check, jobs=args.jobs,
-                           only=args.only.split(",") if args.only else None)
+        jobs, clamped = parse_jobs(args.jobs)
+    except JobsError as exc:
+        raise CommandError(str(exc)) from None
+    if clamped:
+        print(f"attnspec generate: {clamped}", file=sys.stderr, flush=True)
+    try:
+        with handling(raise_stopped):  # SIGTERM/SIGHUP: the pool is stopped on the way out
+            changed = generate(args.dir or VECTORS_DIR, check=args.check, jobs=jobs,
+                               only=args.only.split(",") if args.only else None)
     except GenerationError as exc:
         raise CommandError(str(exc)) from None
+    except Stopped as exc:
+        print(f"attnspec generate: interrupted ({exc}); its worker processes are stopped",
+              file=sys.stderr)
+        return exc.code
     if args.check:
         if changed:
             print("attnspec generate --check: these files would change:", file=sys.stderr)
@@ -547,7 +561,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("generate", help="regenerate the vector files from the oracle")
     s.add_argument("--check", action="store_true", help="write nothing; fail if a byte would change")
     s.add_argument("--dir", help="write here instead of the package's vector directory")
-    s.add_argument("--jobs", type=int, default=2)
+    s.add_argument("--jobs", default="2", metavar="N|auto",
+                   help="processes building the vector files (default 2; at most the usable "
+                        "CPUs and what the memory allows)")
     s.add_argument("--only", metavar="C1,C2", help="rebuild only these components")
     s.set_defaults(func=cmd_generate)
 
