@@ -22,6 +22,7 @@ error, printed with its traceback: that is a bug in attnspec, please report it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -122,8 +123,7 @@ def verify_session(args):
             _check_writable(args.json)
         args.hypothesis_profile = _hypothesis_profile(args.hypothesis_profile)
         _check_keyword(args.k)
-        default = "auto" if args.device == "cpu" else "1"  # a GPU is one device, shared
-        args.jobs, clamped = parse_jobs(args.jobs or default)
+        args.jobs, clamped = parse_jobs(args.jobs or default_jobs(args.device))
     except (SuiteConfigError, JobsError) as exc:
         raise CommandError(str(exc)) from None
     if clamped:
@@ -134,6 +134,12 @@ def verify_session(args):
     if session.problem:
         raise CommandError(session.problem)
     return session
+
+
+def default_jobs(device: str) -> str:
+    """``--jobs`` when neither it nor ATTNSPEC_JOBS is given: a process per CPU on the cpu
+    device; one on an accelerator, which the processes would share."""
+    return "auto" if device == "cpu" else "1"
 
 
 def _hypothesis_profile(name: str | None) -> str:
@@ -188,17 +194,16 @@ def _timeout(args):
     return getattr(args, "timeout", None) or os.environ.get("ATTNSPEC_TIMEOUT")
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP during the suite: pytest (and xdist, which then stops its
-    workers) ends the run as for Ctrl-C; ``signum`` gives the exit status."""
-
-    def __init__(self, signum: int):
-        super().__init__(f"signal {signum}")
-        self.signum = signum
+_SIGNALLED: list[int] = []  # the SIGTERM or SIGHUP that stopped the suite
 
 
 def _terminate(signum, frame):
-    raise Terminated(signum)
+    """SIGTERM or SIGHUP during the suite: a KeyboardInterrupt, raised as Ctrl-C raises it
+    (pytest, and xdist, which then stops its workers, end the run as for Ctrl-C)."""
+    import signal
+
+    _SIGNALLED.append(signum)
+    signal.default_int_handler(signum, frame)
 
 
 def run_suite(argv: list[str]):
@@ -278,8 +283,27 @@ def _absolute(path):
     return os.path.abspath(path) if path else path
 
 
+def _preflight(args) -> int:
+    """``verify --preflight`` (what ``attnspec report`` runs first for each backend): the
+    arguments resolved and the tests collected, none run; a fault is the one line."""
+    extra = ["--collect-only", "-q"] + (["-k", args.k] if args.k else [])
+    argv = pytest_args(args.backend, args.device, args.dtype, None, extra, args.backend_option,
+                       vectors_dir=_absolute(args.vectors_dir),
+                       known_failures=_absolute(args.known_failures), timeout=_timeout(args))
+    with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
+        _, code = run_suite(argv)
+    if code == 5:
+        raise CommandError(_selected_nothing(args.k))
+    if code != 0:
+        raise CommandError(f"the suite cannot be collected (pytest exit status {code}); run "
+                           f"`attnspec verify` with the same arguments to see why")
+    return 0
+
+
 def cmd_verify(args) -> int:
     verify_session(args)  # a fault: one line, exit 2 (main)
+    if args.preflight:
+        return _preflight(args)
     extra = ["-x"] if args.exitfirst else []
     if args.k:
         extra += ["-k", args.k]
@@ -302,7 +326,7 @@ def cmd_verify(args) -> int:
         kept = f"; --json {args.json} left as it was" if args.json else ""
         print(f"\nattnspec verify: interrupted: the run stopped after {len(doc['results'])} "
               f"vector result(s); no table{kept}", file=sys.stderr)
-        return 128 + s.interrupted
+        return 128 + (_SIGNALLED[-1] if _SIGNALLED else s.interrupted)
     if code == 5:  # pytest: no test collected or all deselected
         print(f"attnspec verify: error: {_selected_nothing(args.k)}", file=sys.stderr)
         return 2
@@ -516,10 +540,49 @@ def cmd_report(args) -> int:
     if not backends:
         raise CommandError(f"--backends {args.backends!r} names no backend; give one or "
                            f"more, e.g. --backends numpy,torch")
+    _report_preflight(args, backends)
     return run_report(backends, args.out, devices=args.devices,
                       pythons=parse_pythons(args.python), k=args.k, dtype=args.dtype,
                       options=args.backend_option, quiet=args.quiet,
                       command="attnspec " + " ".join(sys.argv[1:]), force=args.force)
+
+
+def _report_preflight(args, backends: list[str]) -> None:
+    """Every (backend, device) of a report collects the suite with the report's arguments
+    (``verify --preflight``, with the interpreter that will run it) before any runs, so a
+    bad backend, dtype, option or -k is one line and no report is written."""
+    import subprocess
+
+    from attnspec.backends import available
+
+    from .plugin import SuiteConfigError, parse_backend_options, parse_dtypes
+    from .report import interpreter, parse_devices, parse_pythons
+
+    unknown = [b for b in backends if b not in available()]
+    if unknown:
+        raise CommandError(f"--backends: unknown backend {unknown[0]!r}; registered: "
+                           f"{', '.join(sorted(available()))}")
+    try:
+        parse_dtypes(args.dtype)
+        parse_backend_options(args.backend_option)
+        _check_keyword(args.k)
+    except SuiteConfigError as exc:
+        raise CommandError(str(exc)) from None
+    pythons = parse_pythons(args.python)
+    for backend, devices in parse_devices(args.devices, backends).items():
+        for device in devices:
+            cmd = [interpreter(backend, pythons), "-m", "attnspec.conformance.cli", "verify",
+                   "--preflight", "--backend", backend, "--device", device, "--jobs", "1"]
+            cmd += (["--dtype", args.dtype] if args.dtype else []) + (["-k", args.k] if args.k
+                                                                      else [])
+            for o in args.backend_option:
+                cmd += ["--backend-option", o]
+            p = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+            if p.returncode != 0:
+                last = next((ln for ln in reversed(p.stderr.splitlines()) if ln.strip()),
+                            f"exit status {p.returncode}")
+                raise CommandError(f"{backend}/{device}: "
+                                   f"{last.removeprefix('attnspec verify: error: ')}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -552,6 +615,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "process), or auto: one per usable CPU, at most 8; never more than "
                         "the usable CPUs and the memory allow. Env ATTNSPEC_JOBS; default "
                         "auto on the cpu device, 1 on a GPU")
+    s.add_argument("--preflight", action="store_true", help=argparse.SUPPRESS)
     s.add_argument("--hypothesis-profile", default=os.environ.get("ATTNSPEC_HYPOTHESIS_PROFILE"),
                    metavar="NAME", help="the property tests' hypothesis profile: ci "
                    "(reproducible, 20 examples) or thorough (500, random); env "
