@@ -375,8 +375,8 @@ def pytest_report_header(config):
 
 
 def pytest_keyboard_interrupt(excinfo):
-    """Ctrl-C, or SIGTERM/SIGHUP turned into a KeyboardInterrupt by ``attnspec verify``
-    (``signum`` on the exception): the results are partial."""
+    """Ctrl-C, or SIGTERM/SIGHUP that ``attnspec verify`` turns into one: the results are
+    partial (no JSON is written; verify prints no table)."""
     for s in _RUNNING:
         s.interrupted = getattr(excinfo.value, "signum", 2)
 

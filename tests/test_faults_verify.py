@@ -118,10 +118,12 @@ def test_verify_on_the_cpu_runs_several_processes_by_default(tmp_path):
 # -- the per-test time limit ---------------------------------------------------------------
 
 
-def test_a_test_past_the_time_limit_is_a_failure_in_the_table_and_the_json(site, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_test_past_the_time_limit_is_a_failure_in_the_table_and_the_json(site, tmp_path,  # noqa: F811
+                                                                             jobs):
     out = tmp_path / "r.json"
     p = verify("--backend", "hangs", "-k", "test_value and softmax/basic-001", "--dtype",
-               "float64", "--json", str(out),
+               "float64", "--json", str(out), "--jobs", jobs,
                env={"PYTHONPATH": str(site), "ATTNSPEC_TIMEOUT": "1"}, timeout=120)
     assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
     results = json.loads(out.read_text())["results"]

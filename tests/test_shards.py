@@ -126,6 +126,11 @@ def test_a_bad_job_count_is_one_line():
     assert p.stderr.strip().count("\n") == 0 and "--jobs '0'" in p.stderr
 
 
+def test_auto_jobs_is_at_least_one():  # tests/test_required_frameworks.py runs this one
+    count, line = jobs.parse_jobs("auto")
+    assert 1 <= count <= jobs.MAX_AUTO_JOBS and line is None
+
+
 def test_the_job_count_is_bounded_by_the_cpus_and_the_memory(monkeypatch):
     monkeypatch.setattr(jobs, "usable_cpus", lambda: 4)
     monkeypatch.setattr(jobs, "available_memory", lambda: 64 << 30)
