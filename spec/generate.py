@@ -17,9 +17,9 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import multiprocessing
 import pkgutil
 import re
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import mpmath
@@ -448,8 +448,12 @@ def generate(directory: Path | str = VECTORS_DIR, check: bool = False, jobs: int
     per = [{k: e for k, e in frozen.items() if k.split("/")[0] == m and "/stress-" not in k}
            for m in modules]
     if jobs > 1 and len(modules) > 1:
-        with ProcessPoolExecutor(jobs) as pool:
-            built = list(pool.map(build_component, modules, per, [derived] * len(modules)))
+        # Leaving the block by any exception (Ctrl-C, or SIGTERM made one by the caller)
+        # terminates the workers: none outlives the run.
+        with multiprocessing.Pool(min(jobs, len(modules)), initializer=_worker_ignores_ctrl_c
+                                  ) as pool:
+            built = pool.starmap(build_component, zip(modules, per, [derived] * len(modules)),
+                                 chunksize=1)
     else:
         built = [build_component(m, f, derived) for m, f in zip(modules, per)]
     files = {name: text.encode("utf-8") for name, text, _ in built}
@@ -482,6 +486,18 @@ def generate(directory: Path | str = VECTORS_DIR, check: bool = False, jobs: int
         name = f"{SPEC_VERSION}.json"
         changed += [f"releases/{n}" for n in _write(Path(releases_dir), {name: record}, check)]
     return changed
+
+
+def _worker_ignores_ctrl_c() -> None:
+    """Ctrl-C reaches the whole process group: the parent stops the pool, so a worker
+    prints no traceback of its own. SIGTERM and SIGHUP end a worker (the pool's
+    terminate sends SIGTERM), whatever handler the parent had when it forked."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
 
 
 def _check_derived(derived: dict, entries: list[dict], modules: list[str]) -> None:

@@ -83,7 +83,8 @@ def site(tmp_path_factory):
 
 
 def verify(*args, cwd=None, env=None, timeout=300):
-    env = {**os.environ, "ATTNSPEC_HYPOTHESIS_PROFILE": "ci", **(env or {})}
+    """``attnspec verify`` in one process unless ``--jobs`` or ATTNSPEC_JOBS says otherwise."""
+    env = {**os.environ, "ATTNSPEC_HYPOTHESIS_PROFILE": "ci", "ATTNSPEC_JOBS": "1", **(env or {})}
     return subprocess.run([sys.executable, "-m", "attnspec.conformance.cli", "verify", *args],
                           capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
 

@@ -1,9 +1,12 @@
 """Invariants of the positional components (hypothesis). Each test name is the invariant."""
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+
+pytestmark = pytest.mark.properties
 
 unit = st.floats(-2, 2, allow_nan=False, width=32)
 even_width = st.integers(1, 8).map(lambda h: 2 * h)
