@@ -336,9 +336,16 @@ def cmd_show(args) -> int:
 
 
 def cmd_cite(args) -> int:
-    from attnspec.spec.citing import cite, verify
+    from attnspec.spec.citing import cite, parse_citation, verify
 
     if args.verify is not None:
+        parsed = parse_citation(args.verify)
+        cited = parsed and (parsed[1] or "attnspec")
+        if args.id is not None and cited and cited != args.id:
+            print(f"invalid: the citation is of {cited}, not of {args.id}", file=sys.stderr)
+            return 1
+        # validity comes from the release records shipped in the package; the loaded
+        # vectors only say whether the cited vector is still live
         ok, line = verify(args.verify, _spec(args))
         print(line, file=sys.stdout if ok else sys.stderr)
         return 0 if ok else 1
@@ -346,7 +353,11 @@ def cmd_cite(args) -> int:
         raise CommandError("give an ID to cite, or --verify 'CITATION LINE'")
     spec = _spec(args)
     if "/" in args.id:
-        spec.vector(args.id)  # NoSuchVector names it
+        v = spec.vector(args.id)  # NoSuchVector names it
+        if v.deprecated:
+            print(f"attnspec cite: note: {v.id} is deprecated"
+                  + (f", superseded by {v.superseded_by}: cite that unless you mean the old case"
+                     if v.superseded_by else " (kept for old citations)"), file=sys.stderr)
     elif args.id not in (*spec.components, "attnspec"):
         raise CommandError(f"{args.id!r} is neither a vector id (component/case-NNN), a "
                            f"component ({', '.join(spec.components)}) nor 'attnspec'")
