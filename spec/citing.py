@@ -25,7 +25,16 @@ from pathlib import Path
 
 from . import SPEC_VERSION
 from .errors import VectorFileError
-from .vectors import CANONICAL_FIELDS, SHA_RE, VERSION_RE, check_id, component_hash, parse_json, read_bounded
+from .vectors import (
+    CANONICAL_FIELDS,
+    SHA_RE,
+    VERSION_RE,
+    check_finite,
+    check_id,
+    component_hash,
+    parse_json,
+    read_bounded,
+)
 
 URL = "https://github.com/attnspec/attnspec"
 RELEASES_DIR = Path(__file__).parent / "releases"
@@ -141,6 +150,7 @@ def _check_record(record, path: Path) -> None:
                 and isinstance(e.get("sha256"), str) and SHA_RE.fullmatch(e["sha256"])
                 and isinstance(e.get("tolerances"), dict) and isinstance(e.get("deprecated"), bool)):
             bad(f"vectors.{vid}: want {{file (one of 'files'), sha256, tolerances, deprecated}}")
+    check_finite(record, f"release record {path}")
 
 
 def read_records(directory: Path | str = RELEASES_DIR) -> dict[str, dict]:

@@ -271,13 +271,13 @@ def check_file_structure(doc, file: str) -> None:
         if not isinstance(f, dict):
             raise VectorFileError(f"file {file}: function {name}: not a JSON object")
         _fields(f, _FUNCTION_FIELDS, _FUNCTION_OPTIONAL, f"file {file}: function {name}")
-        _finite(f, f"file {file}: function {name}")
+        check_finite(f, f"file {file}: function {name}")
     for i, v in enumerate(doc["vectors"]):
         if not isinstance(v, dict):
             raise VectorFileError(f"file {file}: vectors[{i}]: not a JSON object")
 
 
-def _finite(obj, where: str) -> None:
+def check_finite(obj, where: str) -> None:
     """Refuse a number JSON cannot hold (1e400 reads as inf), naming ``where``."""
     try:
         json.dumps(obj, allow_nan=False)
@@ -381,7 +381,7 @@ def _checked_hash(v: dict, file: str) -> str:
     try:
         actual = content_hash(v)
     except ValueError:  # allow_nan=False: an inf or nan number (1e400) in the content
-        _finite(v, f"file {file}: vector {vid}")
+        check_finite(v, f"file {file}: vector {vid}")
         raise
     except RecursionError:
         raise VectorFileError(f"file {file}: vector {vid} is nested too deeply") from None
