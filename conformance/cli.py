@@ -600,6 +600,10 @@ def main(argv=None) -> int:
 
     args = build_parser().parse_args(argv)
     name = f"attnspec {args.command}"
+    caller = os.environ.get("ATTNSPEC_CALLER_CWD")
+    # verify runs the suite from its own folder: a backend option's relative path is the caller's
+    with contextlib.suppress(OSError):
+        os.environ["ATTNSPEC_CALLER_CWD"] = os.getcwd()
     try:
         return args.func(args)
     except BrokenPipeError:  # `attnspec list | head`
@@ -616,6 +620,11 @@ def main(argv=None) -> int:
         print(f"{name}: internal error: this is a bug in attnspec; please report it with the "
               f"traceback above", file=sys.stderr)
         return 3
+    finally:
+        if caller is None:
+            os.environ.pop("ATTNSPEC_CALLER_CWD", None)
+        else:
+            os.environ["ATTNSPEC_CALLER_CWD"] = caller
 
 
 if __name__ == "__main__":
