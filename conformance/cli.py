@@ -313,6 +313,9 @@ def _fmt_tensor(a: np.ndarray) -> str:
 
 def cmd_show(args) -> int:
     if args.plot:
+        from .plot import check_plot_path
+
+        check_plot_path(args.plot, args.force)
         require_extra("matplotlib", "plot", "--plot")
     spec = _spec(args)
     v = spec.vector(args.id)
@@ -496,7 +499,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("show", help="print one vector readably")
     s.add_argument("id")
-    s.add_argument("--plot", metavar="PNG", help="also draw it (needs attnspec[plot])")
+    s.add_argument("--plot", metavar="FILE",
+                   help="also draw it to FILE: .png, .pdf, .svg, .jpg (needs attnspec[plot])")
+    s.add_argument("--force", action="store_true", help="replace the --plot file if it exists")
     s.set_defaults(func=cmd_show)
 
     s = sub.add_parser("cite", help="print the citation of a vector, component or the spec, or "
@@ -543,8 +548,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("export", help="write a vector as .npz or .json for other languages")
     s.add_argument("id")
-    s.add_argument("--format", choices=["npz", "json"], default="npz")
-    s.add_argument("--out", help="output file (default: <component>-<case>.<format>)")
+    s.add_argument("--format", choices=["npz", "json"],
+                   help="default: the extension of --out, else npz")
+    s.add_argument("--out", help="output file, named *.npz or *.json as the format "
+                                 "(default: <component>-<case>.<format>)")
     s.add_argument("--force", action="store_true", help="replace the output file if it exists")
     s.set_defaults(func=cmd_export)
 

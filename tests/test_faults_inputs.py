@@ -274,3 +274,34 @@ def test_a_hash_of_the_wrong_length_says_so():
     p = attnspec("cite", "--verify", f"attnspec 1.0.0 · sdpa/fully-masked-001 · sha256:{sha}")
     said = one_error_line(p, "cite", code=1)
     assert "66 hex digits" in said and "64" in said, said
+
+
+# -- export and show --plot --------------------------------------------------------------
+
+
+def test_export_refuses_a_format_its_file_name_contradicts(tmp_path):
+    line = one_error_line(attnspec("export", "sdpa/basic-001", "--format", "json", "--out",
+                                   str(tmp_path / "x.npz")), "export")
+    assert "--out" in line and "x.npz" in line and ".json" in line
+    assert not (tmp_path / "x.npz").exists()
+
+
+def test_export_takes_the_format_from_the_file_name(tmp_path):
+    p = attnspec("export", "sdpa/basic-001", "--out", str(tmp_path / "x.json"))
+    assert p.returncode == 0, p.stderr
+    assert json.loads((tmp_path / "x.json").read_text())["vector"]["id"] == "sdpa/basic-001"
+
+
+def test_show_plot_refuses_to_overwrite_without_force(tmp_path):
+    out = tmp_path / "existing.png"
+    out.write_bytes(b"precious")
+    line = one_error_line(attnspec("show", "sdpa/basic-001", "--plot", str(out)), "show")
+    assert str(out) in line and "--force" in line
+    assert out.read_bytes() == b"precious"
+
+
+def test_show_plot_with_an_unknown_extension_names_the_supported_ones(tmp_path):
+    out = tmp_path / "x.jpgz"
+    line = one_error_line(attnspec("show", "sdpa/basic-001", "--plot", str(out)), "show")
+    assert str(out) in line and ".png" in line and ".svg" in line
+    assert not out.exists()
