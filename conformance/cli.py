@@ -431,6 +431,9 @@ def _fmt_tensor(a: np.ndarray) -> str:
 
 def cmd_show(args) -> int:
     if args.plot:
+        from .plot import check_plot_path
+
+        check_plot_path(args.plot, args.force)
         require_extra("matplotlib", "plot", "--plot")
     spec = _spec(args)
     v = spec.vector(args.id)
@@ -454,9 +457,16 @@ def cmd_show(args) -> int:
 
 
 def cmd_cite(args) -> int:
-    from attnspec.spec.citing import cite, verify
+    from attnspec.spec.citing import cite, parse_citation, verify
 
     if args.verify is not None:
+        parsed = parse_citation(args.verify)
+        cited = parsed and (parsed[1] or "attnspec")
+        if args.id is not None and cited and cited != args.id:
+            print(f"invalid: the citation is of {cited}, not of {args.id}", file=sys.stderr)
+            return 1
+        # validity comes from the release records shipped in the package; the loaded
+        # vectors only say whether the cited vector is still live
         ok, line = verify(args.verify, _spec(args))
         print(line, file=sys.stdout if ok else sys.stderr)
         return 0 if ok else 1
@@ -464,7 +474,11 @@ def cmd_cite(args) -> int:
         raise CommandError("give an ID to cite, or --verify 'CITATION LINE'")
     spec = _spec(args)
     if "/" in args.id:
-        spec.vector(args.id)  # NoSuchVector names it
+        v = spec.vector(args.id)  # NoSuchVector names it
+        if v.deprecated:
+            print(f"attnspec cite: note: {v.id} is deprecated"
+                  + (f", superseded by {v.superseded_by}: cite that unless you mean the old case"
+                     if v.superseded_by else " (kept for old citations)"), file=sys.stderr)
     elif args.id not in (*spec.components, "attnspec"):
         raise CommandError(f"{args.id!r} is neither a vector id (component/case-NNN), a "
                            f"component ({', '.join(spec.components)}) nor 'attnspec'")
@@ -680,7 +694,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("show", help="print one vector readably")
     s.add_argument("id")
-    s.add_argument("--plot", metavar="PNG", help="also draw it (needs attnspec[plot])")
+    s.add_argument("--plot", metavar="FILE",
+                   help="also draw it to FILE: .png, .pdf, .svg, .jpg (needs attnspec[plot])")
+    s.add_argument("--force", action="store_true", help="replace the --plot file if it exists")
     s.set_defaults(func=cmd_show)
 
     s = sub.add_parser("cite", help="print the citation of a vector, component or the spec, or "
@@ -738,8 +754,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("export", help="write a vector as .npz or .json for other languages")
     s.add_argument("id")
-    s.add_argument("--format", choices=["npz", "json"], default="npz")
-    s.add_argument("--out", help="output file (default: <component>-<case>.<format>)")
+    s.add_argument("--format", choices=["npz", "json"],
+                   help="default: the extension of --out, else npz")
+    s.add_argument("--out", help="output file, named *.npz or *.json as the format "
+                                 "(default: <component>-<case>.<format>)")
     s.add_argument("--force", action="store_true", help="replace the output file if it exists")
     s.set_defaults(func=cmd_export)
 
@@ -795,6 +813,10 @@ def main(argv=None) -> int:
 
     args = build_parser().parse_args(argv)
     name = f"attnspec {args.command}"
+    caller = os.environ.get("ATTNSPEC_CALLER_CWD")
+    # verify runs the suite from its own folder: a backend option's relative path is the caller's
+    with contextlib.suppress(OSError):
+        os.environ["ATTNSPEC_CALLER_CWD"] = os.getcwd()
     try:
         return args.func(args)
     except BrokenPipeError:  # `attnspec list | head`
@@ -811,6 +833,11 @@ def main(argv=None) -> int:
         print(f"{name}: internal error: this is a bug in attnspec; please report it with the "
               f"traceback above", file=sys.stderr)
         return 3
+    finally:
+        if caller is None:
+            os.environ.pop("ATTNSPEC_CALLER_CWD", None)
+        else:
+            os.environ["ATTNSPEC_CALLER_CWD"] = caller
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import numpy as np
 
 from . import SPEC_VERSION
 from .cases._build import Rng
-from .citing import RELEASES_DIR, dump_record, frozen_vectors, make_record
+from .citing import HASHES_MODULE, RELEASES_DIR, dump_record, frozen_vectors, hashes_with, make_record
 from .oracle import vjps
 from .oracle.core import DPS, mp, precision, tofloat
 from .tensor import FLOAT_DTYPES, decode, encode, representable
@@ -485,6 +485,9 @@ def generate(directory: Path | str = VECTORS_DIR, check: bool = False, jobs: int
         record = dump_record(make_record(SPEC_VERSION, hashes, entries)).encode("utf-8")
         name = f"{SPEC_VERSION}.json"
         changed += [f"releases/{n}" for n in _write(Path(releases_dir), {name: record}, check)]
+        if Path(releases_dir).resolve() == RELEASES_DIR.resolve():  # what cite --verify trusts
+            text = hashes_with(SPEC_VERSION, record).encode("utf-8")
+            changed += _write(HASHES_MODULE.parent, {HASHES_MODULE.name: text}, check)
     return changed
 
 

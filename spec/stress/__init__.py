@@ -43,14 +43,9 @@ def read_index(directory: Path = STRESS_DIR) -> dict | None:
     path = Path(directory) / INDEX
     if not path.exists():
         return None
-    with open(path, "rb") as fh:
-        data = fh.read(MAX_INDEX_BYTES + 1)
-    if len(data) > MAX_INDEX_BYTES:
-        raise VectorFileError(f"{path}: over {MAX_INDEX_BYTES} bytes")
-    try:
-        doc = json.loads(data)
-    except ValueError as exc:
-        raise VectorFileError(f"{path} is not valid JSON: {exc}") from None
+    from ..vectors import parse_json, read_bounded
+
+    doc = parse_json(read_bounded(path, MAX_INDEX_BYTES, "stress index"), path, "stress index")
     if not isinstance(doc, dict) or not isinstance(doc.get("vectors"), list):
         raise VectorFileError(f"{path}: needs 'vectors' (a list)")
     return doc
@@ -67,11 +62,9 @@ def read_data(entry: dict, directory: Path = STRESS_DIR) -> dict[str, np.ndarray
     if int(d["bytes"]) > MAX_DATA_BYTES or want != int(d["raw_bytes"]) or want > MAX_DATA_BYTES:
         raise VectorFileError(f"stress vector {vid}: data sizes {d['bytes']}/{d['raw_bytes']} "
                               f"do not match its arrays ({want} bytes) or pass {MAX_DATA_BYTES}")
-    try:
-        with open(path, "rb") as fh:
-            blob = fh.read(int(d["bytes"]) + 1)
-    except OSError as exc:
-        raise VectorFileError(f"stress vector {vid}: cannot read {path}: {exc}") from None
+    from ..vectors import read_bounded
+
+    blob = read_bounded(path, int(d["bytes"]), f"stress vector {vid}: data file")
     if len(blob) != int(d["bytes"]) or hashlib.sha256(blob).hexdigest() != d["sha256"]:
         raise VectorFileError(f"stress vector {vid}: {path} does not match its size and sha256 "
                               f"in {INDEX} (edited by hand? run `attnspec generate`)")
