@@ -85,13 +85,21 @@ def expected(fn: str, x: dict, p: dict, a: dict, cot: dict | None):
         from ..oracle import masks, rope
         from ..oracle.core import tofloat
 
-        if cot:
+        def _np(v):
+            return tofloat(v) if np.asarray(v).dtype == object else np.asarray(v)
+
+        if cot and fn != "rope":
             raise StressError(f"{fn}: no stress gradients")
         f = {"causal_mask": masks.causal_mask, "sliding_window_mask": masks.sliding_window_mask,
              "rope": rope.rope}[fn]
         out = f(**x, **a)
-        return {k: (tofloat(v) if np.asarray(v).dtype == object else np.asarray(v))
-                for k, v in out.items()}, None
+        grads = None
+        if cot:  # rope: dx = R^T dy, the oracle's rotation by the opposite angle
+            from ..oracle.grad import rope_vjp
+
+            dx, _ = rope_vjp(cot, x["x"], **a)
+            grads = {"inputs": {"x": _np(dx["x"])}, "params": {}}
+        return {k: _np(v) for k, v in out.items()}, grads
     raise StressError(f"no fast oracle for {fn!r}")
 
 

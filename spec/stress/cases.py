@@ -320,6 +320,12 @@ def rope_cases():
                "needs more than float32's 24 bits of the position.",
                inputs={"x": u((1, 8, 128))}, attributes={"offset": 1048570, "convention": "half"},
                flags=["far-position", "offset", "half"])
+    yield case("rope/stress-grad-001", "rope",
+               "dx = R^T dy at positions 65530..65545 (crossing 2**16), K = 64, interleaved: "
+               "rotating dy forward, or by a float16 position, fails.",
+               inputs={"x": u((1, 2, 16, 64))}, attributes={"offset": 65530},
+               cotangents={"y": u((1, 2, 16, 64))},
+               flags=["gradient", "far-position", "offset", "interleaved"])
 
 
 def every():
