@@ -95,7 +95,7 @@ def expected(fn: str, x: dict, p: dict, a: dict, cot: dict | None):
         out = f(**x, **a)
         grads = None
         if cot:  # rope: dx = R^T dy, the oracle's rotation by the opposite angle
-            from ..oracle.grad import rope_vjp
+            from ..oracle.rope import rope_vjp
 
             dx, _ = rope_vjp(cot, x["x"], **a)
             grads = {"inputs": {"x": _np(dx["x"])}, "params": {}}
