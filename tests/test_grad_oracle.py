@@ -42,6 +42,7 @@ from attnspec.spec.oracle.self_attention import self_attention
 from attnspec.spec.oracle.seq2seq_attention import seq2seq_attention
 from attnspec.spec.oracle.softcap import softcap
 from attnspec.spec.oracle.softmax import softmax
+from attnspec.spec.oracle.topk_attention import topk_attention
 
 H = mpmath.mpf("1e-15")
 VJP = vjps()
@@ -398,3 +399,14 @@ def test_attention_entropy_vjp_zero_weight_gets_zero():
                                        np.array([[0.0, 0.25, 0.75]]))
     assert gi["weights"][0, 0] == 0
     assert abs(gi["weights"][0, 1] - (-(mpmath.log(0.25) + 1))) < mpmath.mpf("1e-40")
+
+
+@pytest.mark.parametrize("ties", ["lower_index", "keep_all"])
+def test_topk_attention_vjp_matches_central_differences(ties):
+    r = Rng(f"test/grad/topk_attention/{ties}")
+    mask = r.bools((3, 5))
+    mask[:, :2] = True
+    cot = {"output": r.uniform((2, 3, 2)), "weights": r.uniform((2, 3, 5))}
+    _check(lambda **kw: topk_attention(**kw), VJP["topk_attention"], cot,
+           {"q": r.uniform((2, 3, 4)), "k": r.uniform((2, 5, 4)), "v": r.uniform((2, 5, 2))},
+           {"mask": mask, "top_k": 2, "scale": None, "ties": ties})
