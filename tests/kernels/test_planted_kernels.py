@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from .planted import ALL_DTYPES, BUGS, TILINGS, fails, own_cases
-from .vectors import value_vectors
+pytest.importorskip("ml_dtypes")  # the kernels extra; ATTNSPEC_REQUIRE makes it an error there
+
+from .planted import ALL_DTYPES, BUGS, TILINGS, fails, own_cases  # noqa: E402
+from .vectors import value_vectors  # noqa: E402
 
 CASES = own_cases()
 

@@ -32,8 +32,7 @@ def value_vectors(component: str = "sdpa", max_elements: int | None = None) -> l
 
 def scores_size(v) -> int:
     q, k = v.inputs["q"], v.inputs["k"]
-    batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2])
-    return math.prod(batch) * q.shape[-2] * k.shape[-2]
+    return math.prod(q.shape[:-2]) * max(1, math.prod(k.shape[:-3])) * q.shape[-2] * k.shape[-2]
 
 
 @dataclass
