@@ -135,3 +135,26 @@ def test_flex_attention_compiled_cpu_refuses_float64_and_return_lse():
     q = q.float()
     with pytest.raises(Exception, match="return_lse"):
         torch.compile(flex_attention)(q, q, q, return_lse=True)
+
+
+def test_flex_attention_compiled_cpu_is_wrong_when_every_kept_score_is_far_below_zero():
+    """Scores shifted by a constant: the spec's output does not change (softmax subtracts
+    the row maximum), FlexAttention's does. Shapes of the test bucket: no new compilation."""
+    from attnspec.backends.numpy import attention as npa
+
+    from .vectors import Call
+
+    rng = np.random.default_rng(0)
+    q = np.zeros((8, 1, 8, 16))
+    q[..., 0] = 1
+    k = rng.integers(-3, 4, (8, 1, 8, 16)).astype(float)
+    v = rng.integers(-3, 4, (8, 1, 8, 16)).astype(float)
+    errors = {}
+    for shift in (0.0, -200.0):
+        bias = shift + rng.integers(-2, 3, (8, 1, 8, 8)).astype(float)
+        want = npa.sdpa(q, k, v, None, bias, scale=1.0)[0]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = torch_routes.flex(Call(q, k, v, None, bias, 1.0), "float32")["output"]
+        errors[shift] = np.nan_to_num(np.abs(got - want), nan=np.inf).max()
+    assert errors[0.0] < 1e-5 and errors[-200.0] > 1, errors
