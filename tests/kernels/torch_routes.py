@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import flex_attention
 
 from .vectors import Call
 
@@ -72,26 +72,33 @@ def _scores_shape(c, batch, arrays):
     return batch, (n, h, c.t, c.s)
 
 
-def _score_mod(score, b, h, i, j, bias, cap):
-    """cap = (scale, C, 1 if capped else 0): scale, then C tanh(s / C), then the bias."""
+def _score_mod(score, b, h, i, j, bias, cap, keep):
+    """cap = (scale, C, 1 if capped else 0): scale, then C tanh(s / C), then the bias; -inf
+    where ``keep`` is False."""
     score = score * cap[0]
     capped = cap[1] * torch.tanh(score / cap[1])
-    return torch.where(cap[2] > 0, capped, score) + bias[b, h, i, j]
+    score = torch.where(cap[2] > 0, capped, score) + bias[b, h, i, j]
+    return torch.where(keep[b, h, i, j], score, -float("inf"))
 
 
-def _flex_call(q, k, v, bias, cap, block):
+def _flex_call(q, k, v, bias, cap, keep):
     def score_mod(score, b, h, i, j):
-        return _score_mod(score, b, h, i, j, bias, cap)
-    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block, scale=1.0,
-                          enable_gqa=True)
+        return _score_mod(score, b, h, i, j, bias, cap, keep)
+    return flex_attention(q, k, v, score_mod=score_mod, scale=1.0, enable_gqa=True)
 
 
 @functools.cache
 def compiled_flex():
     """Compiled with static shapes (torch 2.13's CPU FlexAttention template fails to build
     its C++ on a second shape under dynamic=True): every call is padded to a bucket
-    (:func:`_bucket`) and passes a score_mod, a block mask and enable_gqa, so one program
-    per dtype and bucket is compiled."""
+    (:func:`_bucket`) and passes every per-call tensor (bias, scale and cap, the mask) as an
+    argument, so one program per dtype and bucket is compiled and nothing is captured. The
+    mask is a ``-inf`` in ``score_mod``: a block mask's ``mask_mod`` closing over a tensor
+    is guarded by identity, recompiles on every call and, past the recompile limit, runs
+    eagerly without a word. A hit limit is made an error here."""
+    import torch._dynamo.config as dynamo_config
+
+    dynamo_config.fail_on_recompile_limit_hit = True
     return torch.compile(_flex_call, dynamic=False)
 
 
@@ -115,7 +122,7 @@ def flex(c: Call, dtype: str, *, compiled=True):
     (q, k, v), batch = _four_d(c)
     full_batch, shape = _scores_shape(c, batch, (q, k, v))
     if 0 in shape or v.shape[-1] == 0:
-        raise Skip("empty T or S: FlexAttention's block mask needs T, S >= 1")
+        raise Skip("empty T or S: compiled FlexAttention needs T, S >= 1 (not tried at 0)")
     keep = _keep(c, full_batch, shape)
     n, h, t, s = shape
     hk = k.shape[1]
@@ -124,19 +131,14 @@ def flex(c: Call, dtype: str, *, compiled=True):
     keep_p = np.zeros((pn, h, pt, ps), bool)
     keep_p[:n, :, :t, :s] = True if keep is None else keep
     keep_t = torch.from_numpy(keep_p)
-
-    def mask_mod(b, hh, i, j):
-        return keep_t[b, hh, i, j]
-
     bias = np.zeros((pn, h, pt, ps))
     if c.bias is not None:
         bias[:n, :, :t, :s] = np.broadcast_to(c.bias, (*full_batch, t, s)).reshape(shape)
     scale = 1 / np.sqrt(c.q.shape[-1]) if c.scale is None else c.scale
     cap = torch.tensor([scale, c.softcap or 1.0, 1.0 if c.softcap else 0.0], dtype=torch.float32)
-    block = create_block_mask(mask_mod, pn, h, pt, ps, device="cpu")
     fn = compiled_flex() if compiled else _flex_call
     out = fn(_t(_pad(q, (pn, h, pt, pk)), dtype), _t(_pad(k, (pn, hk, ps, pk)), dtype),
-             _t(_pad(v, (pn, hk, ps, pv)), dtype), _t(bias, "float32"), cap, block)
+             _t(_pad(v, (pn, hk, ps, pv)), dtype), _t(bias, "float32"), cap, keep_t)
     out = out[:n, :, :t, :v.shape[-1]]
     return {"output": out.to(torch.float64).numpy().reshape(*full_batch, t, v.shape[-1])}
 
