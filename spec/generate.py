@@ -458,11 +458,12 @@ def generate(directory: Path | str = VECTORS_DIR, check: bool = False, jobs: int
         built = [build_component(m, f, derived) for m, f in zip(modules, per)]
     files = {name: text.encode("utf-8") for name, text, _ in built}
     entries = [e for _, _, es in built for e in es]
-    stress_changed = []
+    stress_changed, stress_index = [], {}
     if not only and directory.resolve() == VECTORS_DIR.resolve():  # the stress family (spec/STRESS.md)
         from .stress.build import generate as generate_stress
 
-        stress_changed, stress_entries = generate_stress(check, derived, jobs)
+        stress_changed, stress_entries, index_sha = generate_stress(check, derived, jobs)
+        stress_index = {stress_entries[0]["file"]: index_sha} if stress_entries else {}
         _check_released("stress", [{"id": e["id"], "sha256": e["sha256"]} for e in stress_entries],
                         {k: e for k, e in frozen.items() if "/stress-" in k})
         entries += stress_entries
@@ -482,7 +483,8 @@ def generate(directory: Path | str = VECTORS_DIR, check: bool = False, jobs: int
                                    if p.name not in files)
     changed.extend(f"{name} (no case module)" for name in stale)
     if releases_dir is not None:
-        record = dump_record(make_record(SPEC_VERSION, hashes, entries)).encode("utf-8")
+        # the record names every file its vectors are in: the manifest's and the stress index
+        record = dump_record(make_record(SPEC_VERSION, {**hashes, **stress_index}, entries)).encode("utf-8")
         name = f"{SPEC_VERSION}.json"
         changed += [f"releases/{n}" for n in _write(Path(releases_dir), {name: record}, check)]
         if Path(releases_dir).resolve() == RELEASES_DIR.resolve():  # what cite --verify trusts

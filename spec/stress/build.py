@@ -338,9 +338,9 @@ def _check_exact(vid: str, dtypes: list, *groups) -> None:
 
 
 def generate(check: bool = False, derived: dict | None = None, jobs: int = 1,
-             log=None) -> tuple[list[str], list[dict]]:
+             log=None) -> tuple[list[str], list[dict], str]:
     """Build every stress vector; returns the files (relative to spec/) that changed or would,
-    and the release-record entries of the vectors."""
+    the release-record entries of the vectors and the SHA-256 of the index."""
     cases = list(every())
     ids = [c["id"] for c in cases]
     if len(set(ids)) != len(ids):
@@ -373,7 +373,7 @@ def generate(check: bool = False, derived: dict | None = None, jobs: int = 1,
             p.unlink()
     entries = [{"id": e["id"], "file": f"stress/{INDEX}", "sha256": e["sha256"],
                 "tolerances": e["tolerances"], "deprecated": False} for e, _, _ in built]
-    return changed, entries
+    return changed, entries, hashlib.sha256(files[INDEX]).hexdigest()
 
 
 def retolerance(derived: dict) -> list[str]:
@@ -452,7 +452,7 @@ def main(argv=None) -> int:
         print("new tolerances:", retolerance(read_derived()))
         return 0
     t0 = time.perf_counter()
-    changed, _ = generate(args.check, read_derived(), args.jobs, log=print)
+    changed, _, _ = generate(args.check, read_derived(), args.jobs, log=print)
     print(f"{len(changed)} file(s) {'would change' if args.check else 'written'} in "
           f"{time.perf_counter() - t0:.1f} s: {changed[:5]}")
     return 1 if (args.check and changed) else 0
