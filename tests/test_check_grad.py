@@ -34,7 +34,8 @@ def grad_ids(component: str) -> list[str]:
 def stating(component: str, *attributes: str) -> list[str]:
     """The gradient vectors of component that state one of the attributes."""
     spec = default_spec()
-    return [i for i in grad_ids(component) if set(attributes) & set(spec.vector(i).attributes)]
+    return [i for i in grad_ids(component)
+            if set(attributes) & {a for a, x in spec.vector(i).attributes.items() if x is not None}]
 
 
 # what examples/coursework/attention_backward.py:sdpa_backward does not take
@@ -56,7 +57,7 @@ def test_correct_backward_functions_pass(capsys, target, component, skipped, dty
     assert code == 0, out + err
     ids = grad_ids(component)
     assert len(ids) >= 4
-    passed = re.findall(rf"PASS  ({component}/grad-\d+) +max abs err \S+, \d+ gradients?", out)
+    passed = re.findall(rf"PASS  ({component}/(?:stress-)?grad-\d+) +max abs err \S+, \d+ gradients?", out)
     assert len(passed) == len(ids) - skipped
     assert f"{len(passed)} passed, 0 failed" in out
 
@@ -199,7 +200,7 @@ def test_the_backend_vjp_convention_passes(capsys, tmp_path):
     """)
     code, out, _ = check(capsys, f"{path}:layer_norm_vjp", "layer_norm", "--dtype", "float32")
     assert code == 0, out
-    assert len(re.findall(r"PASS  layer_norm/grad-\d+ +max abs err \S+, 3 gradients", out)) == \
+    assert len(re.findall(r"PASS  layer_norm/(?:stress-)?grad-\d+ +max abs err \S+, 3 gradients", out)) == \
         len(grad_ids("layer_norm"))
 
 
@@ -289,7 +290,7 @@ def test_a_backward_pass_in_float32_is_told_so(capsys, tmp_path):
     """)
     code, out, _ = check(capsys, f"{path}:backward", "softmax")
     assert code == 1
-    assert re.search(r"note: the 4 failing vector\(s\) that float32 has all pass at float32", out)
+    assert re.search(r"note: the \d+ failing vector\(s\) that float32 has all pass at float32", out)
 
 
 def test_forward_outputs_it_names_are_passed_by_keyword(capsys, tmp_path):
@@ -299,7 +300,7 @@ def test_forward_outputs_it_names_are_passed_by_keyword(capsys, tmp_path):
     """)
     code, out, err = check(capsys, f"{path}:backward", "softmax", "--dtype", "float32")
     assert code == 0, out + err
-    assert len(re.findall(r"\nPASS  softmax/grad-", out)) == len(grad_ids("softmax"))
+    assert len(re.findall(r"\nPASS  softmax/(?:stress-)?grad-", out)) == len(grad_ids("softmax"))
     # without the input x, the positional count is wrong: one line saying what is passed
     path = student(tmp_path, """
         def backward(dy, y, axis=-1):
