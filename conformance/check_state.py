@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import sys
 
 import numpy as np
 
@@ -83,7 +84,7 @@ def load_by_name_and_shape(instance, params: dict, kind: str) -> dict:
     theirs = candidates(instance, kind)
     mapping = match(params, theirs, kind)
     if kind == "torch":
-        import torch
+        torch = sys.modules["torch"]  # the instance is a torch module: torch is loaded
 
         with torch.no_grad():
             for path, (name, transposed) in mapping.items():

@@ -7,8 +7,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from attnspec.backends.torch import hf  # noqa: E402
-from attnspec.spec.errors import (  # noqa: E402
+from attnspec.backends.torch import hf
+from attnspec.spec.errors import (
     ConfigError,
     DomainError,
     DTypeError,
@@ -16,7 +16,7 @@ from attnspec.spec.errors import (  # noqa: E402
     ShapeError,
 )
 
-from .small import bert, gpt2, llama, llama_lm, torch, x_of  # noqa: E402
+from .small import bert, gpt2, llama, llama_lm, torch, x_of
 
 MAKERS = {"bert": bert, "gpt2": gpt2, "llama": llama}
 

@@ -12,8 +12,8 @@ from attnspec.spec.errors import ConfigError
 
 pytest.importorskip("jax", reason="the jax extra is what tox -e jax-cpu installs")
 
-from attnspec.backends.jax import JaxBackend  # noqa: E402
-from attnspec.conformance.plugin import SUITE_DIR  # noqa: E402
+from attnspec.backends.jax import JaxBackend
+from attnspec.conformance.plugin import SUITE_DIR
 
 
 @pytest.mark.parametrize("options,says", [

@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("ml_dtypes")  # the kernels extra; ATTNSPEC_REQUIRE makes it an error there
 
-from .planted import ALL_DTYPES, BUGS, MAX_ELEMENTS, TILINGS, fails, own_cases  # noqa: E402
-from .vectors import value_vectors  # noqa: E402
+from .planted import ALL_DTYPES, BUGS, MAX_ELEMENTS, TILINGS, fails, own_cases
+from .vectors import value_vectors
 
 CASES = own_cases()
 

@@ -10,11 +10,11 @@ import pytest
 
 pytest.importorskip("ml_dtypes")  # the kernels extra; ATTNSPEC_REQUIRE makes it an error there
 
-from attnspec.backends.numpy import attention as npa  # noqa: E402
+from attnspec.backends.numpy import attention as npa
 
-from .planted import MAX_ELEMENTS, TILINGS, fails, own_cases, run  # noqa: E402
-from .tiled import tiled_sdpa  # noqa: E402
-from .vectors import as_call, value_vectors  # noqa: E402
+from .planted import MAX_ELEMENTS, TILINGS, fails, own_cases, run
+from .tiled import tiled_sdpa
+from .vectors import as_call, value_vectors
 
 TILES = {**TILINGS, "1x1": (1, 1), "3x2": (3, 2)}
 
