@@ -41,7 +41,8 @@ def test_the_families_are_picked_by_marker():
     ids = [ln for ln in p.stdout.splitlines() if "::" in ln]
     assert p.returncode == 0 and ids, p.stdout[-2000:] + p.stderr[-2000:]
     modules = {i.split("::")[0].rpartition("/")[2] for i in ids}
-    assert modules == {"test_golden.py", "test_errors.py", "test_completeness.py"}
+    assert modules == {"test_golden.py", "test_errors.py", "test_contract_errors.py",
+                       "test_completeness.py"}
     everything = _pytest("--collect-only", "-q", "--attnspec-dtype=float64")
     rest = _pytest("--collect-only", "-q", "--attnspec-dtype=float64", "-m",
                    "not (" + " or ".join(FAMILIES) + ")")
