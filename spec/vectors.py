@@ -453,11 +453,18 @@ def load(directory: Path | str = VECTORS_DIR, stress: bool = True) -> Spec:
     if stress:  # the stress family (spec/STRESS.md), where it is of the same spec version
         from .stress import load_vectors
 
+        files = dict(files)
         for v in load_vectors(functions, version=manifest["spec_version"]):
             if v.id in seen:
                 raise VectorFileError(f"duplicate vector id {v.id}: in {directory / seen[v.id]} "
                                       f"and in the stress family")
             vectors.append(v)
+            files.setdefault(v.file, None)
+        if any(sha is None for sha in files.values()):  # the record names the index's hash too
+            from .stress import INDEX_PATH, MAX_INDEX_BYTES
+
+            sha = hashlib.sha256(read_bounded(INDEX_PATH, MAX_INDEX_BYTES, "stress index")).hexdigest()
+            files = {name: sha if h is None else h for name, h in files.items()}
     return Spec(manifest["spec_version"], functions, vectors, dict(files), components)
 
 

@@ -22,6 +22,7 @@ from ..errors import VectorFileError
 
 STRESS_DIR = Path(__file__).parent
 INDEX = "index.json"
+INDEX_PATH = STRESS_DIR / INDEX
 DATA_DIR = STRESS_DIR / "data"
 MAX_INDEX_BYTES = 8 << 20
 MAX_DATA_BYTES = 64 << 20
