@@ -124,7 +124,8 @@ def test_three_overruns_in_a_row_stop_the_run(tmp_path):
     assert re.search(rf"^FAIL  2 more vector\(s\) with the same error as {first[1]}:", p.stdout,
                      re.M), p.stdout
     assert "not run: the last 3 vectors timed out or ended the worker" in p.stdout
-    assert re.search(r"^0 passed, 41 failed", p.stdout, re.M)
+    tally = re.search(r"^0 passed, (\d+) failed", p.stdout, re.M)
+    assert tally and int(tally[1]) > 3, p.stdout  # the 3 overruns and the rest, not run
     assert wall < 60
 
 
