@@ -97,16 +97,15 @@ def counts(vectors: list[Vector]) -> dict[str, int]:
 
 def components_block(spec: Spec) -> str:
     """README's counts and component table (live vectors)."""
-    live = [v for v in spec.vectors if not v.deprecated]
     dep = [v for v in spec.vectors if v.deprecated]
-    c = counts(spec.vectors)
+    live, c = len(spec.vectors) - len(dep), counts(spec.vectors)
     superseded = sum(v.superseded_by is not None for v in dep)
     kept = (f" and {len(dep)} deprecated ones kept for their citations"
             + (", each superseded by a revision" if dep and superseded == len(dep)
                else f" ({superseded} superseded by a revision)" if dep else "")) if dep else ""
     lines = [NOTE, "",
              f"{len(spec.components)} components, {len(spec.functions)} functions, "
-             f"{len(spec.vectors)} vectors: {len(live)} live ({c['value']} value, {c['error']} "
+             f"{len(spec.vectors)} vectors: {live} live ({c['value']} value, {c['error']} "
              f"error, {c['gradient']} gradient){kept}. The table counts live vectors "
              f"(`attnspec list --components`).", "",
              "| component | functions | value vectors | error vectors | gradient vectors |",
@@ -138,36 +137,31 @@ def functions_block(spec: Spec) -> str:
 
 # -- every file ----------------------------------------------------------------
 
-def derived_blocks(root: Path, spec: Spec) -> dict[str, dict[str, Callable[[str], str]]]:
-    """file (relative to ``root``) -> block name -> body (given the file's text)."""
-    out: dict[str, dict] = {
-        "README.md": {"components": lambda text: components_block(spec)},
-        "spec/FUNCTIONS.md": {"functions": lambda text: functions_block(spec)},
+def derived_blocks(spec: Spec) -> dict[str, Callable[[str], dict[str, str]]]:
+    """file (relative to the root) -> the bodies of its blocks, given the file's text."""
+    out: dict[str, Callable[[str], dict[str, str]]] = {
+        "README.md": lambda text: {"components": components_block(spec)},
+        "spec/FUNCTIONS.md": lambda text: {"functions": functions_block(spec)},
     }
     for comp, vectors in spec.by_component().items():
-        fns = spec.components[comp]
-        out[f"spec/components/{comp}.md"] = {
-            name: (lambda text, name=name, vectors=vectors, fns=fns:
-                   page_blocks(text, vectors, fns)[name])
-            for name in ("vectors", "gradient-vectors")}
+        out[f"spec/components/{comp}.md"] = (
+            lambda text, vectors=vectors, fns=spec.components[comp]: page_blocks(text, vectors, fns))
     return out
 
 
 def render(root: Path, spec: Spec) -> dict[str, tuple[str, str, list[str]]]:
     """file -> (text on disk, text with every block derived, names of the blocks that differ)."""
     out = {}
-    for rel, blocks in derived_blocks(root, spec).items():
+    for rel, bodies in derived_blocks(spec).items():
         path = root / rel
         if not path.is_file():
             raise DerivedError(f"{rel}: missing (every component needs its page; "
                                f"see spec/ADDING_A_COMPONENT.md)")
         old = path.read_text(encoding="utf-8")
         new, changed = old, []
-        for name, body in blocks.items():
-            if name == "gradient-vectors" and not has_block(old, name):
-                continue
+        for name, body in bodies(old).items():
             before = new
-            new = replace_block(new, name, body(old), rel)
+            new = replace_block(new, name, body, rel)
             if new != before:
                 changed.append(name)
         out[rel] = (old, new, changed)
