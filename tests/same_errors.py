@@ -2,15 +2,11 @@
 
 ``outcomes(backend_name)`` calls spec functions of one backend with bad inputs (each built
 with that backend's ``asarray``) and returns ``{case: "ErrorClass: message"}``; the tests
-compare each framework's with NumPy's (tests/test_same_errors.py, in its own process per
-framework; tests/torch, tests/jax, tests/tensorflow in their own environment).
-``python -m tests.same_errors NAME`` prints them as JSON.
+compare each framework's with NumPy's in the framework's own environment (tests/torch,
+tests/jax, tests/tensorflow).
 """
 
 from __future__ import annotations
-
-import json
-import sys
 
 import numpy as np
 
@@ -96,6 +92,3 @@ def outcomes(name: str) -> dict[str, str]:
             out[case] = "no error"
     return out
 
-
-if __name__ == "__main__":
-    print(json.dumps(outcomes(sys.argv[1]), indent=1, sort_keys=True))
