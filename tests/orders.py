@@ -182,9 +182,11 @@ SALT = 0x5BD1E995  # any odd constant: salt k flips a fixed bit pattern before h
 
 def _sign(y: np.ndarray) -> np.ndarray:
     """+1 or -1 per element, pseudo-random but a function of the value and the order's
-    salt (Fibonacci hashing of its float64 bits: the top bit of bits * 2^64 / golden
-    ratio)."""
-    bits = np.array(y, dtype=np.float64).view(np.uint64) ^ np.uint64(CTX.order.salt * SALT)
+    salt (Fibonacci hashing of its bits rounded to float32: the top bit of bits * 2^64 /
+    golden ratio). Rounded to float32 first, so the pattern is the same on every machine:
+    NumPy's float64 exp and tanh differ in the last bit between CPUs (AVX2, AVX-512)."""
+    y32 = np.array(y, dtype=np.float64).astype(np.float32).astype(np.float64)
+    bits = y32.view(np.uint64) ^ np.uint64(CTX.order.salt * SALT)
     with np.errstate(over="ignore"):
         top = (bits * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(63)
     return top.astype(np.int64) * 2 - 1
