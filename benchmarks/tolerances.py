@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.stress:  # the others' entries stay as they are
             doc = {**derived, **{k: {**derived.get(k, {}), **v} for k, v in doc.items()
                                  if not k.startswith("_")}}
+        else:  # the stress family's entries stay as they are (--stress derives them)
+            doc = {**doc, **{k: v for k, v in derived.items() if "/stress-" in k}}
         from attnspec.spec.generate import TOLERANCES_JSON, dumps
 
         TOLERANCES_JSON.write_text(dumps(doc), encoding="utf-8")

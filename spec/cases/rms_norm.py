@@ -147,4 +147,7 @@ def grad_study_cases(r):
                    inputs={"x": r.uniform((3, 6), -2.0**-8, 2.0**-8, 2.0**-9)},
                    params={"gamma": 1.0 + r.weights((6,), 0.5)},
                    cotangents={"y": r.uniform((3, 6))}, flags=["gradient", "defaults", "eps"],
+                   dtypes=["float64", "float32", "bfloat16"],
+                   dtype_note="not float16: a mean square of ~7e-6 lies among float16's subnormals "
+                              "(below 6.1e-5), where no tolerance holds every correct order",
                    omit_defaults=True)
