@@ -19,6 +19,8 @@ from attnspec.spec import citing
 from attnspec.spec.errors import VectorFileError
 from attnspec.spec.vectors import MANIFEST, VECTORS_DIR, content_hash, default_spec
 
+from .test_cli_faults import one_error_line
+
 CLI = [sys.executable, "-m", "attnspec.conformance.cli"]
 
 
@@ -26,30 +28,7 @@ def attnspec(*args, cwd=None, timeout=60):
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 
-def one_error_line(p, command: str, code: int = 2) -> str:
-    assert p.returncode == code, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
-    assert "Traceback" not in p.stderr, p.stderr
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1, p.stderr
-    if code == 2:
-        assert lines[0].startswith(f"attnspec {command}: error: "), lines[0]
-    return lines[0]
-
-
 # -- vector folders ----------------------------------------------------------------------
-
-
-@pytest.fixture
-def vectors(tmp_path) -> Path:
-    """A small valid vector folder: softmax and masks with their own manifest."""
-    d = tmp_path / "vectors"
-    d.mkdir()
-    files = json.loads((VECTORS_DIR / MANIFEST).read_text())["files"]
-    keep = {n: files[n] for n in ("softmax.json", "masks.json")}
-    for name in keep:
-        (d / name).write_bytes((VECTORS_DIR / name).read_bytes())
-    (d / MANIFEST).write_text(json.dumps({"spec_version": "1.1.0", "files": keep}))
-    return d
 
 
 def _write(d: Path, name: str, text: str) -> None:
