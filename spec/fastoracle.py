@@ -600,7 +600,7 @@ def mha(query, key, value, mask=None, num_heads=1, num_kv_heads=None, params=Non
     q, k, v = _mha_projections(query, key, value, p, h, h_kv)
     r = sdpa(q, k, v, mask=mask, num_kv_heads=None if h_kv == h else h_kv)
     output = _linear_dd(_unheads(r["output"]), p["w_o"], p.get("b_o"))  # (B, T, Do)
-    return {"output": output, "weights": r["weights"], "concat": _unheads(r["output"])}
+    return {"output": output, "weights": r["weights"]}
 
 
 def _sum_rows(x):

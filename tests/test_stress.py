@@ -265,7 +265,7 @@ def test_the_mha_check_rejects_a_one_ulp_change():
     q, k, v, kw, cot = _mha_problem(Rng("stress/mha/check"), 2)
     x, p = {"query": q, "key": k, "value": v, "mask": kw["mask"]}, kw["params"]
     a = {"num_heads": 4, "num_kv_heads": 2}
-    out = {n: _f(t) for n, t in fo.mha(q, k, v, **kw).items() if n != "concat"}
+    out = {n: _f(t) for n, t in fo.mha(q, k, v, **kw).items()}
     gi, gp = fo.mha_vjp(cot, q, k, v, **kw)
     grads = {"inputs": {n: _f(t) for n, t in gi.items()}, "params": {n: _f(t) for n, t in gp.items()}}
     assert mha_check("ok", x, p, a, cot, out, grads, np.random.default_rng(0)) > 0
@@ -306,3 +306,18 @@ def test_finite_sentinel_and_finite_mask_fill_inside_mha_are_caught():
     assert compare(mha(-np.inf, -np.inf), want, "float32", tol).ok
     assert not compare(mha(-1e4, -np.inf), want, "float32", tol).ok
     assert not compare(mha(-np.inf, -1e4), want, "float32", tol).ok
+
+
+def test_dd_dot_rows_cuts_a_long_input_into_digits():
+    """rowsum(x y) for DD x and an input y above 2**30 on its grid (the mha backward's
+    dO W_o^T V^T) equals the exact rational sum, correctly rounded."""
+    from fractions import Fraction
+
+    r = np.random.default_rng(7)
+    hi = r.uniform(-1, 1, (3, 65))
+    x = fo.two_sum(hi, r.uniform(-1, 1, (3, 65)) * 2.0 ** -60)
+    y = np.ldexp(r.integers(-2 ** 40, 2 ** 40, (3, 65)).astype(np.float64), -25)
+    got = fo.to_float(fo.dd_dot_rows(x, y))
+    for i in range(3):
+        want = sum((Fraction(a) + Fraction(b)) * Fraction(c) for a, b, c in zip(x[0][i], x[1][i], y[i]))
+        assert got[i] == float(want), i

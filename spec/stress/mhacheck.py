@@ -20,7 +20,7 @@ import mpmath
 import numpy as np
 
 from ..oracle.core import mpa
-from .build import _rows, _same
+from .build import StressError, _rows, _same
 
 INT_LIMIT = 2 ** 62
 
@@ -35,13 +35,13 @@ class _Grid:
             if np.all(m == np.rint(m)) and np.max(np.abs(m), initial=0) < 2 ** 52:
                 self.m, self.e = m.astype(np.int64), e
                 return
-        raise ValueError("mha check: an input on no short power-of-two grid")
+        raise StressError("mha check: an input on no power-of-two grid below 2**52")
 
 
 def _int_matmul(a: _Grid, b: _Grid) -> _Grid:
     bound = int(np.max(np.abs(a.m), initial=0)) * int(np.max(np.abs(b.m), initial=0)) * a.m.shape[-1]
     if bound >= INT_LIMIT:
-        raise ValueError("mha check: an int64 product could overflow")
+        raise StressError(f"mha check: an int64 matmul of {a.m.shape} by {b.m.shape} could overflow")
     g = _Grid.__new__(_Grid)
     g.m, g.e = np.matmul(a.m, b.m), a.e + b.e
     return g
@@ -54,9 +54,12 @@ def _plus(a: _Grid, b) -> np.ndarray:
     else:
         gb = _Grid(b)
         e = max(a.e, gb.e)
+        tops = (int(np.max(np.abs(g.m), initial=0)) << (e - g.e) for g in (a, gb))
+        if max(tops) >= 2 ** 52:  # each term, so that the sum stays below 2**53 in int64
+            raise StressError("mha check: a projection plus its bias is not exact in float64")
         m = a.m * 2 ** (e - a.e) + gb.m * 2 ** (e - gb.e)
     if np.max(np.abs(m), initial=0) >= 2 ** 53:
-        raise ValueError("mha check: a projection is not exact in float64")
+        raise StressError("mha check: a projection is not exact in float64")
     return np.ldexp(m.astype(np.float64), -e)
 
 
