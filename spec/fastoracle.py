@@ -288,15 +288,20 @@ def dd_dot_rows(x, y):
     my, ey = grid(y)
     ref = _ref_exp(x, axis=-1)
     acc = None
-    yi = my.astype(np.int64)
-    if np.max(np.abs(my), initial=0) >= 2.0 ** 30:
-        raise InexactInput("dd_dot_rows: an input above 2**30 on its grid")
-    for j, d in enumerate(digits(x, ref, 6, 24), start=1):
-        s = np.sum(d.astype(np.int64) * yi, axis=-1)  # |.| < 2**24 * 2**30 * 2**9: int64
-        hi = s.astype(np.float64)
-        lo = (s - hi.astype(np.int64)).astype(np.float64)
-        term = scale2((hi, lo), ref[..., 0] - 24 * j - ey)
-        acc = term if acc is None else add(acc, term)
+    n = max(my.shape[-1], 2)
+    bits = 30 if np.max(np.abs(my), initial=0) < 2.0 ** 30 else 62 - 24 - int(np.ceil(np.log2(n)))
+    parts = _int_digits(my, bits)  # y below 2**30 on its grid: one part, y itself
+    if np.max(np.abs(my), initial=0) >= 2.0 ** 30 and bits < 8:
+        raise InexactInput("dd_dot_rows: rows too long for int64 digit sums")
+    xd = digits(x, ref, 6, 24)
+    for shift, yd in parts:
+        yi = yd.astype(np.int64)
+        for j, d in enumerate(xd, start=1):
+            s = np.sum(d.astype(np.int64) * yi, axis=-1)  # |.| < 2**24 * 2**bits * n: int64
+            hi = s.astype(np.float64)
+            lo = (s - hi.astype(np.int64)).astype(np.float64)
+            term = scale2((hi, lo), ref[..., 0] - 24 * j - ey + shift)
+            acc = term if acc is None else add(acc, term)
     return acc
 
 
@@ -546,3 +551,101 @@ def cross_entropy_vjp(dloss, logits, targets, ignore_index=-100):
     coeff = div(dd(np.array(float(dloss))), dd(np.array(float(n))))
     g = mul(g, _bc(coeff, g[0].shape))
     return {"logits": (np.where(valid[..., None], g[0], 0.0), np.where(valid[..., None], g[1], 0.0))}
+
+
+# -- multi-head attention ---------------------------------------------------------------
+
+def _exact_linear(x, w, b=None):
+    """x W + b for inputs on power-of-two grids, exact in float64 (or InexactInput)."""
+    y = exact_matmul(x, w)
+    if np.any(y[1] != 0):
+        raise InexactInput("a projection x W is not exact in float64")
+    if b is None:
+        return y[0]
+    s, e = two_sum(y[0], np.broadcast_to(np.asarray(b, dtype=np.float64), y[0].shape))
+    if np.any(e != 0):
+        raise InexactInput("a projection x W + b is not exact in float64")
+    return s
+
+
+def _heads(x, n):
+    """(B, L, n*W) -> (B, n, L, W): head h owns columns h*W:(h+1)*W."""
+    b, length, width = x.shape
+    return np.swapaxes(x.reshape(b, length, n, width // n), 1, 2)
+
+
+def _unheads(x):
+    """DD (B, n, L, W) -> (B, L, n*W), the inverse of ``_heads``."""
+    return tuple(np.swapaxes(a, 1, 2).reshape(a.shape[0], a.shape[2], -1) for a in x)
+
+
+def _mha_projections(query, key, value, p, h, h_kv):
+    q = _heads(_exact_linear(query, p["w_q"], p.get("b_q")), h)  # (B, H, T, K)
+    k = _heads(_exact_linear(key, p["w_k"], p.get("b_k")), h_kv)  # (B, H_kv, S, K)
+    v = _heads(_exact_linear(value, p["w_v"], p.get("b_v")), h_kv)  # (B, H_kv, S, V)
+    return q, k, v
+
+
+def _linear_dd(x, w, b=None):
+    """DD x (..., N) times an input W (N, M), plus an input bias, as DD."""
+    y = dd_matmul(x, np.asarray(w, dtype=np.float64))
+    return y if b is None else add(y, dd(np.broadcast_to(np.asarray(b, dtype=np.float64), y[0].shape)))
+
+
+def mha(query, key, value, mask=None, num_heads=1, num_kv_heads=None, params=None):
+    """Multi-head attention (spec/oracle/mha.py) as DD: {output, weights}. The projections
+    of inputs on short grids are exact in float64 (checked); the heads are the fast sdpa."""
+    p, h = params or {}, int(num_heads)
+    h_kv = h if num_kv_heads is None else int(num_kv_heads)
+    q, k, v = _mha_projections(query, key, value, p, h, h_kv)
+    r = sdpa(q, k, v, mask=mask, num_kv_heads=None if h_kv == h else h_kv)
+    output = _linear_dd(_unheads(r["output"]), p["w_o"], p.get("b_o"))  # (B, T, Do)
+    return {"output": output, "weights": r["weights"]}
+
+
+def _sum_rows(x):
+    """DD (B, L, N) summed over B and L: (N,)."""
+    return tree_sum(tuple(a.reshape(-1, a.shape[-1]) for a in x), axis=0)
+
+
+def _weight_grad(x, dy):
+    """x^T dy summed over (B, L), x (B, L, N) and dy (B, L, M): exactly one of them DD.
+    Returns DD (N, M)."""
+    if isinstance(x, tuple):  # DD x, input dy: rows of x^T (N, BL) against dy (BL, M)
+        xt = tuple(a.reshape(-1, a.shape[-1]).T for a in x)
+        return dd_matmul(xt, np.asarray(dy, dtype=np.float64).reshape(-1, dy.shape[-1]))
+    yt = tuple(a.reshape(-1, a.shape[-1]).T for a in dy)  # (M, BL) @ (BL, N), transposed
+    g = dd_matmul(yt, np.asarray(x, dtype=np.float64).reshape(-1, x.shape[-1]))
+    return g[0].T, g[1].T
+
+
+def mha_vjp(cot, query, key, value, mask=None, num_heads=1, num_kv_heads=None, params=None):
+    """Gradients of query, key, value and every parameter (DD), as spec/oracle/mha.py's
+    mha_vjp: dconcat = dO W_o^T (exact), the heads' sdpa backward, then each projection's."""
+    p, h = params or {}, int(num_heads)
+    h_kv = h if num_kv_heads is None else int(num_kv_heads)
+    kv = None if h_kv == h else h_kv
+    q, k, v = _mha_projections(query, key, value, p, h, h_kv)
+    concat = _unheads(sdpa(q, k, v, mask=mask, num_kv_heads=kv)["output"])  # (B, T, H*V)
+    d_o = np.asarray(cot["output"], dtype=np.float64)  # (B, T, Do)
+    grads = {"w_o": _weight_grad(concat, d_o)}
+    if "b_o" in p:
+        grads["b_o"] = _sum_rows(dd(d_o))
+    dconcat = exact_matmul(d_o, np.asarray(p["w_o"], dtype=np.float64).T)
+    if np.any(dconcat[1] != 0):
+        raise InexactInput("dO W_o^T is not exact in float64")
+    c = {"output": _heads(dconcat[0], h)}
+    if "weights" in cot:
+        c["weights"] = np.asarray(cot["weights"], dtype=np.float64)
+    g = sdpa_vjp(c, q, k, v, mask=mask, num_kv_heads=kv)  # (B, H, T, K), (B, H_kv, S, K), ...
+    dx = {}
+    for name, x, w, b, d in (("query", query, "w_q", "b_q", g["q"]), ("key", key, "w_k", "b_k", g["k"]),
+                             ("value", value, "w_v", "b_v", g["v"])):
+        d = _unheads(d)  # (B, L, n*W)
+        dx[name] = _linear_dd(d, np.asarray(p[w], dtype=np.float64).T)
+        grads[w] = _weight_grad(np.asarray(x, dtype=np.float64), d)
+        if b in p:
+            grads[b] = _sum_rows(d)
+    if "b_k" in p:  # every score of a row moves by q . b_k: softmax cancels it, db_k = 0 exactly
+        grads["b_k"] = dd(np.zeros(np.shape(p["b_k"])))
+    return dx, grads

@@ -107,7 +107,7 @@ def test_stress_vectors_reach_the_loader():
     spec = default_spec()
     stress = [v for v in spec.vectors if "stress" in v.flags]
     assert {v.component for v in stress} >= {"sdpa", "softmax", "masks", "layer_norm", "rms_norm",
-                                              "cross_entropy", "rope"}
+                                              "cross_entropy", "rope", "mha"}
     for v in stress:
         assert re.fullmatch(r"[a-z0-9_]+/stress-[a-z0-9-]+-\d{3}", v.id), v.id
         assert spec.vector(v.id) is v and v.citation().startswith(f"attnspec {spec.version} · {v.id}")
@@ -115,6 +115,10 @@ def test_stress_vectors_reach_the_loader():
         if v.expect == "gradient":
             assert v.cotangents and v.gradients["inputs"]
     assert any(v.expect == "gradient" for v in stress if v.component == "sdpa")
+    mha = [v for v in stress if v.component == "mha"]
+    assert len(mha) >= 4 and sum(v.expect == "gradient" for v in mha) >= 2
+    assert all(set(v.gradients["params"]) == set(v.params) for v in mha if v.expect == "gradient")
+    assert max(v.inputs["query"].shape[1] for v in mha) >= 129
     assert max(v.inputs["k"].shape[-2] for v in stress if v.function == "sdpa") >= 1025
 
 
@@ -215,3 +219,105 @@ def test_the_one_pass_variance_is_caught_at_float32():
     for var, ok in ((two_pass, True), (one_pass, False)):
         y = (x - mean) / np.sqrt(var + eps) * gamma + beta
         assert compare(y, vec.outputs["y"], "float32", tol).ok is ok
+
+
+def _mha_problem(r, kv_heads=None, bias=True):
+    """Cross-attention B = 2, T = 3, S = 5, H = 4, K = 3, V = 2, a fully masked row."""
+    from attnspec.spec.cases.mha import mha_params
+
+    q, k, v = r.uniform((2, 3, 6)), r.uniform((2, 5, 4)), r.uniform((2, 5, 5))
+    mask = r.bools((2, 1, 3, 5))
+    mask[0, 0, 1] = False
+    kw = {"mask": mask, "num_heads": 4, "num_kv_heads": kv_heads,
+          "params": mha_params(r, 6, 4, 5, 4, 3, 2, 5, bias=bias, kv_heads=kv_heads)}
+    cot = {"output": r.uniform((2, 3, 5)), "weights": r.uniform((2, 4, 3, 5))}
+    return q, k, v, kw, cot
+
+
+@pytest.mark.parametrize("kv_heads, bias", [(None, True), (2, True), (1, False)])
+def test_fast_mha_and_vjp_equal_mpmath(kv_heads, bias):
+    """Every element of the fast mha and of every gradient equals spec/oracle/mha.py's."""
+    from attnspec.spec.oracle.mha import mha
+
+    q, k, v, kw, cot = _mha_problem(Rng(f"stress/mha/{kv_heads}/{bias}"), kv_heads, bias)
+    fast, slow = fo.mha(q, k, v, **kw), mha(q, k, v, **kw)
+    _exact(fast["output"], slow["output"])
+    _exact(fast["weights"], slow["weights"])
+    gi, gp = fo.mha_vjp(cot, q, k, v, **kw)
+    wi, wp = VJPS["mha"](cot, query=q, key=k, value=v, **kw)
+    assert set(gi) == set(wi) and set(gp) == set(wp) == set(kw["params"])
+    for name in wi:
+        _exact(gi[name], wi[name])
+    for name in wp:
+        if name == "b_k":  # exactly 0 (softmax cancels q . b_k); mpmath leaves a residue
+            assert np.all(fo.to_float(gp[name]) == 0)
+            assert np.all(np.abs(tofloat(np.asarray(wp[name]))) < 2.0 ** -130)
+        else:
+            _exact(gp[name], wp[name])
+
+
+def test_the_mha_check_rejects_a_one_ulp_change():
+    """The generator's mpmath check of mha (spec/stress/mhacheck.py) fails on one output, one
+    input gradient or one parameter gradient moved by one ULP."""
+    from attnspec.spec.stress.build import StressError, _f
+    from attnspec.spec.stress.mhacheck import mha_check
+
+    q, k, v, kw, cot = _mha_problem(Rng("stress/mha/check"), 2)
+    x, p = {"query": q, "key": k, "value": v, "mask": kw["mask"]}, kw["params"]
+    a = {"num_heads": 4, "num_kv_heads": 2}
+    out = {n: _f(t) for n, t in fo.mha(q, k, v, **kw).items()}
+    gi, gp = fo.mha_vjp(cot, q, k, v, **kw)
+    grads = {"inputs": {n: _f(t) for n, t in gi.items()}, "params": {n: _f(t) for n, t in gp.items()}}
+    assert mha_check("ok", x, p, a, cot, out, grads, np.random.default_rng(0)) > 0
+    for group, name, index in (("outputs", "output", (1, 2, 0)), ("inputs", "key", (0, 4, 1)),
+                               ("params", "w_v", (2, 0)), ("params", "b_o", (3,))):
+        arrays = out if group == "outputs" else grads[group]
+        arrays[name][index] = np.nextafter(arrays[name][index], np.inf)
+        with pytest.raises(StressError, match=name):
+            mha_check("bad", x, p, a, cot, out, grads, np.random.default_rng(0))
+        arrays[name][index] = np.nextafter(arrays[name][index], -np.inf)
+
+
+def test_finite_sentinel_and_finite_mask_fill_inside_mha_are_caught():
+    """An mha whose softmax starts its row maximum at a finite sentinel, or fills masked
+    scores with a finite value, fails mha/stress-far-below-001 at float32; with -inf it passes."""
+    from attnspec.spec.compare import compare
+    from attnspec.spec.vectors import default_spec
+
+    vec = default_spec().vector("mha/stress-far-below-001")
+    x = {n: a.astype(np.float32) for n, a in vec.inputs.items() if n != "mask"}
+    p = {n: a.astype(np.float32) for n, a in vec.params.items()}
+    h = vec.attributes["num_heads"]
+
+    def heads(y):  # (B, L, H*W) -> (B, H, L, W)
+        return np.swapaxes(y.reshape(y.shape[0], y.shape[1], h, -1), 1, 2)
+
+    def mha(sentinel, fill):
+        q, k, v = (heads(x[n] @ p[f"w_{n[0]}"] + p[f"b_{n[0]}"]) for n in ("query", "key", "value"))
+        s = (q @ np.swapaxes(k, -1, -2)) / np.sqrt(np.float32(q.shape[-1]))  # (B, H, T, S)
+        s = np.where(vec.inputs["mask"], s, np.float32(fill))
+        m = np.maximum(np.max(s, axis=-1, keepdims=True), np.float32(sentinel))
+        e = np.exp(s - np.where(np.isfinite(m), m, np.float32(0)))  # a fully masked row: all 0
+        w = e / np.maximum(e.sum(-1, keepdims=True), np.float32(1e-30))
+        o = np.swapaxes(w @ v, 1, 2).reshape(q.shape[0], q.shape[2], -1)  # (B, T, H*V)
+        return o @ p["w_o"] + p["b_o"]
+
+    want, tol = vec.outputs["output"], vec.tolerances["float32"]
+    assert compare(mha(-np.inf, -np.inf), want, "float32", tol).ok
+    assert not compare(mha(-1e4, -np.inf), want, "float32", tol).ok
+    assert not compare(mha(-np.inf, -1e4), want, "float32", tol).ok
+
+
+def test_dd_dot_rows_cuts_a_long_input_into_digits():
+    """rowsum(x y) for DD x and an input y above 2**30 on its grid (the mha backward's
+    dO W_o^T V^T) equals the exact rational sum, correctly rounded."""
+    from fractions import Fraction
+
+    r = np.random.default_rng(7)
+    hi = r.uniform(-1, 1, (3, 65))
+    x = fo.two_sum(hi, r.uniform(-1, 1, (3, 65)) * 2.0 ** -60)
+    y = np.ldexp(r.integers(-2 ** 40, 2 ** 40, (3, 65)).astype(np.float64), -25)
+    got = fo.to_float(fo.dd_dot_rows(x, y))
+    for i in range(3):
+        want = sum((Fraction(a) + Fraction(b)) * Fraction(c) for a, b, c in zip(x[0][i], x[1][i], y[i]))
+        assert got[i] == float(want), i

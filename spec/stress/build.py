@@ -49,6 +49,15 @@ def expected(fn: str, x: dict, p: dict, a: dict, cot: dict | None):
             g = fo.sdpa_vjp(cot, x["q"], x["k"], x["v"], x.get("mask"), None, **kw)
             grads = {"inputs": {n: _f(g[n]) for n in ("q", "k", "v")}, "params": {}}
         return {"output": _f(out["output"]), "weights": _f(out["weights"])}, grads
+    if fn == "mha":
+        kw = {"num_heads": a["num_heads"], "num_kv_heads": a["num_kv_heads"], "params": p}
+        out = fo.mha(x["query"], x["key"], x["value"], x.get("mask"), **kw)
+        grads = None
+        if cot:
+            gi, gp = fo.mha_vjp(cot, x["query"], x["key"], x["value"], x.get("mask"), **kw)
+            grads = {"inputs": {n: _f(gi[n]) for n in ("query", "key", "value")},
+                     "params": {n: _f(gp[n]) for n in p}}
+        return {"output": _f(out["output"]), "weights": _f(out["weights"])}, grads
     if fn == "softmax":
         if a["axis"] != -1:
             raise StressError("softmax stress vectors use axis = -1")
@@ -165,6 +174,10 @@ def mp_check(vid: str, fn: str, x: dict, p: dict, a: dict, cot, outputs: dict, g
             else:
                 n += _sdpa_kv_columns(vid, x, a, cot, grads, rng)
         return n
+    if fn == "mha":
+        from .mhacheck import mha_check
+
+        return mha_check(vid, x, p, a, cot, outputs, grads, rng)
     if fn == "softmax":
         from ..oracle.softmax import softmax as mp_softmax
 

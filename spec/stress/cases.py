@@ -328,6 +328,98 @@ def rope_cases():
                flags=["gradient", "far-position", "offset", "interleaved"])
 
 
+def _w(rows, cols, fan_in):
+    """A projection weight (rows, cols) in [-a, a], a = 3/sqrt(fan_in) on a 2**-7 grid (so a
+    projected value is about unit size), bfloat16-exact."""
+    a = int(128 * 3 / fan_in ** 0.5) / 128
+    return u((rows, cols), -a, a, 2.0 ** -7)
+
+
+def mha_params(d_q, d_k, d_v, h, k, v, d_o, h_kv=None, bias=True) -> dict:
+    """The recipes of w_q (Dq, H*K), w_k (Dk, H_kv*K), w_v (Dv, H_kv*V), w_o (H*V, Do) and the
+    biases (spec/cases/mha.py's mha_params, as recipes)."""
+    h_kv = h if h_kv is None else h_kv
+    p = {"w_q": _w(d_q, h * k, d_q), "w_k": _w(d_k, h_kv * k, d_k), "w_v": _w(d_v, h_kv * v, d_v),
+         "w_o": _w(h * v, d_o, h * v)}
+    if bias:
+        p.update(b_q=u((h * k,), -0.5, 0.5), b_k=u((h_kv * k,), -0.5, 0.5),
+                 b_v=u((h_kv * v,), -0.5, 0.5), b_o=u((d_o,), -0.5, 0.5))
+    return {n: p[n] for n in ("w_q", "b_q", "w_k", "b_k", "w_v", "b_v", "w_o", "b_o") if n in p}
+
+
+def x_in(*shape) -> dict:
+    return u(shape, -1.0, 1.0, 2.0 ** -5)
+
+
+def _mha_far_below(b, t, s, d, h, k, pads):
+    """Cross-attention where column 0 of every head is Q = 1024 (w_q's column 0, b_q = 1024)
+    and K = -1024 for a kept key, +1024 for a padded one (key[..., -1] is 1 on the ``pads``
+    padded keys, 0 elsewhere; w_k's column 0 is 2048 on that feature, b_k = -1024): every kept
+    score is -1048576/sqrt(K) plus the other columns' small sum, every padded key scores as far
+    above."""
+    x = {"query": x_in(b, t, d), "key": x_in(b, s, d), "value": x_in(b, s, d),
+         "mask": mask(t, s, causal=True, left_pad=pads)}
+    x["key"]["set"] = [{"index": [None, None, d - 1], "value": 0.0}] + [
+        {"index": [i, [0, n], d - 1], "value": 1.0} for i, n in enumerate(pads)]
+    p = mha_params(d, d, d, h, k, k, d)
+    cols = [i * k for i in range(h)]
+    p["w_q"]["set"] = [{"index": [None, c], "value": 0.0} for c in cols]
+    p["b_q"]["set"] = [{"index": [c], "value": 1024.0} for c in cols]
+    p["w_k"]["set"] = [{"index": [d - 1, None], "value": 0.0}] + [
+        e for c in cols for e in ({"index": [None, c], "value": 0.0}, {"index": [d - 1, c], "value": 2048.0})]
+    p["b_k"]["set"] = [{"index": [c], "value": -1024.0} for c in cols]
+    return x, p
+
+
+def mha_cases():
+    x = {**x_in(1, 129, 96), "stream": "mha/stress-self-tile-001/x"}  # one array, three inputs
+    yield case("mha/stress-self-tile-001", "mha",
+               "Causal self-attention (query = key = value) at T = 129, one past a 128-tile, "
+               "D = 96, H = 2 heads of K = V = 111 (an odd width a kernel pads), Do = 96, all "
+               "biases.",
+               inputs={"query": x, "key": x, "value": x, "mask": mask(129, 129, causal=True)},
+               attributes={"num_heads": 2}, params=mha_params(96, 96, 96, 2, 111, 111, 96),
+               flags=["tile-boundary", "self", "causal", "odd-width", "bias"])
+    yield case("mha/stress-cross-001", "mha",
+               "Cross-attention T = 97 != S = 129, Dq = 80, Dk = 64, Dv = 72, H = 2, K = 80, "
+               "V = 59, Do = 64, causal bottom-right with 40 and 5 left-padded keys: rows 0..7 of "
+               "batch 0 keep no key (their output is b_o).",
+               inputs={"query": x_in(2, 97, 80), "key": x_in(2, 129, 64), "value": x_in(2, 129, 72),
+                       "mask": mask(97, 129, causal=True, left_pad=[40, 5])},
+               attributes={"num_heads": 2}, params=mha_params(80, 64, 72, 2, 80, 59, 64),
+               flags=["tile-boundary", "cross", "t-ne-s", "k-ne-v", "left-padding", "fully-masked",
+                      "causal", "bias"])
+    x, p = _mha_far_below(2, 64, 65, 64, 2, 64, [17, 33])
+    yield case("mha/stress-far-below-001", "mha",
+               "Every kept score is about -131072 after the projections (Q = 1024 against "
+               "K = -1024 in column 0 of each of H = 2 heads, K = 64) and every left-padded key "
+               "(17 and 33) scores about +131072, causal T = 64, S = 65: a finite row-maximum "
+               "sentinel or a finite mask fill inside mha fails.",
+               inputs=x, attributes={"num_heads": 2}, params=p, dtypes=WIDE, dtype_note=WIDE_NOTE,
+               flags=["finite-sentinel", "finite-mask-fill", "left-padding", "fully-masked", "causal"])
+    x = {**x_in(1, 65, 64), "stream": "mha/stress-grad-001/x"}
+    yield case("mha/stress-grad-001", "mha",
+               "Gradients of query, key, value (the same array, each its own gradient) and of all "
+               "eight parameters: causal self-attention T = 65, D = 64, H = 2, K = V = 64, Do = 64.",
+               inputs={"query": x, "key": x, "value": x, "mask": mask(65, 65, causal=True)},
+               attributes={"num_heads": 2}, params=mha_params(64, 64, 64, 2, 64, 64, 64),
+               cotangents={"output": u((1, 65, 64))},
+               flags=["gradient", "tile-boundary", "self", "causal", "bias"])
+    yield case("mha/stress-grad-002", "mha",
+               "Gradients of grouped-query cross-attention (H = 4 over H_kv = 2, K = 96, V = 64) "
+               "at T = 33 != S = 65, Dq = 48, Dk = Dv = 40, Do = 32, no biases, causal "
+               "bottom-right with 40 left-padded keys in batch 1 (its first 8 rows keep no key), "
+               "cotangents on the output and the weights.",
+               inputs={"query": x_in(2, 33, 48), "key": x_in(2, 65, 40), "value": x_in(2, 65, 40),
+                       "mask": mask(33, 65, causal=True, left_pad=[0, 40])},
+               attributes={"num_heads": 4, "num_kv_heads": 2},
+               params=mha_params(48, 40, 40, 4, 96, 64, 32, h_kv=2, bias=False),
+               cotangents={"output": u((2, 33, 32)), "weights": u((2, 4, 33, 65))},
+               flags=["gradient", "gqa", "cross", "t-ne-s", "left-padding", "fully-masked",
+                      "weights-cotangent", "no-bias", "tile-boundary"])
+
+
 def every():
-    for group in (sdpa_cases, softmax_cases, masks_cases, norm_cases, loss_cases, rope_cases):
+    for group in (sdpa_cases, softmax_cases, masks_cases, norm_cases, loss_cases, rope_cases,
+                  mha_cases):
         yield from group()
