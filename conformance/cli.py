@@ -221,14 +221,26 @@ def run_suite(argv: list[str]):
             self.config = config
 
     keep = Keep()
-    here = os.getcwd()
+    here, env = os.getcwd(), {k: os.environ.get(k) for k in SUITE_PLUGIN_ENV}
     os.chdir(SUITE_DIR)  # pytest loads a conftest.py from the current folder
+    os.environ.update(SUITE_PLUGIN_ENV)  # xdist's workers inherit it
     try:
         with handling(_terminate):
             code = pytest.main(argv, plugins=[keep])
     finally:
         os.chdir(here)
+        for k, v in env.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     return (session(keep.config) if keep.config is not None else None), int(code)
+
+
+# verify's run loads the suite's plugins only: another installed one (pytest-benchmark,
+# pytest-cov, ...) could print into a fault's one line or change what runs. A user who
+# wants theirs runs the suite through pytest (docs/verify.md).
+SUITE_PLUGIN_ENV = {
+    "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+    "PYTEST_PLUGINS": "attnspec.conformance.plugin,xdist.plugin,xdist.looponfail,_hypothesis_pytestplugin",
+}
 
 
 # Less free space than this on --json's filesystem refuses the run before it starts
