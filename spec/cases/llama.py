@@ -302,3 +302,34 @@ def grad_cases(r):
                    params=model_params(r, 2, 8, 2, 1, 6, 7),
                    cotangents={"logits": r.uniform((2, 4, 7))},
                    flags=["gradient", "two-layers", "mqa", "padding", "repeat", "sliding-window"])
+    model = {"pad_id": 0, "num_layers": 1, "num_heads": 4, "num_kv_heads": 2}
+    yield gradient("llama/grad-007", "llama_decoder_only",
+                   "N = 1, GQA (H = 4 on H_kv = 2, K = 2), D = 8, F = 6, vocabulary 7, T = 4, no "
+                   "padding, rope_base = 500000, eps = 1e-5.",
+                   inputs={"ids": np.array([[1, 3, 6, 5], [1, 5, 5, 3]], dtype=np.int64)},
+                   attributes={**model, "rope_base": 500000.0, "eps": 1e-5},
+                   params=model_params(r, 1, 8, 4, 2, 6, 7),
+                   cotangents={"logits": r.uniform((2, 4, 7))},
+                   flags=["gradient", "gqa", "base", "eps"])
+    yield gradient("llama/grad-008", "llama_decoder_only",
+                   "Left padding: row 0 is [0, 0, 1, 5] with pad_id 0, so its queries 0 and 1 see "
+                   "no key (zero attention output, no NaN), yet their logits have cotangents: "
+                   "embed.table row 0 gets gradient through the residual stream and the FFN. "
+                   "H = 2, H_kv = 1, D = 8, N = 1.",
+                   inputs={"ids": np.array([[0, 0, 1, 5], [1, 4, 6, 3]], dtype=np.int64)},
+                   attributes={**model, "num_heads": 2, "num_kv_heads": 1},
+                   params=model_params(r, 1, 8, 2, 1, 6, 7),
+                   cotangents={"logits": r.uniform((2, 4, 7))},
+                   flags=["gradient", "left-padding", "fully-masked", "mqa"])
+    p = model_params(r, 1, 8, 2, 2, 6, 7)
+    p["embed.table"] = r.uniform((7, 8), -0.125, 0.125, 2.0**-10)
+    yield gradient("llama/grad-009", "llama_decoder_only",
+                   "num_kv_heads, eps, rope_base and window left out (H, 1e-6, 10000, None), "
+                   "N = 1, H = 2, K = 4, T = 5, an embed.table in [-1/8, 1/8] (the first "
+                   "RMSNorm's mean square ~5e-3, as llama/grad-005): eps 1e-5 fails at float32 "
+                   "(5e2 times its tolerance) only, base 500000 at float32 and float16, window 2 "
+                   "at every dtype.",
+                   inputs={"ids": np.array([[1, 4, 6, 4, 3], [1, 3, 5, 0, 0]], dtype=np.int64)},
+                   attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2}, params=p,
+                   cotangents={"logits": r.uniform((2, 5, 7))},
+                   flags=["gradient", "defaults", "default-eps", "padding"], omit_defaults=True)
