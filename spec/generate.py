@@ -458,23 +458,23 @@ def generate(directory: Path | str = VECTORS_DIR, check: bool = False, jobs: int
     frozen, derived = frozen_vectors(frozen_dir, SPEC_VERSION), read_derived(tolerances)
     per = [{k: e for k, e in frozen.items() if k.split("/")[0] == m and "/stress-" not in k}
            for m in modules]
-    if jobs > 1 and len(modules) > 1:
-        # Leaving the block by any exception (Ctrl-C, or SIGTERM made one by the caller)
-        # terminates the workers: none outlives the run.
-        with multiprocessing.Pool(min(jobs, len(modules)), initializer=_worker_ignores_ctrl_c
-                                  ) as pool:
-            built = pool.starmap(build_component, zip(modules, per, [derived] * len(modules)),
-                                 chunksize=1)
-    else:
-        built = [build_component(m, f, derived) for m, f in zip(modules, per)]
+    from .stress import build as stress
+
+    with_stress = directory.resolve() == VECTORS_DIR.resolve()  # the stress family (spec/STRESS.md)
+    cases = stress.stress_cases() if with_stress and not only else []
+    tasks = [(build_component, (m, f, derived)) for m, f in zip(modules, per)] + \
+        [(stress.build_vector, (c, derived)) for c in cases]
+    done = _run(tasks, jobs, [_weight(directory, m) for m in modules] + [_stress_weight(c) for c in cases])
+    built, stress_built = done[:len(modules)], done[len(modules):]
     files = {name: text.encode("utf-8") for name, text, _ in built}
     entries = [e for _, _, es in built for e in es]
     stress_changed, stress_index = [], {}
-    if not only and directory.resolve() == VECTORS_DIR.resolve():  # the stress family (spec/STRESS.md)
-        from .stress.build import generate as generate_stress
-
-        stress_changed, stress_entries, index_sha = generate_stress(check, derived, jobs)
-        stress_index = {stress_entries[0]["file"]: index_sha} if stress_entries else {}
+    if cases:
+        stress_changed, stress_entries, index_sha = stress.finish(stress_built, check)
+    elif with_stress:  # --only: the family as it is on disk
+        stress_entries, index_sha = _stress_on_disk()
+    if with_stress and stress_entries:
+        stress_index = {stress_entries[0]["file"]: index_sha}
         _check_released("stress", [{"id": e["id"], "sha256": e["sha256"]} for e in stress_entries],
                         {k: e for k, e in frozen.items() if "/stress-" in k})
         entries += stress_entries
@@ -502,6 +502,47 @@ def generate(directory: Path | str = VECTORS_DIR, check: bool = False, jobs: int
             text = hashes_with(SPEC_VERSION, record).encode("utf-8")
             changed += _write(HASHES_MODULE.parent, {HASHES_MODULE.name: text}, check)
     return changed
+
+
+def _run(tasks: list, jobs: int, weights: list[float]) -> list:
+    """``[f(*args) for f, args in tasks]``, on ``jobs`` processes the heaviest first (the
+    run ends with the last task to finish: a heavy one started last would keep one process
+    busy while the others wait)."""
+    if jobs <= 1 or len(tasks) <= 1:
+        return [f(*args) for f, args in tasks]
+    order = sorted(range(len(tasks)), key=lambda i: -weights[i])
+    # Leaving the block by any exception (Ctrl-C, or SIGTERM made one by the caller)
+    # terminates the workers: none outlives the run.
+    with multiprocessing.Pool(min(jobs, len(tasks)), initializer=_worker_ignores_ctrl_c) as pool:
+        pending = {i: pool.apply_async(tasks[i][0], tasks[i][1]) for i in order}
+        return [pending[i].get() for i in range(len(tasks))]
+
+
+def _weight(directory: Path, module: str) -> float:
+    """A module's expected cost: the size of its vector file (the oracle's work grows with
+    the values it computes), 1 MB for a new one."""
+    path = directory / f"{module}.json"
+    return path.stat().st_size if path.exists() else 1e6
+
+
+def _stress_weight(case: dict) -> float:
+    """A stress vector's expected cost, on the scale of :func:`_weight`: the mpmath check
+    dominates, and gradient vectors check the most."""
+    return 4e5 if "grad" in case["id"] else 2e5
+
+
+def _stress_on_disk() -> tuple[list[dict], str]:
+    """The release-record entries of the stress family as it is on disk, and the SHA-256
+    of its index (``generate --only`` leaves it as it is)."""
+    from .stress import INDEX_PATH, MAX_INDEX_BYTES, read_index
+    from .vectors import read_bounded
+
+    doc = read_index()
+    if doc is None:
+        return [], ""
+    index_sha = hashlib.sha256(read_bounded(INDEX_PATH, MAX_INDEX_BYTES, "stress index")).hexdigest()
+    return [{"id": e["id"], "file": f"stress/{INDEX_PATH.name}", "sha256": e["sha256"],
+             "tolerances": e["tolerances"], "deprecated": False} for e in doc["vectors"]], index_sha
 
 
 def _worker_ignores_ctrl_c() -> None:

@@ -354,10 +354,7 @@ def generate(check: bool = False, derived: dict | None = None, jobs: int = 1,
              log=None) -> tuple[list[str], list[dict], str]:
     """Build every stress vector; returns the files (relative to spec/) that changed or would,
     the release-record entries of the vectors and the SHA-256 of the index."""
-    cases = list(every())
-    ids = [c["id"] for c in cases]
-    if len(set(ids)) != len(ids):
-        raise StressError("duplicate stress ids")
+    cases = stress_cases()
     if jobs > 1:
         from concurrent.futures import ProcessPoolExecutor
 
@@ -365,6 +362,22 @@ def generate(check: bool = False, derived: dict | None = None, jobs: int = 1,
             built = list(pool.map(build_vector, cases, [derived or {}] * len(cases)))
     else:
         built = [build_vector(c, derived or {}) for c in cases]
+    return finish(built, check, log)
+
+
+def stress_cases() -> list[dict]:
+    """Every stress case, in the index's order (ids checked unique)."""
+    cases = list(every())
+    ids = [c["id"] for c in cases]
+    if len(set(ids)) != len(ids):
+        raise StressError("duplicate stress ids")
+    return cases
+
+
+def finish(built: list, check: bool = False, log=None) -> tuple[list[str], list[dict], str]:
+    """Write (or, with ``check``, compare) the index and data of the built vectors (the
+    results of :func:`build_vector` in the order of :func:`stress_cases`); returns what
+    :func:`generate` returns."""
     files = {INDEX: _index_bytes([e for e, _, _ in built])}
     for e, blob, checked in built:
         files[f"data/{e['data']['file']}"] = blob
