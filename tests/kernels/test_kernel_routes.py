@@ -20,11 +20,21 @@ from .vectors import as_call, judged_output, value_vectors
 
 NON_FINITE = {"sdpa/masked-nan-001", "sdpa/nan-propagation-001", "sdpa/pos-inf-bias-001"}
 
+
+def small_vectors() -> list:
+    """The sdpa value vectors outside the stress family (its verdicts are STRESS_OBSERVED)."""
+    return [v for v in value_vectors() if "/stress-" not in v.id]
+
+
+def stress_vectors() -> list:
+    return [v for v in value_vectors() if "/stress-" in v.id]
+
+
 # route -> {vector id: dtypes where it fails}; every other judged (vector, dtype) passes
 DOCUMENTED = {
     "sdpa-math": {i: ("float64", "float32", "float16", "bfloat16") for i in NON_FINITE},
     "sdpa-flash": {i: ("float64", "float32", "float16", "bfloat16") for i in NON_FINITE},
-    "ort-attention": {**{v.id: ("float64",) for v in value_vectors()
+    "ort-attention": {**{v.id: ("float64",) for v in small_vectors()
                          if v.id not in {"sdpa/single-key-001", "sdpa/k1-001", "sdpa/scale-001",
                                          "sdpa/tiny-diff-001", "sdpa/softcap-scale-001",
                                          "sdpa/softcap-gemma-001", "sdpa/empty-keys-001",
@@ -62,7 +72,7 @@ def _failures(route, fn, dtypes, skip_cls, vectors):
 @pytest.mark.parametrize("route", ["sdpa-math", "sdpa-flash"])
 def test_torch_sdpa_cpu_kernel_fails_exactly_the_documented_vectors(route):
     got = _failures(route, torch_routes.ROUTES[route], torch_routes.DTYPES[route], torch_routes.Skip,
-                    value_vectors())
+                    small_vectors())
     want = {k: tuple(d for d in x if d in torch_routes.DTYPES[route]) for k, x in DOCUMENTED[route].items()}
     assert got == want
 
@@ -70,7 +80,7 @@ def test_torch_sdpa_cpu_kernel_fails_exactly_the_documented_vectors(route):
 @pytest.mark.parametrize("route", sorted(ort_routes.ROUTES))
 def test_onnxruntime_op_fails_exactly_the_documented_vectors(route):
     got = _failures(route, ort_routes.ROUTES[route], ort_routes.DTYPES[route], ort_routes.Skip,
-                    value_vectors())
+                    small_vectors())
     assert got == DOCUMENTED[route]
 
 
@@ -117,7 +127,7 @@ FLEX_FLOAT32 = {"sdpa/large-001", *NON_FINITE}
 
 def _flex_vectors():
     """The vectors of the (8, 1, 8, 8) bucket (no GQA): one compilation at float32."""
-    return [v for v in value_vectors() if v.attributes.get("num_kv_heads") is None]
+    return [v for v in small_vectors() if v.attributes.get("num_kv_heads") is None]
 
 
 def test_flex_attention_compiled_cpu_fails_exactly_the_documented_vectors_at_float32():
@@ -158,3 +168,55 @@ def test_flex_attention_compiled_cpu_is_wrong_when_every_kept_score_is_far_below
             got = torch_routes.flex(Call(q, k, v, None, bias, 1.0), "float32")["output"]
         errors[shift] = np.nan_to_num(np.abs(got - want), nan=np.inf).max()
     assert errors[0.0] < 1e-5 and errors[-200.0] > 1, errors
+
+
+# route -> {stress vector id: dtypes where it fails} (flex: float32 only), as observed with
+# torch 2.13.0 and onnxruntime 1.32.0 on 2026-11-28; the causes are not yet analysed (the
+# kernel pages list them): a release that changes one fails here
+STRESS_OBSERVED = {
+    'flex': {
+        'sdpa/stress-nonfinite-001': ('float32',),
+    },
+    'sdpa-math': {
+        'sdpa/stress-far-below-001': ('float32',),
+        'sdpa/stress-mask-above-001': ('float32',),
+        'sdpa/stress-nonfinite-001': ('float64', 'float32', 'float16', 'bfloat16'),
+    },
+    'sdpa-flash': {
+        'sdpa/stress-nonfinite-001': ('float64', 'float32', 'float16', 'bfloat16'),
+    },
+    'ort-attention': {
+        'sdpa/stress-bf16-spread-001': ('float64',),
+        'sdpa/stress-far-below-001': ('float64',),
+        'sdpa/stress-gqa-001': ('float64',),
+        'sdpa/stress-long-001': ('float64',),
+        'sdpa/stress-long-002': ('float64',),
+        'sdpa/stress-long-003': ('float64',),
+        'sdpa/stress-mask-above-001': ('float64',),
+        'sdpa/stress-nonfinite-001': ('float64', 'float32', 'float16'),
+        'sdpa/stress-softcap-001': ('float64',),
+        'sdpa/stress-tile-001': ('float64',),
+        'sdpa/stress-tile-002': ('float64',),
+        'sdpa/stress-tile-003': ('float64',),
+        'sdpa/stress-tile-004': ('float64',),
+        'sdpa/stress-tile-005': ('float64',),
+    },
+    'ort-gqa': {
+        'sdpa/stress-far-below-001': ('float32',),
+        'sdpa/stress-softcap-001': ('float32', 'float16'),
+        'sdpa/stress-tile-003': ('float32', 'float16'),
+    },
+    'ort-mha': {
+        'sdpa/stress-long-003': ('float32', 'float16'),
+        'sdpa/stress-nonfinite-001': ('float32', 'float16'),
+        'sdpa/stress-tile-002': ('float32', 'float16'),
+    },
+}
+
+
+@pytest.mark.parametrize("route", list(STRESS_OBSERVED))
+def test_each_route_fails_exactly_the_observed_stress_vectors(route):
+    mod = torch_routes if route in torch_routes.ROUTES else ort_routes
+    dtypes = ("float32",) if route == "flex" else mod.DTYPES[route]
+    got = _failures(route, mod.ROUTES[route], dtypes, mod.Skip, stress_vectors())
+    assert got == STRESS_OBSERVED[route]

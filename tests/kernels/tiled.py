@@ -30,7 +30,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 from attnspec.backends import _checks as check
-from attnspec.backends.numpy.attention import _attention_inputs
+from attnspec.backends.numpy import _core
 
 BUGS = {
     "sentinel-max": "the running maximum starts at -1e4 instead of -inf",
@@ -83,7 +83,7 @@ def _checked(q, k, v, mask, bias, scale, num_kv_heads, softcap):
     g = q.shape[-3] // kv if kv else 1
     kr = np.repeat(f(k), g, axis=-3) if kv else f(k)
     vr = np.repeat(f(v), g, axis=-3) if kv else f(v)
-    _, _, _, mask, _, full = _attention_inputs(f(q), kr, vr, mask, f(bias))
+    _, _, _, mask, _, full = check.attention_inputs(_core, f(q), kr, vr, mask, f(bias))
     return full, check.scale(scale, q.shape[-1]), check.softcap(softcap), g
 
 
