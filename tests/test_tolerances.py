@@ -15,8 +15,8 @@ from . import derive
 from .mutants import catalogue
 from .orders import ORDERS, EmulatedBackend
 
-# under pytest-xdist (tox's numpy environment) these tests share one worker, so the
-# derivation their module fixture runs (~2.5 min) runs once
+# under pytest-xdist's --dist loadgroup these tests share one worker, so the derivation
+# their module fixture runs (~2.5 min) runs once
 pytestmark = pytest.mark.xdist_group("tolerances")
 
 
