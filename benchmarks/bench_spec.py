@@ -1,5 +1,5 @@
 """The spec's own numbers: `attnspec verify` wall time on NumPy, `attnspec generate`
-wall time and byte-identity on a rerun, and the NumPy backend's max error per
+wall time and byte-identity on a rerun, `attnspec check` wall time, and the NumPy backend's max error per
 component in float64 and float32.
 
     python benchmarks/bench_spec.py [--skip-generate]
@@ -53,6 +53,22 @@ def bench_verify() -> dict:
     return {"verify_s": wall}
 
 
+def bench_check() -> dict:
+    """`attnspec check` on one NumPy function, as a student runs it (target < 3 s wall)."""
+    root = Path(__file__).resolve().parents[1] / "examples" / "coursework"
+    walls = []
+    for _ in range(3):
+        wall, p = run("check", str(root / "attention_correct.py:scaled_dot_product_attention"),
+                      "--component", "sdpa")
+        if p.returncode != 0:
+            raise SystemExit("attnspec check failed:\n" + p.stdout[-2000:] + p.stderr[-2000:])
+        walls.append(wall)
+    best = min(walls)
+    print(f"\nattnspec check (sdpa, NumPy function): best of 3 {best:.2f} s wall "
+          f"(target < 3 s: {'met' if best < 3 else 'NOT met'})")
+    return {"check_s": best}
+
+
 def bench_generate() -> dict:
     from attnspec.spec.vectors import VECTORS_DIR
 
@@ -76,6 +92,7 @@ def main() -> int:
     args = ap.parse_args()
     print(f"machine: {machine()}")
     bench_verify()
+    bench_check()
     if not args.skip_generate:
         bench_generate()
     return 0

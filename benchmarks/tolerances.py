@@ -50,18 +50,34 @@ class TorchOrder:
         return self if dtype in self.dtypes else None
 
 
+class AutogradOrder(TorchOrder):
+    """Autograd through a forward written step by step in the dtype: the torch backend's
+    explicit path (matmul, softmax, norms... one op at a time, each result rounded to the
+    dtype) on the CPU, differentiated by torch.autograd. A correct order (TOLERANCES.md):
+    nothing in it is wrong, only rounded at other places than the hand-written VJPs."""
+
+    def __init__(self):
+        super().__init__("cpu")
+        opts = dict(getattr(self.backend, "options", {}), attention="explicit")
+        self.backend = type(self.backend)(**opts)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="update spec/cases/tolerances.json")
     ap.add_argument("--check", action="store_true", help="exit 1 on any problem")
     ap.add_argument("--torch", metavar="DEVICE", help="torch's kernels on DEVICE (cpu, cuda) "
                     "as one more order")
+    ap.add_argument("--no-autograd", action="store_true", help="leave out the autograd order "
+                    "(torch's explicit path differentiated by autograd; needs torch)")
+    ap.add_argument("--stress", action="store_true", help="the stress family only (spec/STRESS.md; "
+                    "without planted bugs; --write then replaces its entries only)")
     ap.add_argument("--component", action="append", help="only these components")
     ap.add_argument("--quiet", action="store_true", help="the summary only")
     ap.add_argument("--verbose", action="store_true",
                     help="also every planted bug's deviation/tolerance on every vector")
     args = ap.parse_args(argv)
-    if args.write and args.component:
+    if args.write and args.component and not args.stress:
         ap.error("--write derives every component; leave out --component")
 
     from attnspec.spec.vectors import default_spec
@@ -73,8 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no component {', '.join(unknown)}", file=sys.stderr)
         return 2
     derived = derive.read()
-    extra = {f"torch-{args.torch}": TorchOrder(args.torch)} if args.torch else None
-    rows = derive.measure(spec, args.component, derived, extra, catalogue())
+    extra = {f"torch-{args.torch}": TorchOrder(args.torch)} if args.torch else {}
+    if not args.no_autograd:
+        extra["autograd-stepwise"] = AutogradOrder()
+    rows = derive.measure(spec, args.component, derived, extra, None if args.stress else catalogue(),
+                          stress=args.stress)
     if args.write:
         derive.choose(rows)
     if not args.quiet:
@@ -85,6 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     print_summary(rows, derived)
     if args.write:
         doc = derive.document(rows)
+        if args.stress:  # the others' entries stay as they are
+            doc = {**derived, **{k: {**derived.get(k, {}), **v} for k, v in doc.items()
+                                 if not k.startswith("_")}}
+        else:  # the stress family's entries stay as they are (--stress derives them)
+            doc = {**doc, **{k: v for k, v in derived.items() if "/stress-" in k}}
         from attnspec.spec.generate import TOLERANCES_JSON, dumps
 
         TOLERANCES_JSON.write_text(dumps(doc), encoding="utf-8")

@@ -80,6 +80,10 @@ class CheckError(ConfigError):
     """The check cannot run at all (bad target, file, component, dtype or selection)."""
 
 
+DEFAULT_TIMEOUT = 20.0  # seconds per vector
+DEFAULT_MEMORY_GIB = 4.0  # what the user's code may allocate beyond its framework
+
+
 # ---- loading the user's file ------------------------------------------------------------------
 
 @dataclass
@@ -89,6 +93,7 @@ class Target:
     file: Path
     module: types.ModuleType
     kind: str  # function | class | torch | keras
+    said: set = field(default_factory=set)  # notes given once a run (aliases, mappings)
 
     @property
     def is_class(self) -> bool:
@@ -100,11 +105,16 @@ def load_target(target: str) -> Target:
     (no file, a syntax error, an import error, ``sys.exit`` at import) is one CheckError."""
     path, sep, name = target.rpartition(":")
     if not sep or not path or not name:
-        raise CheckError(f"target must be FILE.py:NAME, got {target!r}")
+        raise CheckError(f"target must be FILE.py:NAME or NOTEBOOK.ipynb:NAME, got {target!r}")
     file = Path(path)
     if not file.is_file():
         raise CheckError(f"no such file {str(file)!r} (target {target!r})")
-    module = _import_file(file)
+    if file.suffix == ".ipynb":
+        from .notebook import notebook_module
+
+        module = notebook_module(file, f"attnspec_user_{file.stem}")
+    else:
+        module = _import_file(file)
     obj = getattr(module, name, None)
     if obj is None:
         raise CheckError(f"{str(file)!r} defines no {name!r}")
@@ -122,7 +132,10 @@ def _import_file(file: Path) -> types.ModuleType:
         raise CheckError(f"{str(file)!r} is not a Python file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module  # dataclasses and pickling look their module up here
-    sys.path.insert(0, str(file.parent.resolve()))
+    # its folder stays on sys.path: a function may import a sibling module when called
+    folder = str(file.parent.resolve())
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     try:
         spec.loader.exec_module(module)
     except SyntaxError as exc:
@@ -141,8 +154,6 @@ def _import_file(file: Path) -> types.ModuleType:
             hint = f" (is {exc.name!r} installed in this environment?)"
         raise CheckError(f"importing {file} failed{_line_in(exc, file)}: "
                          f"{type(exc).__name__}: {exc}{hint}") from None
-    finally:
-        sys.path.pop(0)
     return module
 
 
@@ -188,6 +199,8 @@ class Plan:
     trace: bool = False
     training: bool = False  # a Keras call that takes ``training``
     unsupported: list = field(default_factory=list)  # (what, value) pairs: a SKIP
+    aliases: dict = field(default_factory=dict)  # spec attribute -> the __init__ name used
+    mapping: dict = field(default_factory=dict)  # spec param path -> the instance's name
 
 
 def _accepts(sig: inspect.Signature, name: str) -> bool:
@@ -225,8 +238,13 @@ def plan_vector(t: Target, fn: Function, v: Vector) -> Plan:
     call_sig = call_signature(t)
     init_sig = constructor_signature(t) if t.is_class else None
     for k, val in v.attributes.items():
+        alias = _alias(init_sig, k) if init_sig is not None and not hasattr(
+            t.obj, "from_spec") else None
         if init_sig is not None and _takes(t, init_sig, k):
             p.init[k] = val
+        elif alias:
+            p.init[alias] = val
+            p.aliases[k] = alias
         elif _accepts(call_sig, k):
             p.call[k] = val
         elif val != fn.attributes.get(k, object()):
@@ -244,6 +262,31 @@ def plan_vector(t: Target, fn: Function, v: Vector) -> Plan:
     return p
 
 
+# the names notebooks give the spec's attributes and sizes in a constructor
+ALIASES = {"num_heads": ("n_head", "n_heads", "nhead", "h", "heads", "num_attention_heads"),
+           "eps": ("epsilon", "layer_norm_eps", "norm_eps"),
+           "max_seq_len": ("seq_len", "max_len", "block_size", "max_position_embeddings"),
+           "num_kv_heads": ("n_kv_heads", "num_key_value_heads")}
+SIZES = {"d_model": ("d_model", "dim_model", "embed_dim", "hidden_size", "n_embd", "dim",
+                     "features", "normalized_shape", "d_embed", "size")}
+
+
+def _alias(init_sig: inspect.Signature, attribute: str) -> str | None:
+    return next((a for a in ALIASES.get(attribute, ()) if a in init_sig.parameters), None)
+
+
+def _sizes(ctor_sig: inspect.Signature, fn: Function, v: Vector, plan: Plan) -> dict:
+    """Required constructor sizes (``d_model``, ``embed_dim``...) read from the first
+    input's last axis."""
+    first = v.inputs.get(fn.inputs[0]) if fn.inputs else None
+    out = {}
+    for name, p in ctor_sig.parameters.items():
+        if p.default is p.empty and name not in plan.init and first is not None and \
+                first.ndim and name in SIZES["d_model"]:
+            out[name] = int(first.shape[-1])
+    return out
+
+
 def _params_route(t: Target, call_sig, v: Vector, p: Plan) -> str:
     if t.is_class and hasattr(t.obj, "from_spec"):
         return "from_spec"
@@ -251,6 +294,8 @@ def _params_route(t: Target, call_sig, v: Vector, p: Plan) -> str:
         return "load_spec_params"
     if "params" in call_sig.parameters:
         return "params"
+    if t.is_class:
+        return "state"  # mapped onto the instance's parameters by name and shape
     for path in v.params:
         if not _accepts(call_sig, _keyword(path)):
             p.unsupported.append(("parameter " + _keyword(path), None))
@@ -298,6 +343,10 @@ def construct(t: Target, fn: Function, v: Vector, plan: Plan, params: dict, dtyp
     """The instance for one vector. A constructor that cannot take what check passes is a
     CheckError (said once); one that raises is ConstructorFailed (a failed vector)."""
     ctor_sig = constructor_signature(t)
+    if not hasattr(t.obj, "from_spec"):
+        sizes = _sizes(ctor_sig, fn, v, plan)
+        plan.init.update(sizes)
+        plan.aliases.update({k: f"{k}={val} (from the input's shape)" for k, val in sizes.items()})
     try:
         ctor_sig.bind(*([params] if hasattr(t.obj, "from_spec") else []), **plan.init)
     except TypeError as exc:
@@ -311,7 +360,11 @@ def construct(t: Target, fn: Function, v: Vector, plan: Plan, params: dict, dtyp
                 instance = t.obj(**plan.init)
                 if plan.params_to == "load_spec_params":
                     instance.load_spec_params(params)
-    except (Exception, SystemExit) as exc:  # the user's code may raise anything
+        if plan.params_to == "state":
+            from .check_state import load_by_name_and_shape
+
+            plan.mapping = load_by_name_and_shape(instance, params, t.kind)
+    except (Exception, SystemExit) as exc:
         raise ConstructorFailed(exc) from exc
     if t.kind == "torch":
         instance.eval()
@@ -364,6 +417,20 @@ class Outcome:
     unsupported: list = field(default_factory=list)
     constructor_error: BaseException | None = None
     plan: Plan | None = None
+    worst: dict | None = None
+
+
+@dataclass
+class Verdict:
+    """How one vector went, as plain data (it crosses a pipe from the worker): the lines to
+    print, what a SKIP needs, a constructor failure {key, type, help}, what was printed."""
+    status: str  # pass | fail | skip
+    lines: list[str]
+    reasons: list[str] = field(default_factory=list)
+    ctor: dict | None = None
+    output: list[str] = field(default_factory=list)
+    restart: bool = False  # the worker should start afresh (it ran out of memory)
+    worst: dict | None = None  # {what, max_abs_err, index, expected, got} for the API's table
 
 
 def _fresh(backend, arrays: dict, dtype: str) -> dict:
@@ -414,8 +481,24 @@ def run_vector(t: Target, fn: Function, v: Vector, backend, dtype: str) -> Outco
         outcome.status = "fail"
         outcome.lines.insert(0, f"modified its input(s) {', '.join(mutated)} in place; the spec's "
                                 f"functions leave their arguments unchanged (work on a copy)")
+    outcome.lines += _built_note(t, plan)
     outcome.plan = plan
     return outcome
+
+
+def _built_note(t: Target, plan: Plan) -> list[str]:
+    """How a class was built, said once a run for each alias, size and parameter mapping."""
+    parts = []
+    for k, alias in plan.aliases.items():
+        if k not in t.said:
+            t.said.add(k)
+            parts.append(f"{alias} for {k}" if "=" not in alias else alias)
+    note = [f"built {t.name} with {', '.join(parts)}"] if parts else []
+    if plan.mapping and "mapping" not in t.said:
+        t.said.add("mapping")
+        note.append("parameters mapped by name and shape: " + ", ".join(
+            f"{p} -> {n}" for p, n in plan.mapping.items()))
+    return note
 
 
 def _prefixed(params: dict) -> dict:
@@ -465,6 +548,9 @@ def returned_outputs(fn: Function, result) -> tuple[dict, list[str]]:
                         f"the outputs {list(fn.returns)}"]
         return got, []
     if isinstance(result, (tuple, list)):
+        if not result:
+            return {}, [f"returned an empty {type(result).__name__}; {fn.name} returns "
+                        f"{', '.join(fn.returns)}"]
         if len(fn.returns) == 1:
             single = len(result) == 1 and not isinstance(result[0], (int, float))
             return {fn.returns[0]: result[0] if single else result}, []
@@ -482,22 +568,73 @@ def judge_result(fn: Function, v: Vector, result, trace, backend, dtype: str) ->
     if problems:
         return Outcome("fail", problems)
     outputs = {k: _to_numpy(backend, a) for k, a in got.items() if k in v.outputs}
+    problems = _not_real(outputs, lambda k: f"output {k!r}")
+    if problems:
+        return Outcome("fail", problems)
     inter = {k: _to_numpy(backend, a) for k, a in (trace.items() if trace else ())
              if k in v.intermediates}
     sub = dataclasses.replace(v, outputs={k: v.outputs[k] for k in outputs},
                               intermediates={k: e for k, e in v.intermediates.items() if k in inter})
     res = judge(sub, dtype, outputs, inter, Result(v.id, dtype, "pass"))
     notes = [f"{n}: not returned (not checked)" for n in v.outputs if n not in outputs]
+    worst = worst_element(sub.outputs, outputs, v.tolerances[dtype], dtype)
     if res.status == "pass":
         done = f", {len(inter)} intermediates" if inter else ""
-        return Outcome("pass", [f"max abs err {res.max_abs_err:.3g}{done}", *notes])
+        return Outcome("pass", [f"max abs err {res.max_abs_err:.3g}{done}", *notes], worst=worst)
     head = res.messages[0].removeprefix(f"{v.id} [{dtype}] ")
-    lines = [head, *_nan_lines(outputs, sub.outputs), *res.messages[1:], *notes]
+    lines = [head, *_nan_lines(outputs, sub.outputs), *res.messages[1:], *notes,
+             *_mistake_lines(fn, v, outputs, dtype)]
     lines += _dtype_note(got, dtype)
     if trace is not None and not inter and v.intermediates:
         lines.append(f"recorded none of the intermediates the spec names "
                      f"({', '.join(v.intermediates)}) in trace")
-    return Outcome("fail", lines)
+    return Outcome("fail", lines, worst=worst)
+
+
+def _mistake_lines(fn: Function, v: Vector, outputs: dict, dtype: str) -> list[str]:
+    """'your output matches <variant> (see <page>#<anchor>)' for the known conventions."""
+    from .variants import likely_mistakes
+
+    try:
+        found = likely_mistakes(fn.name, v, outputs, dtype)
+    except Exception:
+        return []
+    return [f"your output matches {m.name} (see {m.where})" for m in found]
+
+
+def worst_element(expected: dict, got: dict, tol: dict, dtype: str) -> dict | None:
+    """The output with the largest error, and where (for the API's table)."""
+    from attnspec.spec.compare import compare
+
+    worst = None
+    for name, exp in expected.items():
+        c = compare(got[name], exp, dtype, tol)
+        if worst is None or c.max_abs_err > worst["max_abs_err"] or (not c.ok and worst["ok"]):
+            worst = {"what": name, "max_abs_err": c.max_abs_err, "ok": c.ok,
+                     "index": c.worst_index, "expected": c.expected_at_worst,
+                     "got": c.got_at_worst, "problem": c.problem}
+    return worst
+
+
+def _not_real(got: dict, label) -> list[str]:
+    """A returned array that cannot be judged as the spec's real numbers: None, complex
+    (its imaginary part would be dropped), objects, strings."""
+    out = []
+    for name, g in got.items():
+        if g.dtype == object and g.ndim == 0 and g.item() is None:
+            out.append(f"{label(name)} is None")
+        elif g.dtype.kind == "c":
+            out.append(f"{label(name)} is complex ({g.dtype}); the spec's values are real (take "
+                       f".real only where the imaginary part is zero by construction)")
+        elif g.dtype.kind not in "fiub":
+            out.append(f"{label(name)} is an array of {g.dtype} ({_kinds(g)}), not numbers")
+    return out
+
+
+def _kinds(g: np.ndarray) -> str:
+    if g.dtype != object or g.size == 0:
+        return g.dtype.name
+    return ", ".join(sorted({type(x).__name__ for x in g.flat[:100]}))
 
 
 def _dtype_note(got: dict, dtype: str) -> list[str]:
@@ -739,6 +876,9 @@ def judge_gradient_result(fn: Function, v: Vector, result, backend, dtype: str) 
     raw = {k: g for k, g in got.items() if g is not None}
     got = {k: _to_numpy(backend, g) for k, g in raw.items()}
     expected = {k: e for group in v.gradients.values() for k, e in group.items()}
+    problems = _not_real(got, lambda k: _label(v, k))
+    if problems:
+        return Outcome("fail", problems)
     sub = {g: {k: e for k, e in d.items() if k in got} for g, d in v.gradients.items()}
     res = judge_gradients(dataclasses.replace(v, gradients=sub), dtype,
                           {k: g for k, g in got.items() if k in sub.get("inputs", {})},
@@ -835,6 +975,19 @@ def variant_matcher(variants: list[str], fn: Function):
 
 # ---- the command ------------------------------------------------------------------------------
 
+def coursework_dir() -> Path | None:
+    """The examples/coursework/ folder of the installed package (the wheel ships it as
+    ``attnspec.examples.coursework``), or None."""
+    try:
+        found = importlib.util.find_spec("attnspec.examples.coursework")
+    except ImportError:
+        found = None
+    for place in (found.submodule_search_locations or []) if found else []:
+        if (Path(place) / "README.md").is_file():
+            return Path(place)
+    return None
+
+
 def resolve_function(spec: Spec, component: str, function: str | None) -> Function:
     if component not in spec.components:
         close = difflib.get_close_matches(component, spec.components, n=1)
@@ -859,21 +1012,115 @@ def _backend(framework: str, dtype: str):
     return backend
 
 
-def run_check(target: str, component: str, spec: Spec, framework: str = "numpy",
+def run_check(target, component: str, spec, framework: str | None = None,
               dtype: str = "float64", function: str | None = None, errors: bool = False,
               out=None, keyword: str | None = None, variants: tuple = (),
-              grad: bool = False) -> int:
+              grad: bool = False, timeout: float | None = DEFAULT_TIMEOUT,
+              memory: float | None = DEFAULT_MEMORY_GIB, isolate: bool = True,
+              strict: bool = False, record=None) -> int:
+    """The command: ``target`` is ``FILE.py:NAME`` (run in a worker process when
+    ``isolate``) and ``spec`` a Spec, or a callable returning one (called once the worker
+    is started, so that the user's file is imported while the vectors load)."""
     out = out or sys.stdout  # looked up now: a default bound at import misses redirection
-    fn = resolve_function(spec, component, function)
-    if grad:
-        _grad_selection(spec, fn, errors)
-    backend = _backend(framework, dtype)
-    t = load_target(target)
-    call_signature(t)  # a class that cannot be called fails here, once
+    inferred = ""
+    if framework is None:
+        framework, inferred = infer_framework(target)
+    session = _session(target, framework, dtype, timeout, memory, isolate)
+    try:
+        spec = spec() if callable(spec) else spec
+        fn = resolve_function(spec, component, function)
+        if grad:
+            _grad_selection(spec, fn, errors)
+        info = session.load()
+        chosen, selected = _choose(spec, fn, dtype, errors, grad, keyword, variants)
+        session.prepare(fn, chosen, grad)
+        what = " gradients" if grad else ""
+        print(f"attnspec check {_shown(target)} against {component}.{fn.name}{what} ({framework}"
+              f"{inferred}, {dtype}): {len(chosen)} vector{'' if len(chosen) == 1 else 's'}"
+              f"{selected}", file=out)
+        tally = _Tally(name=info["name"], strict=strict)
+        tally.printed(getattr(session, "import_output", []), out)
+        t0 = time.perf_counter()
+        for i, v in enumerate(chosen):
+            verdict = session.run(i, dtype)
+            tally.report(verdict, v, out)
+            if record is not None:
+                record(v, verdict)
+        tally.repeats(out)
+        tally.printed(session.capture.closing() if isolate else [], out)
+        print(tally.summary(time.perf_counter() - t0), file=out)
+        for line in tally.closing(info, framework, dtype, len(chosen), chosen, session):
+            print(line, file=out)
+    finally:
+        session.close()
+    return tally.exit_status()
+
+
+def infer_framework(target) -> tuple[str, str]:
+    """--framework from what the file imports (read, never run): the one of torch,
+    tensorflow/keras, jax it imports, else numpy. Returns the name and how it was chosen."""
+    if not isinstance(target, str):
+        return "numpy", " (--framework: default)"
+    file = Path(target.rpartition(":")[0])
+    try:
+        used = imported_frameworks(read_source(file))
+    except (OSError, SyntaxError, ValueError, CheckError):
+        return "numpy", ""  # the worker's import says what is wrong with the file
+    ml = sorted(used - {"numpy"})
+    if len(ml) == 1:
+        return ml[0], " from its imports; --framework to choose"
+    if ml:
+        return "numpy", f"; it imports {' and '.join(ml)}: choose one with --framework"
+    return "numpy", ""
+
+
+def read_source(file: Path, limit: int = 10 << 20) -> str:
+    """A Python file's or notebook's code, read with a bound."""
+    if file.suffix == ".ipynb":
+        from .notebook import notebook_code
+
+        return notebook_code(file)
+    with open(file, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise CheckError(f"{file} is over {limit >> 20} MiB; is it a Python file?")
+    return data.decode("utf-8", "replace")
+
+
+def imported_frameworks(source: str) -> set[str]:
+    """The --framework names of the modules a source imports (``import torch.nn as nn``,
+    ``from keras import layers``), anywhere in it."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module] if isinstance(node, ast.ImportFrom) and node.module and
+                 not node.level else [])
+        found.update(FRAMEWORK_OF_MODULE[n.split(".")[0]] for n in names
+                     if n.split(".")[0] in FRAMEWORK_OF_MODULE)
+    return found
+
+
+def _session(target, framework: str, dtype: str, timeout, memory, isolate: bool):
+    from .check_worker import LocalSession, WorkerSession
+
+    if isolate and isinstance(target, str):
+        return WorkerSession(target, framework, dtype, timeout, memory)
+    session = LocalSession(timeout)
+    session.load = lambda load=session.load: load(target, framework, dtype)
+    return session
+
+
+def _shown(target) -> str:
+    return target if isinstance(target, str) else target.name
+
+
+def _choose(spec: Spec, fn: Function, dtype: str, errors: bool, grad: bool, keyword, variants):
+    """The vectors to run, and how the header says they were selected."""
     wanted = ("gradient",) if grad else ("value", "error") if errors else ("value",)
     chosen = [v for v in spec.vectors if v.function == fn.name and not v.deprecated
               and dtype in v.dtypes and v.expect in wanted]
-    conv = grad_convention(t, fn, chosen) if grad else None
     total = len(chosen)
     if keyword:
         chosen = list(filter(keyword_matcher(keyword), chosen))
@@ -881,19 +1128,41 @@ def run_check(target: str, component: str, spec: Spec, framework: str = "numpy",
         chosen = list(filter(variant_matcher(list(variants), fn), chosen))
     selected = f" (of {total}, selected by {_selection(keyword, variants)})" if len(
         chosen) != total else ""
-    what = " gradients" if grad else ""
-    print(f"attnspec check {target} against {component}.{fn.name}{what} ({framework}, {dtype}): "
-          f"{len(chosen)} vector{'' if len(chosen) == 1 else 's'}{selected}", file=out)
-    t0 = time.perf_counter()
-    tally = _Tally()
-    for v in chosen:
-        tally.report(_run_any(t, fn, v, backend, dtype, conv), v, t, fn, out)
-    print(tally.summary(time.perf_counter() - t0), file=out)
-    notes = tally.closing(t, fn, backend, framework, dtype, spec, len(chosen), conv)
-    for line in notes:
-        print(line, file=out)
-    ran = tally.passed + tally.failed
-    return 0 if tally.failed == 0 and ran > 0 and tally.skipped <= ran else 1
+    return chosen, selected
+
+
+def parse_timeout(value, where: str = "--timeout") -> float | None:
+    """Seconds per vector: a number from 0.01 to a day, or 0 for no limit."""
+    if value is None or value == "":
+        return DEFAULT_TIMEOUT
+    seconds = _number(value, where, "seconds")
+    if seconds == 0:
+        return None
+    if not 0.01 <= seconds <= 86400:
+        raise CheckError(f"{where} {value!r}: give seconds from 0.01 to 86400, or 0 for no limit")
+    return seconds
+
+
+def parse_memory(value, where: str = "--memory-limit") -> float | None:
+    """GiB the user's code may allocate: from 0.1 to 1024, or 0 for no limit."""
+    if value is None or value == "":
+        return DEFAULT_MEMORY_GIB
+    gib = _number(value, where, "GiB")
+    if gib == 0:
+        return None
+    if not 0.1 <= gib <= 1024:
+        raise CheckError(f"{where} {value!r}: give GiB from 0.1 to 1024, or 0 for no limit")
+    return gib
+
+
+def _number(value, where: str, unit: str) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise CheckError(f"{where} {value!r}: not a number of {unit}") from None
+    if x != x or x < 0:
+        raise CheckError(f"{where} {value!r}: give a finite number of {unit} >= 0")
+    return x
 
 
 def _run_any(t, fn, v, backend, dtype, conv) -> Outcome:
@@ -920,19 +1189,22 @@ def _selection(keyword, variants) -> str:
 
 @dataclass
 class _Tally:
+    name: str
+    strict: bool = False
     passed: int = 0
     failed: int = 0
     skipped: int = 0
     reasons: Counter = field(default_factory=Counter)
     failed_values: list = field(default_factory=list)
     constructor_errors: set = field(default_factory=set)
+    errors: dict = field(default_factory=dict)  # a failure's lines -> [first id, later ids]
 
-    def report(self, o: Outcome, v: Vector, t: Target, fn: Function, out) -> None:
-        pad = " " * 6 + " " * 37
+    def report(self, o: Verdict, v: Vector, out) -> None:
         if o.status == "skip":
             self.skipped += 1
-            self.reasons.update(w for w, _ in o.unsupported)
+            self.reasons.update(o.reasons)
             print(f"SKIP  {v.id:36s} {o.lines[0]}", file=out)
+            self.printed(o.output, out)
             return
         ok = o.status == "pass"
         self.passed += ok
@@ -940,60 +1212,99 @@ class _Tally:
         if not ok and v.expect in ("value", "gradient"):
             self.failed_values.append(v)
         lines, as_above = o.lines, False
-        if o.constructor_error is not None:  # explained once, however many vectors it hits
-            key = _exc(o.constructor_error)
-            as_above = key in self.constructor_errors
-            self.constructor_errors.add(key)
-            lines = ([f"constructing {t.name} raised {type(o.constructor_error).__name__} (as "
-                      f"above)"] if as_above else [*lines, *textwrap.wrap(
-                          constructor_help(t, fn, v, o.plan), 88)])
-        lines = [part for line in lines for part in line.splitlines() if part.strip()]
+        if o.ctor is not None:  # explained once, however many vectors it hits
+            as_above = o.ctor["key"] in self.constructor_errors
+            self.constructor_errors.add(o.ctor["key"])
+            lines = ([f"constructing {self.name} raised {o.ctor['type']} (as above)"] if as_above
+                     else [*lines, *o.ctor["help"]])
+        lines = [part for line in lines for part in line.splitlines() if part.strip()] or [""]
+        if not ok and not as_above and self._repeated(lines, v):
+            return
         print(f"{'PASS' if ok else 'FAIL'}  {v.id:36s} {lines[0]}", file=out)
         for line in lines[1:]:
-            print(f"{pad}{line}", file=out)
+            print(f"{PAD}{line}", file=out)
         if not ok and not as_above:
-            print(f"{pad}({v.description})", file=out)
+            print(f"{PAD}({v.description})", file=out)
+        self.printed(o.output, out)
+
+    def _repeated(self, lines: list, v: Vector) -> bool:
+        """An error already printed word for word (a TypeError on every vector): counted,
+        and listed once after the last vector."""
+        key = tuple(lines)
+        if key in self.errors:
+            self.errors[key].append(v.id)
+            return True
+        if lines[0].startswith(("raised ", "returned ", "constructing ", "called sys.exit",
+                                "timed out", "the process ", "not run")):
+            self.errors[key] = [v.id]
+        return False
+
+    def repeats(self, out) -> None:
+        for ids in self.errors.values():
+            if len(ids) > 1:
+                more = ", ".join(ids[1:])
+                print(f"FAIL  {len(ids) - 1} more vector(s) with the same error as {ids[0]}: "
+                      f"{textwrap.shorten(more, 400, placeholder=' ...')}", file=out)
+
+    def exit_status(self) -> int:
+        """0 when every vector that ran passed (--strict: and no more were skipped than
+        ran); 1 when one failed or none ran."""
+        ran = self.passed + self.failed
+        if self.failed or ran == 0 or (self.strict and self.skipped > ran):
+            return 1
+        return 0
+
+    @staticmethod
+    def printed(lines: list, out) -> None:
+        """What the user's code printed (at most a few lines: the rest is counted)."""
+        for line in lines:
+            print(f"      | {line}", file=out)
 
     def summary(self, seconds: float) -> str:
         tail = f", {self.skipped} skipped" if self.skipped else ""
         return f"{self.passed} passed, {self.failed} failed{tail} ({seconds:.2f} s)"
 
-    def closing(self, t, fn, backend, framework, dtype, spec, selected, conv=None) -> list[str]:
+    def closing(self, info: dict, framework, dtype, selected: int, chosen: list,
+                session) -> list[str]:
         lines = []
         ran = self.passed + self.failed
         if self.skipped:
             what = ", ".join(f"{w} ({n})" for w, n in self.reasons.most_common())
-            lines.append(f"skipped {self.skipped}: they need what your code does not take: {what}")
+            lines.append(f"not applicable: {self.skipped} of {selected} vectors need what your "
+                         f"code does not take: {what}" + ("" if self.strict or ran == 0 else
+                                                          " (not a failure; --strict makes it one)"))
         if selected == 0:
             lines.append("no vector selected: nothing was checked")
-        elif ran == 0 or self.skipped > ran:
+        elif ran == 0 or (self.strict and self.skipped > ran):
             lines.append(f"only {ran} of {selected} vectors ran: add those arguments, or select "
                          f"the vectors you implement with --variant KEY=VALUE or -k EXPR")
         if self.failed:
-            lines += _framework_hint(t, framework)
+            lines += _framework_hint(info, framework)
             if dtype == "float64" and self.failed_values:
-                lines += _float32_note(t, fn, self.failed_values, backend, conv)
+                lines += _float32_note(info, self.failed_values, chosen, session)
         return lines
 
 
-def _framework_hint(t: Target, framework: str) -> list[str]:
-    used = frameworks_used(t)
+PAD = " " * 6 + " " * 37
+
+
+def _framework_hint(info: dict, framework: str) -> list[str]:
+    used = set(info["frameworks"])
     if framework in used and (framework != "numpy" or used == {"numpy"}):
         return []
     ml = sorted(used - {"numpy"})
     suggest = ml[0] if len(ml) == 1 else ("numpy" if used == {"numpy"} else None)
     if suggest is None or suggest == framework:
         return []
-    return [f"hint: {t.file} uses {suggest}, but the inputs were {framework} arrays; run it "
+    return [f"hint: {info['file']} uses {suggest}, but the inputs were {framework} arrays; run it "
             f"with --framework {suggest}"]
 
 
-def _float32_note(t: Target, fn: Function, failed: list, backend, conv=None) -> list[str]:
-    if "float32" not in backend.dtypes("cpu"):
+def _float32_note(info: dict, failed: list, chosen: list, session) -> list[str]:
+    if "float32" not in info["dtypes"]:
         return []
     again = [v for v in failed if "float32" in v.dtypes]
-    if not again or any(_run_any(t, fn, v, backend, "float32", conv).status != "pass"
-                        for v in again):
+    if not again or any(session.run(chosen.index(v), "float32").status != "pass" for v in again):
         return []
     return [f"note: the {len(again)} failing vector(s) that float32 has all pass at float32: your "
             f"code computes in float32 (an astype(np.float32), dtype=torch.float32, .float(), "

@@ -113,16 +113,21 @@ def pytest_args(backend, device, dtype, json_path, extra=(), options=(), *, vect
 
 def verify_session(args):
     """The suite's Session for ``attnspec verify``'s arguments, or CommandError (one line)
-    naming what stops the run before the suite starts. Sets ``args.jobs`` to a count."""
+    naming what stops the run before the suite starts. Sets ``args.jobs`` to a count and
+    ``args.hypothesis_profile`` to a profile name."""
+    from .jobs import JobsError, parse_jobs
     from .plugin import Session, SuiteConfigError
-    from .shards import parse_jobs
 
     try:
         if args.json:
             _check_writable(args.json)
-        args.jobs = parse_jobs(getattr(args, "jobs", 1))
-    except SuiteConfigError as exc:
+        args.hypothesis_profile = _hypothesis_profile(args.hypothesis_profile)
+        _check_keyword(args.k)
+        args.jobs, clamped = parse_jobs(args.jobs or default_jobs(args.device))
+    except (SuiteConfigError, JobsError) as exc:
         raise CommandError(str(exc)) from None
+    if clamped:
+        print(f"attnspec verify: {clamped}", file=sys.stderr, flush=True)
     session = Session(backend=args.backend, device=args.device, dtype=args.dtype,
                       options=args.backend_option, vectors_dir=args.vectors_dir,
                       known_path=args.known_failures, timeout=_timeout(args))
@@ -131,118 +136,212 @@ def verify_session(args):
     return session
 
 
+def default_jobs(device: str) -> str:
+    """``--jobs`` when neither it nor ATTNSPEC_JOBS is given: a process per CPU on the cpu
+    device; one on an accelerator, which the processes would share."""
+    return "auto" if device == "cpu" else "1"
+
+
+def _hypothesis_profile(name: str | None) -> str:
+    """``--hypothesis-profile`` (or ATTNSPEC_HYPOTHESIS_PROFILE): one of the suite's."""
+    from .plugin import HYPOTHESIS_PROFILES, SuiteConfigError
+
+    name = name or "ci"
+    if name not in HYPOTHESIS_PROFILES:
+        raise SuiteConfigError(f"--hypothesis-profile {name!r} (or ATTNSPEC_HYPOTHESIS_PROFILE)"
+                               f" is not one of the suite's profiles: "
+                               f"{', '.join(HYPOTHESIS_PROFILES)}")
+    return name
+
+
+def _check_keyword(k: str | None) -> None:
+    """A -k that pytest cannot parse: one line naming it, before the suite starts."""
+    from _pytest.mark.expression import Expression
+
+    from .plugin import SuiteConfigError
+
+    if not k or not k.strip():
+        return
+    try:
+        Expression.compile(k)
+    except SyntaxError as exc:
+        raise SuiteConfigError(f"-k {k!r} is not a pytest -k expression: at column "
+                               f"{exc.offset}: {exc.msg}") from None
+
+
+# -k words naming a framework whose tests exist only where it is installed: (module, extra)
+OPTIONAL_FRAMEWORKS = {"transformers": ("transformers", "hf"), "flax": ("flax", "flax"),
+                       "onnx": ("onnx", "onnx")}
+
+
+def _selected_nothing(k: str | None) -> str:
+    """Why a run selected no test: the -k, and a framework it names that is not installed."""
+    import importlib.util
+    import re
+
+    if not k:
+        return "the suite selected no test"
+    words = set(re.findall(r"[A-Za-z_]+", k))
+    for word, (module, extra) in OPTIONAL_FRAMEWORKS.items():
+        if word in words and importlib.util.find_spec(module) is None:
+            return (f"-k {k!r} selects no test: {module} is not installed, so the suite has no "
+                    f"{word} tests (pip install 'attnspec[{extra}]')")
+    return f"-k {k!r} selects none of the suite's tests (see `pytest --collect-only`)"
+
+
 def _timeout(args):
     """Seconds per test: ``--timeout`` where the parser has it, else ATTNSPEC_TIMEOUT."""
     return getattr(args, "timeout", None) or os.environ.get("ATTNSPEC_TIMEOUT")
 
 
-def _verify_here(argv: list[str]) -> tuple[dict | None, int, str]:
-    """The suite in this process: (results document or None, pytest's exit status, why)."""
-    import pytest
-
-    from .plugin import SUITE_DIR
-
-    fd, json_path = tempfile.mkstemp(suffix=".json", prefix="attnspec-")
-    os.close(fd)
-    try:
-        with _removed_when_stopped(json_path):
-            # from the suite's folder: pytest loads a conftest.py from the current folder
-            here = os.getcwd()
-            os.chdir(SUITE_DIR)
-            try:
-                code = pytest.main([*argv, f"--attnspec-json={json_path}"])
-            finally:
-                os.chdir(here)
-        with open(json_path, encoding="utf-8") as f:
-            doc = json.load(f) if os.path.getsize(json_path) else None
-    finally:
-        os.unlink(json_path)
-    return doc, int(code), f"pytest exit status {int(code)}"
+_SIGNALLED: list[int] = []  # the SIGTERM or SIGHUP that stopped the suite
 
 
-@contextlib.contextmanager
-def _removed_when_stopped(path: str):
-    """SIGTERM or SIGHUP (as ``attnspec report`` stops its child) remove ``path``, then
-    end the process by that signal as it would have ended anyway: pytest would catch an
-    exception raised here as a test's error, so none is raised. The suite's watchdog,
-    which ends the process with os._exit, removes it too (plugin.REMOVE_ON_HARD_STOP)."""
+def _terminate(signum, frame):
+    """SIGTERM or SIGHUP during the suite: a KeyboardInterrupt, raised as Ctrl-C raises it
+    (pytest, and xdist, which then stops its workers, end the run as for Ctrl-C)."""
     import signal
 
-    from .plugin import REMOVE_ON_HARD_STOP
+    _SIGNALLED.append(signum)
+    signal.default_int_handler(signum, frame)
+
+
+def run_suite(argv: list[str]):
+    """The suite in this process (and, with ``-n``, in xdist's workers): (the session,
+    pytest's exit status). No temporary file: the results come from the session."""
+    import pytest
+
+    from .plugin import SUITE_DIR, session
     from .report import handling
 
-    def stop(signum, frame):
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
+    class Keep:
+        config = None
 
-    REMOVE_ON_HARD_STOP.add(path)
+        def pytest_configure(self, config):
+            self.config = config
+
+    keep = Keep()
+    here, env = os.getcwd(), {k: os.environ.get(k) for k in SUITE_PLUGIN_ENV}
+    os.chdir(SUITE_DIR)  # pytest loads a conftest.py from the current folder
+    os.environ.update(SUITE_PLUGIN_ENV)  # xdist's workers inherit it
     try:
-        with handling(stop):
-            yield
+        with handling(_terminate):
+            code = pytest.main(argv, plugins=[keep])
     finally:
-        REMOVE_ON_HARD_STOP.discard(path)
+        os.chdir(here)
+        for k, v in env.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    return (session(keep.config) if keep.config is not None else None), int(code)
 
 
-def _verify_in_parts(argv: list[str], jobs: int, session) -> tuple[dict | None, int, str]:
-    """The suite as ``jobs`` processes (shards.py). Ctrl-C, SIGTERM or SIGHUP stop every
-    part's process group before the interruption goes on."""
-    import shutil
+# verify's run loads the suite's plugins only: another installed one (pytest-benchmark,
+# pytest-cov, ...) could print into a fault's one line or change what runs. A user who
+# wants theirs runs the suite through pytest (docs/verify.md).
+SUITE_PLUGIN_ENV = {
+    "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+    "PYTEST_PLUGINS": "attnspec.conformance.plugin,xdist.plugin,xdist.looponfail,_hypothesis_pytestplugin",
+}
 
-    from .plugin import SUITE_DIR
-    from .report import Stopped, handling, raise_stopped, stop
-    from .shards import merge, run_parts, temporary_dir
 
-    work = temporary_dir()
-    state: dict = {"procs": []}
-    try:
-        with handling(raise_stopped):
-            parts = run_parts(argv, jobs, SUITE_DIR, work,
-                              lambda line: print(line, flush=True), state)
-            return merge(parts, session)
-    except Stopped as exc:
-        print("attnspec verify: interrupted", file=sys.stderr)
-        sys.exit(exc.code)
-    finally:
-        for proc in state["procs"]:  # every part's process group, on any way out
-            stop(proc)
-        shutil.rmtree(work, ignore_errors=True)
+# Less free space than this on --json's filesystem refuses the run before it starts
+# (a full run's results are ~1-2 MB).
+MIN_FREE_BYTES = 16 << 20
 
 
 def _check_writable(path: str) -> None:
+    """--json's folder takes a new file and has room: else one line, before the run."""
     from .plugin import SuiteConfigError
 
-    existed = os.path.exists(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise SuiteConfigError(f"--json {path}: is a folder")
     try:
-        with open(path, "a", encoding="utf-8"):
-            pass
+        fd, probe = tempfile.mkstemp(prefix=".attnspec-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+        free = os.statvfs(folder)
     except OSError as exc:
         raise SuiteConfigError(f"--json {path}: cannot write there ({exc.strerror or exc})"
                                ) from None
-    if not existed:
-        os.unlink(path)
+    if free.f_bavail * free.f_frsize < MIN_FREE_BYTES:
+        raise SuiteConfigError(f"--json {path}: only {free.f_bavail * free.f_frsize} bytes free "
+                               f"on its filesystem (at least {MIN_FREE_BYTES >> 20} MiB wanted)")
+
+
+def _keep_results(doc: dict, path: str) -> int:
+    """Write --json atomically; where that fails, keep the results in the temporary folder
+    and say where (one line, exit 2) rather than lose the run."""
+    from .plugin import write_json
+
+    try:
+        write_json(doc, path)
+        return 0
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+    fd, kept = tempfile.mkstemp(prefix="attnspec-verify-results-", suffix=".json")
+    os.close(fd)
+    try:
+        write_json(doc, kept)
+    except OSError as exc:
+        print(f"attnspec verify: error: --json {path}: cannot write it ({why}), nor {kept} "
+              f"({exc.strerror or exc}); the table above is all that is left", file=sys.stderr)
+        return 2
+    print(f"attnspec verify: error: --json {path}: cannot write it ({why}); the results are "
+          f"in {kept}", file=sys.stderr)
+    return 2
 
 
 def _absolute(path):
     return os.path.abspath(path) if path else path
 
 
+def _preflight(args) -> int:
+    """``verify --preflight`` (what ``attnspec report`` runs first for each backend): the
+    arguments resolved and the tests collected, none run; a fault is the one line."""
+    extra = ["--collect-only", "-q"] + (["-k", args.k] if args.k else [])
+    argv = pytest_args(args.backend, args.device, args.dtype, None, extra, args.backend_option,
+                       vectors_dir=_absolute(args.vectors_dir),
+                       known_failures=_absolute(args.known_failures), timeout=_timeout(args))
+    with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
+        _, code = run_suite(argv)
+    if code == 5:
+        raise CommandError(_selected_nothing(args.k))
+    if code != 0:
+        raise CommandError(f"the suite cannot be collected (pytest exit status {code}); run "
+                           f"`attnspec verify` with the same arguments to see why")
+    return 0
+
+
 def cmd_verify(args) -> int:
-    session = verify_session(args)  # a fault: one line, exit 2 (main)
+    verify_session(args)  # a fault: one line, exit 2 (main)
+    if args.preflight:
+        return _preflight(args)
     extra = ["-x"] if args.exitfirst else []
     if args.k:
         extra += ["-k", args.k]
+    if args.jobs > 1:
+        extra += ["-n", str(args.jobs), "--dist", "loadgroup"]
     argv = pytest_args(args.backend, args.device, args.dtype, None, extra,
                        args.backend_option, vectors_dir=_absolute(args.vectors_dir),
                        known_failures=_absolute(args.known_failures), timeout=_timeout(args))
+    os.environ["ATTNSPEC_HYPOTHESIS_PROFILE"] = args.hypothesis_profile  # workers inherit it
     if args.jobs > 1:
-        doc, code, why = _verify_in_parts(argv, args.jobs, session)
-    else:
-        doc, code, why = _verify_here(argv)
-    if doc is None:
-        print(f"attnspec verify: the suite did not run ({why})", file=sys.stderr)
-        return int(code) or 1
+        print(f"attnspec verify: {args.jobs} processes (pytest-xdist, --dist loadgroup)",
+              flush=True)
+    s, code = run_suite(argv)
+    if s is None or s.doc is None:
+        print(f"attnspec verify: the suite did not run (pytest exit status {code})",
+              file=sys.stderr)
+        return code or 1
+    doc = s.doc
+    if s.interrupted:
+        kept = f"; --json {args.json} left as it was" if args.json else ""
+        print(f"\nattnspec verify: interrupted: the run stopped after {len(doc['results'])} "
+              f"vector result(s); no table{kept}", file=sys.stderr)
+        return 128 + (_SIGNALLED[-1] if _SIGNALLED else s.interrupted)
+    if code == 5:  # pytest: no test collected or all deselected
+        print(f"attnspec verify: error: {_selected_nothing(args.k)}", file=sys.stderr)
+        return 2
     print()
     print(summary_table(doc))
     for note in doc.get("notes", []):
@@ -250,9 +349,8 @@ def cmd_verify(args) -> int:
     for line in doc.get("stale_known_failures", []):
         print(f"attnspec verify: stale known failure: {line}", file=sys.stderr)
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1)
-    return int(code)
+        return _keep_results(doc, args.json) or code
+    return code
 
 
 def summary_table(doc: dict) -> str:
@@ -290,12 +388,26 @@ def cmd_generate(args) -> int:
     from attnspec.spec.generate import GenerationError, generate
     from attnspec.spec.vectors import VECTORS_DIR
 
+    from .jobs import JobsError, parse_jobs
+    from .report import Stopped, handling, raise_stopped
+
     try:
-        changed = [] if args.text_only else generate(
-            args.dir or VECTORS_DIR, check=args.check, jobs=args.jobs,
-            only=args.only.split(",") if args.only else None)
+        jobs, clamped = parse_jobs(args.jobs)
+    except JobsError as exc:
+        raise CommandError(str(exc)) from None
+    if clamped:
+        print(f"attnspec generate: {clamped}", file=sys.stderr, flush=True)
+    try:
+        with handling(raise_stopped):  # SIGTERM/SIGHUP: the pool is stopped on the way out
+            changed = [] if args.text_only else generate(
+                args.dir or VECTORS_DIR, check=args.check, jobs=jobs,
+                only=args.only.split(",") if args.only else None)
     except GenerationError as exc:
         raise CommandError(str(exc)) from None
+    except Stopped as exc:
+        print(f"attnspec generate: interrupted ({exc}); its worker processes are stopped",
+              file=sys.stderr)
+        return exc.code
     if not args.dir:
         changed += _generate_text(args.check)
     if args.check:
@@ -331,6 +443,9 @@ def _fmt_tensor(a: np.ndarray) -> str:
 
 def cmd_show(args) -> int:
     if args.plot:
+        from .plot import check_plot_path
+
+        check_plot_path(args.plot, args.force)
         require_extra("matplotlib", "plot", "--plot")
     spec = _spec(args)
     v = spec.vector(args.id)
@@ -354,9 +469,16 @@ def cmd_show(args) -> int:
 
 
 def cmd_cite(args) -> int:
-    from attnspec.spec.citing import cite, verify
+    from attnspec.spec.citing import cite, parse_citation, verify
 
     if args.verify is not None:
+        parsed = parse_citation(args.verify)
+        cited = parsed and (parsed[1] or "attnspec")
+        if args.id is not None and cited and cited != args.id:
+            print(f"invalid: the citation is of {cited}, not of {args.id}", file=sys.stderr)
+            return 1
+        # validity comes from the release records shipped in the package; the loaded
+        # vectors only say whether the cited vector is still live
         ok, line = verify(args.verify, _spec(args))
         print(line, file=sys.stdout if ok else sys.stderr)
         return 0 if ok else 1
@@ -364,7 +486,11 @@ def cmd_cite(args) -> int:
         raise CommandError("give an ID to cite, or --verify 'CITATION LINE'")
     spec = _spec(args)
     if "/" in args.id:
-        spec.vector(args.id)  # NoSuchVector names it
+        v = spec.vector(args.id)  # NoSuchVector names it
+        if v.deprecated:
+            print(f"attnspec cite: note: {v.id} is deprecated"
+                  + (f", superseded by {v.superseded_by}: cite that unless you mean the old case"
+                     if v.superseded_by else " (kept for old citations)"), file=sys.stderr)
     elif args.id not in (*spec.components, "attnspec"):
         raise CommandError(f"{args.id!r} is neither a vector id (component/case-NNN), a "
                            f"component ({', '.join(spec.components)}) nor 'attnspec'")
@@ -375,14 +501,20 @@ def cmd_cite(args) -> int:
 def cmd_check(args) -> int:
     from attnspec.spec.vectors import default_spec
 
-    from .check import run_check
+    from .check import parse_memory, parse_timeout, run_check
 
     custom = args.vectors_dir or os.environ.get("ATTNSPEC_VECTORS_DIR")
-    spec = _spec(args) if custom else default_spec()  # loaded once a process (tests call often)
+    env = os.environ.get("ATTNSPEC_TIMEOUT")
+    timeout = parse_timeout(args.timeout, "--timeout") if args.timeout is not None else \
+        parse_timeout(env, "ATTNSPEC_TIMEOUT")
+    memory = parse_memory(args.memory_limit)
+    # the spec is loaded once the worker has started (it imports the file meanwhile), and
+    # once a process (tests call often)
+    spec = (lambda: _spec(args)) if custom else default_spec
     # a CheckError (the check cannot run) is an AttnSpecError: main prints it, exit 2
     return run_check(args.target, args.component, spec, args.framework, args.dtype,
                      args.function, args.errors, keyword=args.k, variants=args.variant,
-                     grad=args.grad)
+                     grad=args.grad, timeout=timeout, memory=memory, strict=args.strict)
 
 
 CHECK_HELP = """\
@@ -397,7 +529,12 @@ intermediates in. A class is built by NAME.from_spec(params, **attributes) when 
 has that classmethod, else NAME(**attributes it names) then
 instance.load_spec_params(params); the instance is called with the signature of its
 forward (torch.nn.Module: .eval(), torch.inference_mode()) or call (Keras layer:
-training=False). Vectors needing an argument your code does not take are SKIP.
+training=False). Vectors needing an argument your code does not take are SKIP. A class
+with neither hook is built with the common aliases (n_head, epsilon, d_model from the
+input's shape...) and its parameters matched to the spec's by name and shape, when
+that is unambiguous (the mapping is printed). A failure that matches a convention the
+spec knows (-1e9 fills, unbiased variance, tanh GELU...) names it and its page.
+In Jupyter: from attnspec.conformance.notebook import check; check(fn, "sdpa").
 
 With --grad, NAME is a hand-written backward function, run against the component's
 gradient vectors. It gets the cotangents first, one positional argument per output of
@@ -411,24 +548,38 @@ gradient of every float input the vector passes and of every parameter: a tuple,
 inputs in the spec's order then the parameters (dx, dgamma, dbeta), or a dict by input
 name and parameter path ({"x": dx, "gamma": dgamma, "beta": dbeta}).
 
-Exit status: 0 when every vector that ran passed and at most half were skipped;
-1 otherwise; 2 when the check cannot run (file, target, component, dtype).
-See examples/coursework/README.md.
+Your code runs in a separate process, with a time limit per vector (--timeout) and a
+memory limit (--memory-limit, the address space beyond what Python and the framework
+had mapped: RLIMIT_AS, where the OS has it); a vector that overruns either, or that ends
+the process (os._exit, a crash), fails saying so and the next runs in a new process.
+What it prints is shown under its vector, at most 10 lines each and 100 in a run.
+
+Exit status: 0 when every vector that ran passed (vectors needing what your code does
+not take are skipped, and said so in one line; --strict fails when most were); 1 when
+one failed or none ran; 2 when the check cannot run (file, target, component, dtype).
 """
 
 
 def _check_epilog() -> str:
-    """The components, from the vector manifest (cheap: no vector file is read)."""
+    """The components, from the vector manifest (cheap: no vector file is read), and where
+    the installed examples are."""
     import textwrap
 
     from attnspec.spec.vectors import read_manifest
 
+    from .check import coursework_dir
+
+    where = coursework_dir()
+    examples = (f"Examples to start from, and how your code is called: {where}{os.sep} "
+                f"(README.md there)" if where else "Examples: examples/coursework/ in the "
+                "attnspec repository")
     try:
         names = sorted(f.removesuffix(".json") for f in read_manifest()["files"])
-    except Exception:  # help must print even without vectors
-        return "components: see `attnspec list --components`"
-    return "components (functions and vector counts: `attnspec list --components`):\n" + \
-        textwrap.fill(", ".join(names), width=88, initial_indent="  ", subsequent_indent="  ")
+    except Exception:
+        return f"{examples}\n\ncomponents: see `attnspec list --components`"
+    return f"{examples}\n\ncomponents (functions and vector counts: `attnspec list " \
+        f"--components`):\n" + textwrap.fill(", ".join(names), width=88, initial_indent="  ",
+                                              subsequent_indent="  ")
 
 
 def cmd_export(args) -> int:
@@ -458,10 +609,49 @@ def cmd_report(args) -> int:
     if not backends:
         raise CommandError(f"--backends {args.backends!r} names no backend; give one or "
                            f"more, e.g. --backends numpy,torch")
+    _report_preflight(args, backends)
     return run_report(backends, args.out, devices=args.devices,
                       pythons=parse_pythons(args.python), k=args.k, dtype=args.dtype,
                       options=args.backend_option, quiet=args.quiet,
                       command="attnspec " + " ".join(sys.argv[1:]), force=args.force)
+
+
+def _report_preflight(args, backends: list[str]) -> None:
+    """Every (backend, device) of a report collects the suite with the report's arguments
+    (``verify --preflight``, with the interpreter that will run it) before any runs, so a
+    bad backend, dtype, option or -k is one line and no report is written."""
+    import subprocess
+
+    from attnspec.backends import available
+
+    from .plugin import SuiteConfigError, parse_backend_options, parse_dtypes
+    from .report import interpreter, parse_devices, parse_pythons
+
+    unknown = [b for b in backends if b not in available()]
+    if unknown:
+        raise CommandError(f"--backends: unknown backend {unknown[0]!r}; registered: "
+                           f"{', '.join(sorted(available()))}")
+    try:
+        parse_dtypes(args.dtype)
+        parse_backend_options(args.backend_option)
+        _check_keyword(args.k)
+    except SuiteConfigError as exc:
+        raise CommandError(str(exc)) from None
+    pythons = parse_pythons(args.python)
+    for backend, devices in parse_devices(args.devices, backends).items():
+        for device in devices:
+            cmd = [interpreter(backend, pythons), "-m", "attnspec.conformance.cli", "verify",
+                   "--preflight", "--backend", backend, "--device", device, "--jobs", "1"]
+            cmd += (["--dtype", args.dtype] if args.dtype else []) + (["-k", args.k] if args.k
+                                                                      else [])
+            for o in args.backend_option:
+                cmd += ["--backend-option", o]
+            p = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+            if p.returncode != 0:
+                last = next((ln for ln in reversed(p.stderr.splitlines()) if ln.strip()),
+                            f"exit status {p.returncode}")
+                raise CommandError(f"{backend}/{device}: "
+                                   f"{last.removeprefix('attnspec verify: error: ')}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -489,16 +679,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="known-failure patterns (default: the backend's known_failures.txt)")
     s.add_argument("-x", "--exitfirst", action="store_true",
                    help="stop at the first failure (with --jobs: each process at its own)")
-    s.add_argument("--jobs", default=os.environ.get("ATTNSPEC_JOBS", "1"), metavar="N",
-                   help="run the suite as N processes at once, or auto (one per usable CPU, "
-                        "at most 8); env ATTNSPEC_JOBS; default 1")
+    s.add_argument("--jobs", default=os.environ.get("ATTNSPEC_JOBS"), metavar="N|auto",
+                   help="run the suite as N processes (pytest-xdist, a (component, dtype) per "
+                        "process), or auto: one per usable CPU, at most 8; never more than "
+                        "the usable CPUs and the memory allow. Env ATTNSPEC_JOBS; default "
+                        "auto on the cpu device, 1 on a GPU")
+    s.add_argument("--preflight", action="store_true", help=argparse.SUPPRESS)
+    s.add_argument("--hypothesis-profile", default=os.environ.get("ATTNSPEC_HYPOTHESIS_PROFILE"),
+                   metavar="NAME", help="the property tests' hypothesis profile: ci "
+                   "(reproducible, 20 examples) or thorough (500, random); env "
+                   "ATTNSPEC_HYPOTHESIS_PROFILE; default ci")
     s.set_defaults(func=cmd_verify)
 
     s = sub.add_parser("generate", help="regenerate the vector files from the oracle, then the "
                                         "derived text (spec/derived.py; not with --dir)")
     s.add_argument("--check", action="store_true", help="write nothing; fail if a byte would change")
     s.add_argument("--dir", help="write here instead of the package's vector directory")
-    s.add_argument("--jobs", type=int, default=2)
+    s.add_argument("--jobs", default="2", metavar="N|auto",
+                   help="processes building the vector files (default 2; at most the usable "
+                        "CPUs and what the memory allows)")
     s.add_argument("--only", metavar="C1,C2", help="rebuild only these components")
     s.add_argument("--text-only", action="store_true",
                    help="only the derived text (vector lists, README table, FUNCTIONS.md), "
@@ -507,7 +706,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("show", help="print one vector readably")
     s.add_argument("id")
-    s.add_argument("--plot", metavar="PNG", help="also draw it (needs attnspec[plot])")
+    s.add_argument("--plot", metavar="FILE",
+                   help="also draw it to FILE: .png, .pdf, .svg, .jpg (needs attnspec[plot])")
+    s.add_argument("--force", action="store_true", help="replace the --plot file if it exists")
     s.set_defaults(func=cmd_show)
 
     s = sub.add_parser("cite", help="print the citation of a vector, component or the spec, or "
@@ -524,15 +725,18 @@ def build_parser() -> argparse.ArgumentParser:
                        description=CHECK_HELP, epilog=_check_epilog(),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("target", metavar="FILE.py:NAME",
-                   help="the file, and the function or class in it to check")
+                   help="the file (or a Jupyter notebook, FILE.ipynb: its code cells run in "
+                        "order, magics and shell lines skipped), and the function or class in "
+                        "it to check")
     s.add_argument("--component", required=True, metavar="C",
                    help="the spec component to check against (listed below)")
     s.add_argument("--function", metavar="NAME",
                    help="which function of a component that has several (embedding: lm_head; "
                         "masks: padding_mask...); default: the one named like the component")
-    s.add_argument("--framework", default="numpy", metavar="NAME",
-                   help="the arrays your code takes and returns: numpy (default), torch, "
-                        "tensorflow (also for Keras), or any installed attnspec backend")
+    s.add_argument("--framework", default=None, metavar="NAME",
+                   help="the arrays your code takes and returns: numpy, torch, tensorflow "
+                        "(also for Keras), or any installed attnspec backend (default: the one "
+                        "the file imports, else numpy)")
     s.add_argument("--dtype", default="float64",
                    choices=["float64", "float32", "float16", "bfloat16"],
                    help="the inputs' and parameters' dtype, and so the spec tolerance "
@@ -550,12 +754,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only vectors with this attribute value, e.g. norm=pre, "
                         "variant=annotated, or a bare VALUE for any attribute (repeatable: "
                         "values of one key are alternatives, different keys must all hold)")
+    s.add_argument("--strict", action="store_true",
+                   help="fail when more vectors are skipped (not applicable to your code) than "
+                        "ran; by default the run passes when every vector that ran passed")
+    s.add_argument("--timeout", metavar="SECONDS",
+                   help="time limit per vector (default 20; env ATTNSPEC_TIMEOUT; 0: none); "
+                        "importing the file has 120 s or this, whichever is longer")
+    s.add_argument("--memory-limit", metavar="GIB",
+                   help="memory your code may allocate, in GiB (default 4; 0: none)")
     s.set_defaults(func=cmd_check)
 
     s = sub.add_parser("export", help="write a vector as .npz or .json for other languages")
     s.add_argument("id")
-    s.add_argument("--format", choices=["npz", "json"], default="npz")
-    s.add_argument("--out", help="output file (default: <component>-<case>.<format>)")
+    s.add_argument("--format", choices=["npz", "json"],
+                   help="default: the extension of --out, else npz")
+    s.add_argument("--out", help="output file, named *.npz or *.json as the format "
+                                 "(default: <component>-<case>.<format>)")
     s.add_argument("--force", action="store_true", help="replace the output file if it exists")
     s.set_defaults(func=cmd_export)
 
@@ -611,6 +825,10 @@ def main(argv=None) -> int:
 
     args = build_parser().parse_args(argv)
     name = f"attnspec {args.command}"
+    caller = os.environ.get("ATTNSPEC_CALLER_CWD")
+    # verify runs the suite from its own folder: a backend option's relative path is the caller's
+    with contextlib.suppress(OSError):
+        os.environ["ATTNSPEC_CALLER_CWD"] = os.getcwd()
     try:
         return args.func(args)
     except BrokenPipeError:  # `attnspec list | head`
@@ -627,6 +845,11 @@ def main(argv=None) -> int:
         print(f"{name}: internal error: this is a bug in attnspec; please report it with the "
               f"traceback above", file=sys.stderr)
         return 3
+    finally:
+        if caller is None:
+            os.environ.pop("ATTNSPEC_CALLER_CWD", None)
+        else:
+            os.environ["ATTNSPEC_CALLER_CWD"] = caller
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@
 ``gradients/inputs/x``, ``gradients/params/gamma``), saved without pickled objects (load with
 ``allow_pickle=False``); attributes and the citation go in a JSON string array
 ``meta``. ``.json`` is the vector exactly as in its file, plus the citation.
-An existing file is replaced only with ``force``.
+An existing file is replaced only with ``force``. The format is ``fmt``, else the
+extension of ``out``, else npz; an ``out`` whose extension is not the format's is refused
+(JSON written into ``x.npz`` would mislead every reader of the file).
 """
 
 from __future__ import annotations
@@ -16,11 +18,25 @@ from pathlib import Path
 import numpy as np
 from attnspec.spec.errors import ConfigError
 
+FORMATS = ("npz", "json")
 
-def export(spec, vid: str, fmt: str = "npz", out: str | None = None,
+
+def output_path(vid: str, fmt: str | None, out: str | None) -> tuple[str, Path]:
+    """(format, path) for ``--format`` and ``--out``; a mismatch is a ConfigError."""
+    ext = Path(out).suffix.lower().lstrip(".") if out else ""
+    fmt = fmt or (ext if ext in FORMATS else "npz")
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    if out and ext != fmt:
+        raise ConfigError(f"--out {out}: the extension is not .{fmt}, the --format; name the "
+                          f"file *.{fmt}" + (f" or pass --format {ext}" if ext in FORMATS else ""))
+    return fmt, Path(out or f"{vid.replace('/', '-')}.{fmt}")
+
+
+def export(spec, vid: str, fmt: str | None = None, out: str | None = None,
            force: bool = False) -> Path:
+    fmt, path = output_path(vid, fmt, out)
     v = spec.vector(vid)
-    path = Path(out or f"{vid.replace('/', '-')}.{fmt}")
     if path.exists() and not force:
         raise ConfigError(f"{path} exists; pass --force to replace it")
     meta = {"id": v.id, "citation": v.citation(spec.version), "function": v.function,

@@ -10,10 +10,25 @@ matplotlib is the optional extra ``plot`` and is imported only here.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from attnspec.spec.errors import ConfigError
 
 MAX_PANELS = 12
+FORMATS = ("png", "pdf", "svg", "jpg", "jpeg")  # what --plot writes, by the file's extension
+
+
+def check_plot_path(path: str, force: bool = False) -> None:
+    """Refuse, before anything is drawn, a ``--plot`` file with an extension not in
+    :data:`FORMATS`, or one that exists (unless ``force``)."""
+    ext = os.path.splitext(path)[1].lower().lstrip(".")
+    if ext not in FORMATS:
+        what = f"a .{ext} file" if ext else "a file without an extension"
+        raise ConfigError(f"--plot {path}: cannot write {what}; supported: "
+                          f"{', '.join('.' + f for f in FORMATS)}")
+    if os.path.exists(path) and not force:
+        raise ConfigError(f"--plot {path} exists; pass --force to replace it")
 
 
 def _pyplot():
@@ -77,7 +92,7 @@ def plot_vector(v, path: str) -> None:
         ax.axis("off")
     fig.suptitle(f"{v.id}: {v.description[:110]}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format=os.path.splitext(path)[1].lower().lstrip("."))
     plt.close(fig)
 
 

@@ -16,9 +16,17 @@ Options (each with an environment variable):
   --attnspec-json PATH                                        the machine-readable results
   --attnspec-vectors-dir DIR        ATTNSPEC_VECTORS_DIR      another vector directory
   --attnspec-known-failures FILE    ATTNSPEC_KNOWN_FAILURES   known-failure patterns
-  --attnspec-timeout SECONDS        ATTNSPEC_TIMEOUT          per test (default 60; 0: none)
-  --attnspec-shard I/N                                        run part I of N (``attnspec verify
-                                                              --jobs N``; see shards.py)
+  --attnspec-timeout SECONDS        ATTNSPEC_TIMEOUT          per test: 0 (no limit) or 1 to
+                                                              86400 (default 60)
+
+The suite's tests carry a marker naming their family (FAMILIES: golden, errors,
+gradients, differential, properties, completeness, extras), so ``-m golden`` or
+``-k "golden or errors"`` picks families, and an ``xdist_group`` mark (one group per
+(component, dtype) for the tests over vectors, one per test function otherwise), so
+``pytest -n N --dist loadgroup`` (``attnspec verify --jobs N``) keeps a group in one
+worker. Under xdist each worker ships its vector results to the controller with its
+test reports; the controller judges known failures gone stale, decides the exit status
+and writes the JSON.
 
 Hypothesis: the suite's tests use attnspec's profile ``ci`` (or ``thorough``, from
 ATTNSPEC_HYPOTHESIS_PROFILE) unless ``--hypothesis-profile`` is given; no other
@@ -30,6 +38,7 @@ The suite is ``attnspec.conformance.suite``; run it with ``attnspec verify`` or
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -41,10 +50,20 @@ SUITE_DIR = Path(__file__).resolve().parent / "suite"
 SUITE_MODULE = "attnspec.conformance.suite"
 DTYPE_ORDER = ("float64", "float32", "float16", "bfloat16")
 DEFAULT_TIMEOUT = 60.0
-# Files the suite's watchdog removes before it ends the process with os._exit (when a
-# backend hangs in native code), as no ``finally`` runs then: attnspec verify's temporary
-# results file registers here.
-REMOVE_ON_HARD_STOP: set[str] = set()
+# 0 is "no limit"; below a second a first compile on a compiling backend is cut off, and
+# setitimer refuses what does not fit a C long (inf, 1e300).
+TIMEOUT_RANGE = (1.0, 86400.0)
+FAMILIES = {
+    "golden": "value vectors against the oracle's outputs",
+    "errors": "error vectors: the spec's error class and message",
+    "gradients": "gradient vectors: the backend's VJP against the oracle's",
+    "differential": "perturbed value vectors against the NumPy backend in float64",
+    "properties": "hypothesis properties of the spec functions",
+    "completeness": "every function implemented, the backend's own declarations",
+    "extras": "the backend's own extra checks (extra_checks)",
+}
+# The test reports' user_properties key under which a worker ships a vector's result.
+RESULT_PROPERTY = "attnspec_result"
 
 HYPOTHESIS_PROFILES = {
     # What tox and `attnspec verify` use: reproducible, bounded, no timing flakiness.
@@ -83,10 +102,8 @@ def pytest_addoption(parser):
                 help="known-failure patterns for this backend (one 'pattern  # reason' a line)")
     g.addoption("--attnspec-timeout", default=None, metavar="SECONDS",
                 help=f"fail a suite test that runs longer (env ATTNSPEC_TIMEOUT; "
-                     f"{DEFAULT_TIMEOUT:g}; 0: no limit)")
-    g.addoption("--attnspec-shard", default=None, metavar="I/N",
-                help="run part I of N of the suite (what `attnspec verify --jobs N` starts); "
-                     "stale known failures are then judged by the caller")
+                     f"{DEFAULT_TIMEOUT:g}; 0: no limit; else {TIMEOUT_RANGE[0]:g} to "
+                     f"{TIMEOUT_RANGE[1]:g})")
 
 
 def _value(config, dest: str):
@@ -112,14 +129,18 @@ def parse_backend_options(pairs) -> dict[str, str]:
 
 
 def parse_timeout(text) -> float:
+    """Seconds per test: 0 (no limit) or within TIMEOUT_RANGE; SuiteConfigError else."""
     if text in (None, ""):
         return DEFAULT_TIMEOUT
+    low, high = TIMEOUT_RANGE
     try:
         seconds = float(text)
     except ValueError:
         seconds = -1.0
-    if not seconds >= 0:
-        raise SuiteConfigError(f"timeout {text!r} is not a number of seconds >= 0")
+    if seconds != 0 and not low <= seconds <= high:
+        raise SuiteConfigError(f"timeout {text!r} (ATTNSPEC_TIMEOUT or --attnspec-timeout) is "
+                               f"not 0 (no limit) or a number of seconds from {low:g} to "
+                               f"{high:g}")
     return seconds
 
 
@@ -132,7 +153,7 @@ class Session:
     """
 
     def __init__(self, backend="numpy", device="cpu", dtype=None, options=(),
-                 vectors_dir=None, json_path=None, known_path=None, timeout=None, shard=None):
+                 vectors_dir=None, json_path=None, known_path=None, timeout=None):
         """Arguments as the user gave them (``dtype`` "float32,float64", ``options``
         ["KEY=VALUE", ...], ``timeout`` seconds as text); faults end in ``problem``."""
         self.backend_name, self.device = backend, device
@@ -144,11 +165,11 @@ class Session:
         self.spec = None
         self.problem: str | None = None
         self.notes: list[str] = []
-        self.shard: tuple[int, int] | None = None
+        self.stale: list[str] = []
+        self.workers: set[str] = set()  # the xdist workers whose reports came in
+        self.doc: dict | None = None  # the results document, once the run is over
+        self.interrupted: int | None = None  # the signal that stopped the run
         try:
-            from .shards import parse_shard
-
-            self.shard = parse_shard(shard)
             self.requested_dtypes = parse_dtypes(dtype)
             self.options = parse_backend_options(options)
             self.timeout = parse_timeout(timeout)
@@ -165,8 +186,7 @@ class Session:
                    vectors_dir=_value(config, "attnspec_vectors_dir"),
                    json_path=config.getoption("attnspec_json"),
                    known_path=_value(config, "attnspec_known_failures"),
-                   timeout=_value(config, "attnspec_timeout"),
-                   shard=config.getoption("attnspec_shard"))
+                   timeout=_value(config, "attnspec_timeout"))
 
     def _load(self) -> None:
         from attnspec.backends import get_backend
@@ -269,7 +289,7 @@ def suite_requested(config) -> bool:
     if any(getattr(opt, dest, None) for dest in (
             "attnspec_backend", "attnspec_device", "attnspec_dtype", "attnspec_backend_option",
             "attnspec_json", "attnspec_vectors_dir", "attnspec_known_failures",
-            "attnspec_timeout", "attnspec_shard")):
+            "attnspec_timeout")):
         return True
     for arg in config.args:
         name = str(arg).split("::")[0]
@@ -298,8 +318,34 @@ def pytest_configure(config):
     s = session(config)
     if s.problem:
         raise pytest.UsageError(f"attnspec: {s.problem}")
+    for name, what in FAMILIES.items():
+        config.addinivalue_line("markers", f"{name}: the suite's {what}")
     _register_hypothesis_profiles()
     profile_for_suite(config)  # an unknown ATTNSPEC_HYPOTHESIS_PROFILE stops here
+    if not is_worker(config):
+        config.pluginmanager.register(WorkerResults(s), "attnspec-worker-results")
+
+
+def is_worker(config) -> bool:
+    """Whether this process is a pytest-xdist worker (its controller judges the run)."""
+    return hasattr(config, "workerinput")
+
+
+class WorkerResults:
+    """On the controller (or a run in one process): the vector results workers ship in
+    their reports' user_properties, collected into the session's results."""
+
+    def __init__(self, s: Session):
+        self.s = s
+
+    def pytest_runtest_logreport(self, report):
+        if getattr(report, "node", None) is None or report.when != "call":
+            return  # a report of this process: its results are recorded already
+        from .runner import Result
+
+        self.s.workers.add(str(getattr(report.node, "gateway", report.node).id))
+        self.s.results += [Result.from_json(value) for key, value in report.user_properties
+                           if key == RESULT_PROPERTY]
 
 
 def _register_hypothesis_profiles() -> None:
@@ -328,17 +374,36 @@ def pytest_report_header(config):
     return s.header() if s is not None and not s.problem else None
 
 
+def pytest_keyboard_interrupt(excinfo):
+    """Ctrl-C, or SIGTERM/SIGHUP that ``attnspec verify`` turns into one: the results are
+    partial (no JSON is written; verify prints no table)."""
+    for s in _RUNNING:
+        s.interrupted = getattr(excinfo.value, "signum", 2)
+
+
+_RUNNING: list[Session] = []
+
+
+def pytest_sessionstart(session):
+    s = session.config.stash.get(_SESSION, None)
+    if s is not None and not s.problem:
+        _RUNNING.append(s)
+
+
 def pytest_sessionfinish(session, exitstatus):
     s = session.config.stash.get(_SESSION, None)
     if s is None or s.problem:
         return
-    # a part of a sharded run sees only its own results: its caller judges staleness
-    stale = s.stale_known_failures() if s.results and s.shard is None else []
-    if stale and session.exitstatus == 0:
+    if s in _RUNNING:
+        _RUNNING.remove(s)
+    if is_worker(session.config):
+        return  # the controller has this worker's results: it judges and writes
+    s.stale = s.stale_known_failures() if s.results and not s.interrupted else []
+    if s.stale and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    s.stale = stale
-    if s.json_path:
-        write_json(s, int(session.exitstatus), stale)
+    s.doc = results_doc(s, int(session.exitstatus))
+    if s.json_path and not s.interrupted:  # partial results never replace a file
+        write_json(s.doc, s.json_path)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -347,8 +412,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line(f"attnspec: stale known failure: {line}", red=True)
 
 
-def write_json(s: Session, exitstatus: int, stale: list[str]) -> None:
-    doc = {
+def results_doc(s: Session, exitstatus: int) -> dict:
+    return {
         "backend": s.backend_name,
         "device": s.device,
         "dtypes": s.dtypes,
@@ -357,12 +422,28 @@ def write_json(s: Session, exitstatus: int, stale: list[str]) -> None:
         "versions": {**s.backend.versions(), "python": platform.python_version()},
         "problems": [],
         "notes": s.notes,
-        "stale_known_failures": stale,
+        "stale_known_failures": s.stale,
         "exitstatus": exitstatus,
-        **({"shard": f"{s.shard[0]}/{s.shard[1]}"} if s.shard else {}),
+        **({"jobs": len(s.workers), "workers": sorted(s.workers)} if s.workers else {}),
+        **({"interrupted": True} if s.interrupted else {}),
         "results": [r.as_json() for r in s.results],
     }
-    tmp = s.json_path + ".part"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1)
-    os.replace(tmp, s.json_path)
+
+
+def write_json(doc: dict, path: str) -> None:
+    """Atomically: a temporary file in the same folder, then os.replace; an OSError leaves
+    ``path`` as it was."""
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".part", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -33,6 +33,13 @@ class Result:
                 "max_ulp": _finite_or_none(self.max_ulp), "message": "\n".join(self.messages),
                 **({"known_failure": self.known_failure} if self.known_failure else {})}
 
+    @classmethod
+    def from_json(cls, doc: dict) -> Result:
+        """The inverse of :meth:`as_json` (a non-finite error comes back as None)."""
+        return cls(doc["id"], doc["dtype"], doc["status"], doc.get("max_abs_err"),
+                   doc.get("max_ulp"), doc["message"].split("\n") if doc.get("message") else [],
+                   doc.get("component", ""), doc.get("known_failure"))
+
 
 def _finite_or_none(x):
     return None if x is None or not np.isfinite(x) else float(x)

@@ -17,16 +17,20 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import multiprocessing
 import pkgutil
 import re
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import mpmath
 import numpy as np
 
 from . import SPEC_VERSION
-from .citing import RELEASES_DIR, dump_record, frozen_vectors, make_record
-from .tensor import FLOAT_DTYPES, encode, representable
+from .cases._build import Rng
+from .citing import HASHES_MODULE, RELEASES_DIR, dump_record, frozen_vectors, hashes_with, make_record
+from .oracle import vjps
+from .oracle.core import DPS, mp, precision, tofloat
+from .tensor import FLOAT_DTYPES, decode, encode, representable
 from .vectors import MANIFEST, VECTORS_DIR, content_hash
 
 ID_RE = re.compile(r"^[a-z0-9_]+/[a-z0-9][a-z0-9-]*-\d{3}(r\d+)?$")
@@ -74,16 +78,13 @@ def build_component(module_name: str, frozen: dict | None = None, derived: dict 
     (its content may not change); ``derived``: the derived tolerances. Returns the file
     name, the file text and, per vector, what a release record holds.
     """
-    from .cases._build import Rng
-
     mod = importlib.import_module(f"{__package__}.cases.{module_name}")
     comp = mod.COMPONENT
     frozen, derived = frozen or {}, derived or {}
     default = _tolerances(derived.get("_default", {}).get(comp.id), comp.tolerances)
-    from .cases._gradients import gradient_cases
-
-    every = [*mod.cases(Rng(comp.id)), *gradient_cases(comp.id)]
-    built = [(case, _build_case(comp, case)) for case in every]
+    with precision():
+        every = [*mod.cases(Rng(comp.id)), *_grad_cases(mod, comp.id)]
+        built = [(case, _build_case(comp, case)) for case in every]
     vectors = _resolve(comp.id, built, frozen, derived, default)
     _check_ids(comp.id, vectors)
     _check_flags(vectors)
@@ -100,6 +101,12 @@ def build_component(module_name: str, frozen: dict | None = None, derived: dict 
     entries = [{"id": v["id"], "file": name, "sha256": v["sha256"], "tolerances": v["tolerances"],
                 "deprecated": v.get("deprecated", False)} for v in vectors]
     return name, dumps(doc), entries
+
+
+def _grad_cases(mod, component: str) -> list:
+    """The module's gradient cases, on their own stream (none for a component without)."""
+    make = getattr(mod, "grad_cases", None)
+    return [] if make is None else list(make(Rng(f"{component}/grad")))
 
 
 def _tolerances(given: dict | None, base: dict) -> dict:
@@ -134,15 +141,67 @@ def _resolve(component: str, built: list, frozen: dict, derived: dict, default: 
             out.append(v)
             continue
         v["tolerances"] = _tolerances(None, frozen[case.id]["tolerances"])
-        chain = [v] + _released_revisions(v, frozen, yielded)
+        released = v
+        if content_hash(v) != frozen[case.id]["sha256"] and "gradients" in v:
+            released = _released_content(component, v, frozen[case.id])
+        chain = [released] + _released_revisions(released, frozen, yielded)
         last = chain[-1]
         stem = REVISION_RE.match(case.id).group(1)
         given = derived.get(last["id"], derived.get(case.id, derived.get(stem)))
         want = _tolerances(given, last["tolerances"])
-        if want != last["tolerances"] and not case.deprecated and last["id"] not in explicit:
-            chain.append(_revision(last, want))
+        zeros = released is not v and not _same_gradients(last, v)
+        if (want != last["tolerances"] or zeros) and not case.deprecated and last["id"] not in explicit:
+            chain.append(_revision(v if zeros else last, want, last["id"]))
         out.extend(chain)
     return _link(component, out)
+
+
+def _released_content(component: str, v: dict, entry: dict) -> dict:
+    """The released vector of ``v``'s id, where ``v`` differs from it only in exact-zero
+    gradients that the release stored as oracle residues (|x| < 1e-40, the noise of a sum
+    that cancels at 50 digits) and ``v`` stores as 0.0. Residues are not reproducible (they
+    depend on the rounding of each product), so the released content is read back from
+    the package's vector file, pinned by the release record's hash; ``v`` becomes its
+    revision."""
+    path = VECTORS_DIR / f"{component}.json"
+    doc = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"vectors": []}
+    old = next((dict(x) for x in doc["vectors"] if x["id"] == v["id"]), None)
+    if old is None or content_hash(old) != entry["sha256"] or not _only_residues(old, v):
+        raise GenerationError(
+            f"{v['id']}: its content would change (released in attnspec {entry['released']} "
+            f"with sha256 {entry['sha256'][:12]}): a released vector is never changed in place; "
+            f"add {REVISION_RE.match(v['id']).group(1)}r<N> with supersedes={v['id']!r} "
+            f"(see spec/CITING.md)")
+    for k in ("sha256", "deprecated", "superseded_by"):
+        old.pop(k, None)
+    return old
+
+
+def _only_residues(old: dict, new: dict) -> bool:
+    """``old`` and ``new`` agree except where ``new`` has 0.0 and ``old`` a residue."""
+    if {k: x for k, x in old.items() if k not in ("gradients", "sha256", "deprecated", "superseded_by")} \
+            != {k: x for k, x in new.items() if k != "gradients"}:
+        return False
+    for group in ("inputs", "params"):
+        a, b = old["gradients"][group], new["gradients"][group]
+        if set(a) != set(b):
+            return False
+        for name in a:
+            x, y = np.asarray(decode(a[name])), np.asarray(decode(b[name]))
+            if x.shape != y.shape or not np.all((x == y) | ((y == 0) & (np.abs(x) < 1e-40))):
+                return False
+    return True
+
+
+def _same_gradients(a: dict, b: dict) -> bool:
+    """``a`` and ``b`` hold bitwise the same gradients (a revision released for its
+    tolerances alone still holds the residues, and needs one more for the zeros)."""
+    for group in ("inputs", "params"):
+        x, y = a["gradients"][group], b["gradients"][group]
+        if set(x) != set(y) or any(not np.array_equal(np.asarray(decode(x[n])), np.asarray(decode(y[n])))
+                                   for n in x):
+            return False
+    return True
 
 
 def _released_revisions(v: dict, frozen: dict, yielded: set) -> list[dict]:
@@ -156,10 +215,12 @@ def _released_revisions(v: dict, frozen: dict, yielded: set) -> list[dict]:
     return out
 
 
-def _revision(old: dict, tolerances: dict) -> dict:
-    """A copy of ``old`` under the next revision id, with new tolerances."""
-    stem, n = REVISION_RE.match(old["id"]).groups()
-    new = dict(old, id=f"{stem}r{int(n or 1) + 1}", tolerances=tolerances, supersedes=old["id"])
+def _revision(old: dict, tolerances: dict, of: str | None = None) -> dict:
+    """A copy of ``old`` under the next revision id of ``of`` (default: old's), with new
+    tolerances."""
+    of = old["id"] if of is None else of
+    stem, n = REVISION_RE.match(of).groups()
+    new = dict(old, id=f"{stem}r{int(n or 1) + 1}", tolerances=tolerances, supersedes=of)
     new.pop("superseded_by", None)
     new.pop("deprecated", None)
     return new
@@ -270,10 +331,10 @@ def _build_case(comp, case) -> dict:
 
 def _gradients(fn, name: str, case, kwargs: dict, v: dict, where: str) -> None:
     """Cotangents and the oracle's VJP: a gradient for every float input and parameter."""
-    from .oracle.grad import VJPS
-
-    if name not in VJPS:
-        raise GenerationError(f"{where}: the oracle has no VJP for {name!r} (oracle/grad.py)")
+    vjp = vjps().get(name)
+    if vjp is None:
+        raise GenerationError(f"{where}: the oracle has no VJP for {name!r} (VJPS of its "
+                              f"oracle module, spec/oracle/{fn.oracle.__module__.split('.')[-1]}.py)")
     cot = case.cotangents or {}
     unknown = [k for k in cot if k not in fn.returns]
     if not cot or unknown:
@@ -283,8 +344,8 @@ def _gradients(fn, name: str, case, kwargs: dict, v: dict, where: str) -> None:
         if np.shape(c) != tuple(v["outputs"][k]["shape"]):
             raise GenerationError(f"{where}: cotangent {k!r} of shape {np.shape(c)} for an "
                                   f"output of shape {tuple(v['outputs'][k]['shape'])}")
-    grad_inputs, grad_params = VJPS[name]({k: np.asarray(c, dtype=np.float64)
-                                              for k, c in cot.items()}, **kwargs)
+    cot64 = {k: np.asarray(c, dtype=np.float64) for k, c in cot.items()}
+    grad_inputs, grad_params = _exact_zeros(vjp, cot64, kwargs, *vjp(cot64, **kwargs))
     want = {k for k, a in case.inputs.items() if np.asarray(a).dtype.kind == "f"}
     if set(grad_inputs) != want or set(grad_params) != set(case.params):
         raise GenerationError(f"{where}: the VJP gave gradients for {sorted(grad_inputs)} "
@@ -295,9 +356,33 @@ def _gradients(fn, name: str, case, kwargs: dict, v: dict, where: str) -> None:
                       "params": {k: _encode_result(a) for k, a in grad_params.items()}}
 
 
-def _encode_result(a):
-    from .oracle.core import tofloat
+def _exact_zeros(vjp, cot: dict, kwargs: dict, *groups: dict) -> tuple:
+    """Every gradient element that is exactly zero, as 0.0.
 
+    A gradient that is 0 by the algebra (a key bias under a softmax, which ignores a
+    shift of a row) comes out of 50-digit sums that cancel as a residue near 1e-50. An
+    element below 1e-30 is computed again at DPS + 20 digits: a true value agrees to 50
+    digits, a residue moves (it depends on the rounding), so an element whose two values
+    differ beyond 1e-20 of the larger is an exact zero."""
+    if not any(0 < abs(x) < 1e-30 for g in groups for a in g.values() for x in np.ravel(a)):
+        return groups
+    with mp.workdps(DPS + 20):
+        again = vjp(cot, **kwargs)
+    out = []
+    for g, h in zip(groups, again):
+        fixed = {}
+        for name, a in g.items():
+            a, b = np.array(a, dtype=object), np.asarray(h[name], dtype=object)
+            for idx in np.ndindex(a.shape):
+                x, y = a[idx], b[idx]
+                if 0 < abs(x) < 1e-30 and abs(x - y) > 1e-20 * max(abs(x), abs(y)):
+                    a[idx] = mpmath.mpf(0)
+            fixed[name] = a
+        out.append(fixed)
+    return tuple(out)
+
+
+def _encode_result(a):
     a = np.asarray(a)
     if a.dtype == object:
         a = tofloat(a)
@@ -371,14 +456,28 @@ def generate(directory: Path | str = VECTORS_DIR, check: bool = False, jobs: int
             raise GenerationError(f"no case module for {unknown}")
         modules = [m for m in modules if m in only]
     frozen, derived = frozen_vectors(frozen_dir, SPEC_VERSION), read_derived(tolerances)
-    per = [{k: e for k, e in frozen.items() if k.split("/")[0] == m} for m in modules]
-    if jobs > 1 and len(modules) > 1:
-        with ProcessPoolExecutor(jobs) as pool:
-            built = list(pool.map(build_component, modules, per, [derived] * len(modules)))
-    else:
-        built = [build_component(m, f, derived) for m, f in zip(modules, per)]
+    per = [{k: e for k, e in frozen.items() if k.split("/")[0] == m and "/stress-" not in k}
+           for m in modules]
+    from .stress import build as stress
+
+    with_stress = directory.resolve() == VECTORS_DIR.resolve()  # the stress family (spec/STRESS.md)
+    cases = stress.stress_cases() if with_stress and not only else []
+    tasks = [(build_component, (m, f, derived)) for m, f in zip(modules, per)] + \
+        [(stress.build_vector, (c, derived)) for c in cases]
+    done = _run(tasks, jobs, [_weight(directory, m) for m in modules] + [_stress_weight(c) for c in cases])
+    built, stress_built = done[:len(modules)], done[len(modules):]
     files = {name: text.encode("utf-8") for name, text, _ in built}
     entries = [e for _, _, es in built for e in es]
+    stress_changed, stress_index = [], {}
+    if cases:
+        stress_changed, stress_entries, index_sha = stress.finish(stress_built, check)
+    elif with_stress:  # --only: the family as it is on disk
+        stress_entries, index_sha = _stress_on_disk()
+    if with_stress and stress_entries:
+        stress_index = {stress_entries[0]["file"]: index_sha}
+        _check_released("stress", [{"id": e["id"], "sha256": e["sha256"]} for e in stress_entries],
+                        {k: e for k, e in frozen.items() if "/stress-" in k})
+        entries += stress_entries
     if not only:
         _check_derived(derived, entries, modules)
     hashes = {n: hashlib.sha256(b).hexdigest() for n, b in files.items()}
@@ -390,15 +489,76 @@ def generate(directory: Path | str = VECTORS_DIR, check: bool = False, jobs: int
                 entries += _entries_on_disk(path)
     manifest = {"spec_version": SPEC_VERSION, "files": dict(sorted(hashes.items()))}
     files[MANIFEST] = dumps(manifest).encode("utf-8")
-    changed = _write(directory, files, check)
+    changed = _write(directory, files, check) + stress_changed
     stale = [] if only else sorted(p.name for p in directory.glob("*.json")
                                    if p.name not in files)
     changed.extend(f"{name} (no case module)" for name in stale)
     if releases_dir is not None:
-        record = dump_record(make_record(SPEC_VERSION, hashes, entries)).encode("utf-8")
+        # the record names every file its vectors are in: the manifest's and the stress index
+        record = dump_record(make_record(SPEC_VERSION, {**hashes, **stress_index}, entries)).encode("utf-8")
         name = f"{SPEC_VERSION}.json"
         changed += [f"releases/{n}" for n in _write(Path(releases_dir), {name: record}, check)]
+        if Path(releases_dir).resolve() == RELEASES_DIR.resolve():  # what cite --verify trusts
+            text = hashes_with(SPEC_VERSION, record).encode("utf-8")
+            changed += _write(HASHES_MODULE.parent, {HASHES_MODULE.name: text}, check)
     return changed
+
+
+def _run(tasks: list, jobs: int, weights: list[float]) -> list:
+    """``[f(*args) for f, args in tasks]``, on ``jobs`` processes the heaviest first (the
+    run ends with the last task to finish: a heavy one started last would keep one process
+    busy while the others wait)."""
+    if jobs <= 1 or len(tasks) <= 1:
+        return [f(*args) for f, args in tasks]
+    order = sorted(range(len(tasks)), key=lambda i: -weights[i])
+    # Leaving the block by any exception (Ctrl-C, or SIGTERM made one by the caller)
+    # terminates the workers: none outlives the run.
+    with multiprocessing.Pool(min(jobs, len(tasks)), initializer=_worker_ignores_ctrl_c) as pool:
+        pending = {i: pool.apply_async(tasks[i][0], tasks[i][1]) for i in order}
+        return [pending[i].get() for i in range(len(tasks))]
+
+
+# Seconds one process took to build these modules (2026-11-28, 2-core CI machine); the
+# others cost about their vector file's size / 1e5. Only the order of the work uses it.
+SLOW_MODULES = {"greedy_decode": 200.0, "seq2seq_attention": 45.0}
+
+
+def _weight(directory: Path, module: str) -> float:
+    """A module's expected cost in seconds, for the order of the work."""
+    path = directory / f"{module}.json"
+    return SLOW_MODULES.get(module, path.stat().st_size / 1e5 if path.exists() else 10.0)
+
+
+def _stress_weight(case: dict) -> float:
+    """A stress vector's expected cost in seconds: its mpmath check dominates, and a
+    gradient vector checks the most."""
+    return 8.0 if "grad" in case["id"] else 4.0
+
+
+def _stress_on_disk() -> tuple[list[dict], str]:
+    """The release-record entries of the stress family as it is on disk, and the SHA-256
+    of its index (``generate --only`` leaves it as it is)."""
+    from .stress import INDEX_PATH, MAX_INDEX_BYTES, read_index
+    from .vectors import read_bounded
+
+    doc = read_index()
+    if doc is None:
+        return [], ""
+    index_sha = hashlib.sha256(read_bounded(INDEX_PATH, MAX_INDEX_BYTES, "stress index")).hexdigest()
+    return [{"id": e["id"], "file": f"stress/{INDEX_PATH.name}", "sha256": e["sha256"],
+             "tolerances": e["tolerances"], "deprecated": False} for e in doc["vectors"]], index_sha
+
+
+def _worker_ignores_ctrl_c() -> None:
+    """Ctrl-C reaches the whole process group: the parent stops the pool, so a worker
+    prints no traceback of its own. SIGTERM and SIGHUP end a worker (the pool's
+    terminate sends SIGTERM), whatever handler the parent had when it forked."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
 
 
 def _check_derived(derived: dict, entries: list[dict], modules: list[str]) -> None:

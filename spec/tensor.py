@@ -43,6 +43,9 @@ def decode(t: dict) -> np.ndarray:
         return np.array(data, dtype=np.bool_).reshape(shape)
     if kind == "int64":
         return np.array(data, dtype=np.int64).reshape(shape)
+    fast = np.array(data)  # a plain list of numbers converts in C; anything else below
+    if fast.ndim == 1 and fast.dtype.kind in "fi":
+        return fast.astype(np.float64).reshape(shape)
     vals = [_NONFINITE[v] if isinstance(v, str) else float(v) for v in data]
     return np.array(vals, dtype=np.float64).reshape(shape)
 

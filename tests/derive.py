@@ -199,22 +199,26 @@ class Row:
         return bool(np.all(np.isfinite(self.worst.err)))
 
 
-def live_vectors(spec, components=None):
+def live_vectors(spec, components=None, stress: bool = False):
+    """The live value and gradient vectors; ``stress``: the stress family instead of the
+    others (its sizes make every order's emulation take minutes: benchmarks/tolerances.py
+    --stress derives it on its own)."""
     for v in spec.vectors:
         if v.expect in ("value", "gradient") and not v.deprecated and \
-                (components is None or v.component in components):
+                ("stress" in v.flags) == stress and (components is None or v.component in components):
             yield v
 
 
 def measure(spec, components=None, derived: dict | None = None, extra_orders=None,
-            mutants=None) -> list[Row]:
-    """A Row per live value vector and dtype; ``mutants``: (component, name, backend) list."""
+            mutants=None, stress: bool = False) -> list[Row]:
+    """A Row per live value vector and dtype; ``mutants``: (component, name, backend) list;
+    ``stress``: the stress family's vectors instead of the others."""
     derived = read(TOLERANCES_JSON) if derived is None else derived
     by_component = defaultdict(list)
     for component, name, backend in (mutants or []):
         by_component[component].append((name, backend))
     rows = []
-    for v in live_vectors(spec, components):
+    for v in live_vectors(spec, components, stress):
         key = REVISION_RE.match(v.id).group(1)
         planted = {name: deviation(v, *_run(backend, spec, v, "float64"))
                    for name, backend in by_component[v.component]}

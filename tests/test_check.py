@@ -1,9 +1,6 @@
 """`attnspec check FILE.py:NAME --component C` on the coursework examples."""
 
 import re
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -78,16 +75,3 @@ def test_bad_target_is_a_clear_error(capsys):
     assert "defines no 'nothing'" in capsys.readouterr().err
 
 
-def test_one_component_under_three_seconds():
-    """The issue's number: under 3 s wall for a NumPy function (the command, as a user runs it,
-    including interpreter start and loading the vectors)."""
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "attnspec.conformance.cli", "check",
-                           str(EXAMPLES / "attention_correct.py:scaled_dot_product_attention"),
-                           "--component", "sdpa"], capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    checked = float(re.search(r"\(([0-9.]+) s\)", proc.stdout).group(1))
-    print(f"attnspec check sdpa: {wall:.2f} s wall, {checked:.2f} s checking")
-    assert checked < 3.0
-    assert wall < 3.0 * 3  # generous: interpreter start on a loaded shared machine

@@ -31,10 +31,22 @@ def grad_ids(component: str) -> list[str]:
             if v.component == component and v.expect == "gradient" and not v.deprecated]
 
 
+GRAD_ID = r"(?:stress-)?grad-\d+(?:r\d+)?"  # a gradient vector's id after the component's
+
+
+def live(vid: str) -> str:
+    """The live revision of ``vid`` (its ``superseded_by`` chain followed)."""
+    v = default_spec().vector(vid)
+    while v.superseded_by:
+        v = default_spec().vector(v.superseded_by)
+    return v.id
+
+
 def stating(component: str, *attributes: str) -> list[str]:
     """The gradient vectors of component that state one of the attributes."""
     spec = default_spec()
-    return [i for i in grad_ids(component) if set(attributes) & set(spec.vector(i).attributes)]
+    return [i for i in grad_ids(component)
+            if set(attributes) & {a for a, x in spec.vector(i).attributes.items() if x is not None}]
 
 
 # what examples/coursework/attention_backward.py:sdpa_backward does not take
@@ -56,7 +68,7 @@ def test_correct_backward_functions_pass(capsys, target, component, skipped, dty
     assert code == 0, out + err
     ids = grad_ids(component)
     assert len(ids) >= 4
-    passed = re.findall(rf"PASS  ({component}/grad-\d+) +max abs err \S+, \d+ gradients?", out)
+    passed = re.findall(rf"PASS  ({component}/{GRAD_ID}) +max abs err \S+, \d+ gradients?", out)
     assert len(passed) == len(ids) - skipped
     assert f"{len(passed)} passed, 0 failed" in out
 
@@ -65,7 +77,7 @@ def test_layer_norm_backward_without_the_mean_terms_fails_on_dx(capsys):
     code, out, _ = check(capsys, EXAMPLES / "layer_norm_backward.py:layer_norm_backward_no_mean",
                          "layer_norm")
     assert code == 1
-    for vid in ("layer_norm/grad-001", "layer_norm/grad-002"):
+    for vid in map(live, ("layer_norm/grad-001", "layer_norm/grad-002")):
         assert re.search(rf"FAIL  {vid} +gradients differ from the spec \(rtol=\S+, atol=\S+\)\n"
                          rf" +gradient dx: max abs err [0-9.e+-]+, max ULP \S+, worst at index "
                          rf"\(.*\): expected -?[0-9.e-]+, got -?[0-9.e-]+\n", out)
@@ -96,8 +108,8 @@ def test_a_wrong_parameter_gradient_is_named_by_its_path(capsys, tmp_path):
     """)
     code, out, _ = check(capsys, f"{path}:backward", "layer_norm", "--variant", "canonical")
     assert code == 1
-    assert re.search(r"FAIL  layer_norm/grad-001 .*\n +gradient of param 'gamma': max abs err",
-                     out)
+    assert re.search(rf"FAIL  {live('layer_norm/grad-001')} .*\n +gradient of param 'gamma': "
+                     rf"max abs err", out)
     assert "gradient dx" not in out and "'beta'" not in out
 
 
@@ -142,9 +154,10 @@ def test_wrong_return_shape_is_one_line(capsys, tmp_path, ret, message):
             dx, dgamma = dy * gamma, dy.sum(axis=tuple(range(x.ndim - 1)))
             return {ret}
     """)
-    code, out, _ = check(capsys, f"{path}:backward", "layer_norm", "-k", "grad-001")
+    vid = live("layer_norm/grad-001")
+    code, out, _ = check(capsys, f"{path}:backward", "layer_norm", "-k", vid.split("/")[1])
     assert code == 1
-    assert re.search(rf"FAIL  layer_norm/grad-001 +{message}.*\n +\(", out), out
+    assert re.search(rf"FAIL  {vid} +{message}.*\n +\(", out), out
 
 
 def test_a_missing_gradient_fails_naming_it(capsys, tmp_path):
@@ -187,7 +200,8 @@ def test_only_the_first_cotangent_skips_vectors_that_need_the_second(capsys, tmp
         assert line_of(out, vid).startswith(f"{want}  {vid}"), out
     assert "needs cotangent d_weights, which your code does not take" in out
     ran = len(grad_ids("sdpa")) - len(skipped)
-    assert code == (0 if ran >= len(skipped) else 1)  # most vectors skipped: exit 1
+    assert ran > 0 and code == 0  # every vector that ran passed: the skipped ones are said so
+    assert f"not applicable: {len(skipped)} of " in out
 
 
 def test_the_backend_vjp_convention_passes(capsys, tmp_path):
@@ -198,8 +212,8 @@ def test_the_backend_vjp_convention_passes(capsys, tmp_path):
     """)
     code, out, _ = check(capsys, f"{path}:layer_norm_vjp", "layer_norm", "--dtype", "float32")
     assert code == 0, out
-    assert len(re.findall(r"PASS  layer_norm/grad-\d+ +max abs err \S+, 3 gradients", out)) == \
-        len(grad_ids("layer_norm"))
+    passed = re.findall(rf"PASS  layer_norm/{GRAD_ID} +max abs err \S+, 3 gradients", out)
+    assert len(passed) == len(grad_ids("layer_norm"))
 
 
 def test_nan_in_a_gradient_is_reported_as_nan(capsys, tmp_path):
@@ -288,7 +302,7 @@ def test_a_backward_pass_in_float32_is_told_so(capsys, tmp_path):
     """)
     code, out, _ = check(capsys, f"{path}:backward", "softmax")
     assert code == 1
-    assert re.search(r"note: the 4 failing vector\(s\) that float32 has all pass at float32", out)
+    assert re.search(r"note: the \d+ failing vector\(s\) that float32 has all pass at float32", out)
 
 
 def test_forward_outputs_it_names_are_passed_by_keyword(capsys, tmp_path):
@@ -298,7 +312,7 @@ def test_forward_outputs_it_names_are_passed_by_keyword(capsys, tmp_path):
     """)
     code, out, err = check(capsys, f"{path}:backward", "softmax", "--dtype", "float32")
     assert code == 0, out + err
-    assert len(re.findall(r"\nPASS  softmax/grad-", out)) == len(grad_ids("softmax"))
+    assert len(re.findall(r"\nPASS  softmax/(?:stress-)?grad-", out)) == len(grad_ids("softmax"))
     # without the input x, the positional count is wrong: one line saying what is passed
     path = student(tmp_path, """
         def backward(dy, y, axis=-1):

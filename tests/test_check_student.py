@@ -95,8 +95,8 @@ def test_constructor_that_cannot_take_what_check_passes(capsys):
     code, out, err = check(capsys, f"{NUMPY}:NeedsWidth", "--component", "layer_norm")
     assert code == 2
     assert "FAIL" not in out and len(err.strip().splitlines()) == 1
-    assert "cannot build NeedsWidth(d_model, eps=1e-05): missing a required argument: " \
-           "'d_model'" in err
+    assert "cannot build NeedsWidth(width_of_it, eps=1e-05): missing a required argument: " \
+           "'width_of_it'" in err
     assert "NeedsWidth(eps=1e-05)" in err and "load_spec_params(params)" in err
     assert "from_spec(cls, params, **attributes)" in err
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from attnspec.spec.vectors import MANIFEST, VECTORS_DIR, content_hash
+from attnspec.spec.vectors import MANIFEST, content_hash
 
 CLI = [sys.executable, "-m", "attnspec.conformance.cli"]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -31,31 +31,21 @@ def attnspec(*args, prelude: str | None = None, cwd=None):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=ENV, cwd=cwd)
 
 
-def one_error_line(p, command: str) -> str:
-    """The fault's single stderr line, after checking the exit code and the absence of a
-    traceback."""
-    assert p.returncode == 2, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+def one_error_line(p, command: str, code: int = 2) -> str:
+    """The single stderr line of a failed command (exit ``code``; a usage error, 2, starts
+    with the command's name), and no traceback."""
+    assert p.returncode == code, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
     assert "Traceback" not in p.stderr, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1, p.stderr
-    assert lines[0].startswith(f"attnspec {command}: error: "), lines[0]
+    if code == 2:
+        assert lines[0].startswith(f"attnspec {command}: error: "), lines[0]
     return lines[0]
 
 
 # -- the vector directory ------------------------------------------------------------------
 
 
-@pytest.fixture
-def vectors(tmp_path) -> Path:
-    """A small valid vector directory: softmax and masks with their own manifest."""
-    d = tmp_path / "vectors"
-    d.mkdir()
-    files = json.loads((VECTORS_DIR / MANIFEST).read_text())["files"]
-    keep = {n: files[n] for n in ("softmax.json", "masks.json")}
-    for name in keep:
-        (d / name).write_bytes((VECTORS_DIR / name).read_bytes())
-    (d / MANIFEST).write_text(json.dumps({"spec_version": "1.1.0", "files": keep}))
-    return d
 
 
 def _rewrite(d: Path, name: str, edit) -> None:

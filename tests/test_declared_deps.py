@@ -48,7 +48,8 @@ IMPORT_TO_DIST = {
     "hypothesis": {"hypothesis"}, "pytest": {"pytest"}, "numpy": {"numpy"},
     "xdist": {"pytest-xdist"}, "yaml": {"pyyaml"}, "PIL": {"pillow"},
     "sklearn": {"scikit-learn"}, "packaging": {"packaging", "pytest"},  # pytest requires these
-    "tomli": {"tomli", "pytest"},
+    "tomli": {"tomli", "pytest"}, "_pytest": {"pytest"},
+    "setuptools": {"setuptools"}, "wheel": {"wheel"},
 }
 
 

@@ -8,7 +8,15 @@ import pytest
 from attnspec.backends.composite.decoding import Decoding
 from attnspec.backends.numpy import attention, feedforward, positional
 
-from .mutants import assert_rejected, composite_mutant, rejections
+from .mutants import assert_rejected, composite_mutant, gradient_rejections, mutant, rejections
+from .test_mutants_grad import (
+    assert_gradient_bug_fails,
+    glu_no_gate_grad,
+    glu_no_up_path,
+    rms_norm_no_second_term,
+    rope_forward_rotation,
+    sdpa_gqa_mutant,
+)
 
 
 def _kernels(**kernels):
@@ -153,3 +161,48 @@ def test_llama_step_bug_is_caught_by_the_incremental_property(name, seed):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_incremental_property_passes_the_correct_backend(seed):
     _incremental(composite_mutant(Decoding), seed)
+
+
+# -- gradients: planted backward bugs that the llama/grad vectors catch at every dtype ------
+
+GRAD_BUGS = {
+    "rope-backward-rotates-forward": {"rope_vjp": rope_forward_rotation},
+    "gqa-dk-dv-not-summed": {"sdpa_vjp": sdpa_gqa_mutant(lambda a: a[..., 0, :, :])},
+    "gqa-dk-dv-mean-over-group": {"sdpa_vjp": sdpa_gqa_mutant(lambda a: a.mean(axis=-3))},
+    "rms-norm-no-second-term": {"rms_norm_vjp": rms_norm_no_second_term},
+    "swiglu-no-gate-grad": {"gated_feedforward_vjp": glu_no_gate_grad},
+    "swiglu-no-up-path": {"gated_feedforward_vjp": glu_no_up_path},
+}
+
+
+@pytest.mark.parametrize("name", sorted(GRAD_BUGS))
+def test_llama_backward_bug_fails_at_every_dtype(name):
+    with np.errstate(all="ignore"):
+        assert_gradient_bug_fails(mutant(**GRAD_BUGS[name]), "llama")
+
+
+def _split_heads_backward_as_reshape(self, x, heads):
+    """dx of split_heads by a plain reshape of (B, H, T, K) to (B, T, H*K): no transpose."""
+    from attnspec.backends.composite import tape
+
+    return self.tape.op(lambda g: [g.reshape(g.shape[0], g.shape[2], -1)], [x],
+                        self._ops.split_heads(tape._plain(x), heads))
+
+
+def _skip_path_lost(add):
+    return lambda self, shapes, nodes, out: add(self, shapes, [None, *nodes[1:]], out)
+
+
+@pytest.mark.parametrize("bug", ["split-heads-backward-reshape", "skip-path-lost"])
+def test_llama_tape_bug_fails_at_every_dtype(monkeypatch, bug):
+    from attnspec.backends.composite import tape
+
+    if bug == "skip-path-lost":
+        monkeypatch.setattr(tape.Tape, "add", _skip_path_lost(tape.Tape.add))
+    else:
+        monkeypatch.setattr(tape.TapeOps, "split_heads", _split_heads_backward_as_reshape)
+    assert_gradient_bug_fails(mutant(), "llama")
+
+
+def test_correct_llama_backward_passes():
+    assert set(gradient_rejections(mutant(), "llama").values()) == {0}

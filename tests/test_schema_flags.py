@@ -2,10 +2,11 @@
 and the schema's enumeration follow it, and the schema refuses what the format forbids."""
 
 import copy
+import hashlib
 import json
 
 import pytest
-from attnspec.spec import schema
+from attnspec.spec import SPEC_VERSION, schema
 from attnspec.spec.vectors import VECTORS_DIR, default_spec
 
 jsonschema = pytest.importorskip("jsonschema", reason="the schema checks need attnspec[oracle]")
@@ -50,6 +51,22 @@ def mha_doc():
 
 def test_the_vector_files_are_valid():
     assert schema.problems() == []
+
+
+@pytest.mark.parametrize("bad", ["1.0", None, [1.0], {"x": 1}, "NaN"])
+def test_a_tensor_element_that_is_not_a_number_is_named(tmp_path, bad):
+    """The elements are checked apart from the schema (for speed): still every one."""
+    doc = json.loads((VECTORS_DIR / "softmax.json").read_text())
+    live = _live(doc)
+    live["inputs"]["x"]["data"][-1] = bad
+    text = json.dumps(doc)
+    (tmp_path / "softmax.json").write_text(text)
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    (tmp_path / "MANIFEST.json").write_text(json.dumps(
+        {"spec_version": SPEC_VERSION, "files": {"softmax.json": sha}}))
+    last = len(live["inputs"]["x"]["data"]) - 1
+    found = schema.problems(tmp_path)
+    assert [p for p in found if f"inputs/x/data/{last}: {bad!r} is not a number" in p], found
 
 
 @pytest.mark.parametrize("edit,where", [

@@ -15,6 +15,10 @@ from . import derive
 from .mutants import catalogue
 from .orders import ORDERS, EmulatedBackend
 
+# under pytest-xdist's --dist loadgroup these tests share one worker, so the derivation
+# their module fixture runs (~2.5 min) runs once
+pytestmark = pytest.mark.xdist_group("tolerances")
+
 
 @pytest.fixture(scope="module")
 def spec():

@@ -151,7 +151,7 @@ def test_the_content_hash_is_of_the_canonical_fields():
 
     fields = ("id", "function", "dtypes", "expect", "attributes", "inputs", "params", "outputs",
               "intermediates", "cotangents", "gradients", "error", "error_mentions", "tolerances")
-    every = default_spec().vectors
+    every = [v for v in default_spec().vectors if "stress" not in v.flags]  # test_stress.py
     for v in every[::17] + [v for v in every if v.expect == "gradient"]:
         content = {k: v.raw[k] for k in fields if k in v.raw}
         text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

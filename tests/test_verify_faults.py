@@ -83,7 +83,8 @@ def site(tmp_path_factory):
 
 
 def verify(*args, cwd=None, env=None, timeout=300):
-    env = {**os.environ, "ATTNSPEC_HYPOTHESIS_PROFILE": "ci", **(env or {})}
+    """``attnspec verify`` in one process unless ``--jobs`` or ATTNSPEC_JOBS says otherwise."""
+    env = {**os.environ, "ATTNSPEC_HYPOTHESIS_PROFILE": "ci", "ATTNSPEC_JOBS": "1", **(env or {})}
     return subprocess.run([sys.executable, "-m", "attnspec.conformance.cli", "verify", *args],
                           capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
 
@@ -180,3 +181,32 @@ def test_a_float32_request_answered_in_float64_fails(site, tmp_path):
     assert results and all(r["status"] == "fail" for r in results)
     assert all("output 'y' is float64, the spec's dtype here is float32" in r["message"]
                for r in results)
+
+
+NOISY_PLUGIN = '''
+import sys
+
+
+def pytest_configure(config):
+    print("noisy_plugin: configured", file=sys.stderr)
+'''
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_another_installed_pytest_plugin_takes_no_part(tmp_path, jobs):
+    """A plugin installed beside attnspec (an entry point in ``pytest11``, as
+    pytest-benchmark has) is loaded by a plain pytest run but not by verify's, nor by its
+    xdist workers."""
+    (tmp_path / "noisy_plugin.py").write_text(NOISY_PLUGIN)
+    info = tmp_path / "noisy_plugin-0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: noisy-plugin\nVersion: 0\n")
+    (info / "entry_points.txt").write_text("[pytest11]\nnoisy = noisy_plugin\n")
+    env = {"PYTHONPATH": str(tmp_path)}
+    plain = subprocess.run([sys.executable, "-m", "pytest", "--co", "-q", str(tmp_path)],
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                           env={**os.environ, **env})
+    assert "noisy_plugin: configured" in plain.stderr, plain.stderr  # the plugin is installed
+    p = verify("-k", "test_golden and softmax/basic-001", "--jobs", jobs, env=env)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "noisy_plugin" not in p.stdout + p.stderr

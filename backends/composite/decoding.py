@@ -168,12 +168,14 @@ class Decoding(Models):
         while True:
             seq = yield self.decode(seq, memory, m_src, pad_id, cfg, tie, p)[:, -1]
 
-    def _prompt(self, prompt, src_ids, pad_id, max_len, p, model="decoder_only"):
+    def _prompt(self, prompt, src_ids, eos_id, pad_id, max_len, p, model="decoder_only"):
         """decoder_only: the checked prompt (B, P) and max_len in [P, max positions];
-        llama_decoder_only (no position table): max_len >= P."""
+        llama_decoder_only (no position table): max_len >= P. eos_id in the vocabulary."""
         if prompt is None or src_ids is not None:
             raise ConfigError(f"model {model!r} takes a prompt (B, P) and no src_ids")
         L, _ = check.shape(p.require("embed.table", (None, None)))
+        if not 0 <= eos_id < L:
+            raise DomainError(f"eos_id={eos_id} is not a token id in [0, {L})")
         seq = self.token_ids("prompt", prompt, L, p.path("embed.table"))
         self.ops.value_check(self.ops.all_(seq != pad_id), lambda: (
             f"prompt must not contain pad_id={pad_id} (rows are not padded), got prompt of "
@@ -225,12 +227,12 @@ class Decoding(Models):
                    activation=activation)
         llama = self._llama_config(model, norm, activation, num_kv_heads, rope_base, window)
         if model == "llama_decoder_only":
-            seq, max_len = self._prompt(prompt, src_ids, pad_id, max_len, p, model)
+            seq, max_len = self._prompt(prompt, src_ids, eos_id, pad_id, max_len, p, model)
             steps = self._llama_steps(seq, pad_id, {**llama, "num_layers": num_layers,
                                                     "num_heads": num_heads, "eps": eps}, p)
             logits = next(steps)
         elif model == "decoder_only":
-            seq, max_len = self._prompt(prompt, src_ids, pad_id, max_len, p)
+            seq, max_len = self._prompt(prompt, src_ids, eos_id, pad_id, max_len, p)
             steps = self._decoder_only_steps(seq, pad_id, cfg, p)
             logits = next(steps)
         else:

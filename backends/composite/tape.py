@@ -7,12 +7,12 @@ or a parameter is a :class:`Tracked` (a subclass of the backend's array class kn
 node on the tape). What the composites compute themselves between kernels is recorded
 too, each with its backward pass: ``x + y`` (the residual ``x + f(x)``, the positions added
 to the embeddings) by ``Tracked.__array_ufunc__``, basic slicing by ``Tracked.__getitem__``,
-and the ops ``tanh``, ``matmul``, ``concat``, ``stack``, ``unstack``, ``take_rows``, ``where``
-by :class:`TapeOps`; a parameter the composite reads itself (Luong's ``decoder.combine.w``)
-is a leaf. The backward pass replays the tape in reverse: a kernel's cotangents go to its
-``<fn>_vjp``, whose input gradients are summed into the nodes it read and whose parameter
-gradients are summed by canonical path (the kernel's ``params`` is a scoped view,
-``layers.1.self_attn.``), so a parameter read twice (tied embeddings) gets the sum.
+and the ops ``tanh``, ``matmul``, ``concat``, ``stack``, ``unstack``, ``take_rows``, ``where``,
+``split_heads``, ``merge_heads`` by :class:`TapeOps`; a parameter the composite reads itself
+(Luong's ``decoder.combine.w``) is a leaf. The backward pass replays the tape in reverse: a
+kernel's cotangents go to its ``<fn>_vjp``, whose input gradients are summed into the nodes it
+read and whose parameter gradients are summed by canonical path (the kernel's ``params`` is a
+scoped view, ``layers.1.self_attn.``), so a parameter read twice (tied embeddings) gets the sum.
 
 A composite called by a composite (``k.encoder_layer`` inside ``encoder``) is expanded
 through the tape unless the backend hand-writes its VJP, in which case it is one kernel.
@@ -243,6 +243,21 @@ class TapeOps:
                              _unbroadcast(np.where(keep, g, 0), np.shape(v))
                              for v, keep in ((a, c), (b, np.logical_not(c)))]
         return self.tape.op(back, [c, a, b], self._ops.where(c, _plain(a), _plain(b)))
+
+    def split_heads(self, x, heads):
+        """A permutation, (B, T, H*K) -> (B, H, T, K):  dx = merge_heads(dy)."""
+        return self.tape.op(lambda g: [self._ops.merge_heads(g)], [x],
+                            self._ops.split_heads(_plain(x), heads))
+
+    def merge_heads(self, x):
+        """A permutation, (B, H, T, V) -> (B, T, H*V):  dx = split_heads(dy, H)."""
+        heads = x.shape[1]
+        return self.tape.op(lambda g: [self._ops.split_heads(g, heads)], [x],
+                            self._ops.merge_heads(_plain(x)))
+
+    def falses(self, shape, like=None):
+        """A constant: ``like`` gives only the device, and gets no gradient."""
+        return self._ops.falses(shape, _plain(like))
 
     def floating(self, name, x, like=None):
         out = self._ops.floating(name, _plain(x), _plain(like))

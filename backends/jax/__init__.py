@@ -11,7 +11,8 @@ Devices: ``cpu``, and ``gpu`` (alias ``cuda``) when JAX sees a GPU (install
   device=NAME          the device for functions with no array input (default: the last
                        device asked of ``asarray``, else ATTNSPEC_DEVICE, else cpu);
   compile_cache=DIR    JAX's persistent compilation cache in DIR (process-wide; also from
-                       ATTNSPEC_JAX_COMPILE_CACHE): the suite's shapes are the same on every
+                       ATTNSPEC_JAX_COMPILE_CACHE; a relative DIR is taken from the folder
+                       `attnspec` was called from): the suite's shapes are the same on every
                        run (the ci hypothesis profile is derandomised), so a second run
                        compiles almost nothing. Default: none.
   compile=fast|default how XLA compiles, for the whole process (also from ATTNSPEC_JAX_COMPILE;
@@ -139,6 +140,28 @@ def _configure_compile(mode: str) -> str:
     return _compile_mode[1]
 
 
+DEVICES = ("cpu", "gpu", "cuda")
+
+
+def _option(options: dict, key: str, env: str, default):
+    """A backend option, else the environment variable (unset or empty: not given), else
+    ``default``. An option given empty is a ConfigError, not the default in disguise."""
+    if key not in options:
+        return os.environ.get(env) or default
+    value = options[key]
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"jax backend option {key}={value!r}: empty; leave it out for the "
+                          f"default ({default or 'none'})")
+    return value
+
+
+def caller_path(path: str) -> str:
+    """``path`` made absolute against the caller's folder: `attnspec verify` runs the suite
+    from the suite's own folder and says where it was called from in ATTNSPEC_CALLER_CWD."""
+    base = os.environ.get("ATTNSPEC_CALLER_CWD") or os.getcwd()
+    return os.path.abspath(os.path.join(base, os.path.expanduser(path)))
+
+
 JAX_DTYPES = {"float64": jnp.float64, "float32": jnp.float32,
               "float16": jnp.float16, "bfloat16": jnp.bfloat16}
 
@@ -153,19 +176,25 @@ class JaxBackend(Backend):
         if unknown:
             raise ConfigError(f"unknown jax backend option(s) {sorted(unknown)}; known: device, "
                               f"compile_cache, compile, buckets")
-        on = options.get("buckets") or os.environ.get("ATTNSPEC_JAX_BUCKETS") or "on"
+        # every option is checked before any process-wide setting changes
+        on = _option(options, "buckets", "ATTNSPEC_JAX_BUCKETS", "on")
         if on not in ("on", "off"):
             raise ConfigError(f"jax backend option buckets={on!r}: expected on or off")
+        mode = _option(options, "compile", "ATTNSPEC_JAX_COMPILE", "fast")
+        device = _option(options, "device", "ATTNSPEC_DEVICE", "cpu")
+        if device not in DEVICES:
+            raise ConfigError(f"jax backend option device={device!r}: expected one of "
+                              f"{', '.join(DEVICES)}")
+        cache = _option(options, "compile_cache", "ATTNSPEC_JAX_COMPILE_CACHE", None)
         buckets.enable(on == "on")
-        self.compile_note = _configure_compile(
-            options.get("compile") or os.environ.get("ATTNSPEC_JAX_COMPILE") or "fast")
+        self.compile_note = _configure_compile(mode)
         if not getattr(JaxBackend, "_counting", False):
             jax.monitoring.register_event_duration_secs_listener(_count_compiles)
             JaxBackend._counting = True
-        self.default_device = options.get("device") or os.environ.get("ATTNSPEC_DEVICE") or "cpu"
-        cache = options.get("compile_cache") or os.environ.get("ATTNSPEC_JAX_COMPILE_CACHE")
-        if cache:
-            jax.config.update("jax_compilation_cache_dir", str(cache))
+        self.default_device = device
+        if cache is not None:
+            cache = caller_path(cache)
+            jax.config.update("jax_compilation_cache_dir", cache)
             jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
             jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
         self.compile_cache = cache

@@ -143,6 +143,15 @@ def topk_attention(q, k, v, mask=None, *, top_k, scale=None, ties="lower_index")
     top_k kept); "keep_all": every key scoring >= the top_k-th largest is kept.
     A NaN among a row's unmasked scores makes its unmasked weights NaN.
     """
+    q, k, v, mask, scores, allowed, chosen = _topk(q, k, v, mask, top_k, scale, ties)
+    weights = softmax(scores, chosen)  # (..., T, S)
+    nan = np.any(allowed & np.isnan(scores), axis=-1, keepdims=True)
+    weights = np.where(nan & allowed, q.dtype.type(np.nan), weights)
+    return weighted_sum(weights, v), weights  # (..., T, V), (..., T, S)
+
+
+def _topk(q, k, v, mask, top_k, scale, ties):
+    """The checked inputs, the scores (..., T, S), the unmasked keys and the kept keys."""
     q, k, v, mask, _, full = check.attention_inputs(_core, q, k, v, mask, None)
     top_k = check.integer("top_k", top_k, lo=1, hi=full[-1])
     ties = check.choice("ties", ties, TIES)
@@ -157,10 +166,7 @@ def topk_attention(q, k, v, mask=None, *, top_k, scale=None, ties="lower_index")
     if ties == "keep_all":
         kth = np.min(np.where(chosen, scores, np.inf), axis=-1, keepdims=True)  # (..., T, 1)
         chosen = allowed & (scores >= kth)
-    weights = softmax(scores, chosen)  # (..., T, S)
-    nan = np.any(allowed & np.isnan(scores), axis=-1, keepdims=True)
-    weights = np.where(nan & allowed, q.dtype.type(np.nan), weights)
-    return weighted_sum(weights, v), weights  # (..., T, V), (..., T, S)
+    return q, k, v, mask, scores, allowed, chosen
 
 
 def attention_entropy(weights, *, axis=-1):
@@ -230,6 +236,13 @@ def sdpa_vjp(cotangents, q, k, v, mask=None, bias=None, *, scale=None, num_kv_he
     if bias is not None:
         grads["bias"] = _unbroadcast(dS, np.shape(bias))
     return grads, {}
+
+
+# The kept set is held fixed at the forward pass's choice (the selection and its ties are
+# not differentiated): within it this is sdpa's backward pass with the kept set as the mask.
+def topk_attention_vjp(cotangents, q, k, v, mask=None, *, top_k, scale=None, ties="lower_index"):
+    q, k, v, _, _, _, chosen = _topk(q, k, v, mask, top_k, scale, ties)
+    return sdpa_vjp(cotangents, q, k, v, chosen, scale=scale)
 
 
 # == grad2: softcap, attention_entropy backward =============================================

@@ -29,7 +29,7 @@ spec/components/huggingface.md.
 from __future__ import annotations
 
 import torch
-from attnspec.spec.errors import ConfigError
+from attnspec.spec.errors import ConfigError, DeviceError, DomainError, DTypeError, ParameterError, ShapeError
 from transformers import BertConfig, GPT2Config, LlamaConfig
 from transformers.models.bert.modeling_bert import BertLayer
 from transformers.models.gpt2.modeling_gpt2 import GPT2Block
@@ -39,6 +39,7 @@ from transformers.models.llama.modeling_llama import (
     LlamaRotaryEmbedding,
 )
 
+from .. import _checks
 from .._checks import params_of
 
 SPEC_FUNCTION = {"BertLayer": "encoder_layer", "GPT2Block": "encoder_layer",
@@ -144,7 +145,7 @@ def _check_attributes(attributes: dict, fixed: dict, allowed: set, who: str):
 
 def _heads(attributes: dict, d: int, who: str) -> int:
     h = attributes.get("num_heads")
-    if not isinstance(h, int) or h < 1 or d % h:
+    if isinstance(h, bool) or not isinstance(h, int) or h < 1 or d % h:
         raise ConfigError(f"{who}: num_heads={h!r} must be a positive divisor of D = {d}")
     return h
 
@@ -157,10 +158,28 @@ def _activation_to_hf(attributes: dict, who: str) -> str:
 
 
 def _eps(attributes: dict, default: float, who: str) -> float:
-    eps = attributes.get("eps", default)
-    if not isinstance(eps, (int, float)) or eps <= 0:
-        raise ConfigError(f"{who}: eps must be > 0, got {eps!r}")
-    return float(eps)
+    return _checks.eps(attributes.get("eps", default), f"{who}: eps")
+
+
+def _spec_params(params, known, who: str):
+    """``params`` as a Params view, refused (ParameterError naming the path) unless every
+    path is one the module has (``known``: a set, or a predicate) and every value a
+    floating torch.Tensor."""
+    p = params_of(params)
+    for path in p.keys():
+        if not (known(path) if callable(known) else path in known):
+            raise ParameterError(f"{who}: unknown parameter path {p.path(path)!r}"
+                                 + (f"; expected {sorted(known)}" if not callable(known) else ""))
+        value = p.require(path)
+        if not (isinstance(value, torch.Tensor) and value.is_floating_point()):
+            raise ParameterError(f"{who}: parameter {p.path(path)!r} must be a floating torch.Tensor, got "
+                                 f"{type(value).__name__} {getattr(value, 'dtype', '')}".rstrip())
+    return p
+
+
+_BERT_PATHS = {spec for _, spec, _ in BERT}
+_GPT2_PATHS = {spec for _, spec, _ in GPT2} | {f"self_attn.{n}_{x}" for n in "wb" for x in "qkv"}
+_LLAMA_PATHS = {spec for _, spec, _ in LLAMA}
 
 
 # -- BertLayer <-> encoder_layer (post-norm) --------------------------------------------------
@@ -181,7 +200,7 @@ def bert_layer_to_hf(params, attributes: dict) -> BertLayer:
     """Spec ``encoder_layer`` (norm="post") -> ``BertLayer`` (eager attention, dropout 0)."""
     who = "BertLayer"
     _check_attributes(attributes, {"norm": "post"}, {"num_heads", "norm", "eps", "activation"}, who)
-    p = params_of(params)
+    p = _spec_params(params, _BERT_PATHS, who)
     w1 = p.require("ffn.w1", (None, None))
     d, f = w1.shape
     config = BertConfig(hidden_size=d, num_attention_heads=_heads(attributes, d, who),
@@ -223,7 +242,7 @@ def gpt2_block_to_hf(params, attributes: dict) -> GPT2Block:
     GPT2Model makes it causal through the mask: pass ``mask=causal(T)`` to :func:`forward`."""
     who = "GPT2Block"
     _check_attributes(attributes, {"norm": "pre"}, {"num_heads", "norm", "eps", "activation"}, who)
-    p = params_of(params)
+    p = _spec_params(params, _GPT2_PATHS, who)
     w1 = p.require("ffn.w1", (None, None))
     d, f = w1.shape
     config = GPT2Config(n_embd=d, n_head=_heads(attributes, d, who), n_inner=f,
@@ -278,17 +297,17 @@ def llama_layer_to_hf(params, attributes: dict) -> LlamaDecoderLayer:
     who = "LlamaDecoderLayer"
     _check_attributes(attributes, {"window": None, "offset": 0},
                       {"num_heads", "num_kv_heads", "eps", "rope_base", "window", "offset"}, who)
-    p = params_of(params)
+    p = _spec_params(params, _LLAMA_PATHS, who)
     w_q, w_k = p.require("attn.w_q", (None, None)), p.require("attn.w_k", (None, None))
     w_up = p.require("ffn.w_up", (None, None))
     d, f = w_up.shape
     h = _heads(attributes, d, who)
     h_kv = attributes.get("num_kv_heads") or h
-    if not isinstance(h_kv, int) or h % h_kv:
+    if isinstance(h_kv, bool) or not isinstance(h_kv, int) or h_kv < 1 or h % h_kv:
         raise ConfigError(f"{who}: num_kv_heads={h_kv!r} must divide num_heads={h}")
     if w_q.shape[1] % h:
         raise ConfigError(f"{who}: num_heads={h} does not divide attn.w_q's width {w_q.shape[1]}")
-    rope_base = attributes.get("rope_base", 10000.0)
+    rope_base = _checks.eps(attributes.get("rope_base", 10000.0), f"{who}: rope_base")
     config = LlamaConfig(hidden_size=d, intermediate_size=f, num_attention_heads=h,
                          num_key_value_heads=h_kv, head_dim=w_q.shape[1] // h,
                          rms_norm_eps=_eps(attributes, 1e-6, who), hidden_act="silu",
@@ -327,9 +346,11 @@ def llama_for_causal_lm_to_hf(params, attributes: dict) -> LlamaForCausalLM:
     who = "LlamaForCausalLM"
     layer_attrs = {k: v for k, v in attributes.items() if k not in ("num_layers", "pad_id")}
     n = attributes.get("num_layers")
-    if not isinstance(n, int) or n < 1:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ConfigError(f"{who}: num_layers must be a positive integer, got {n!r}")
-    p = params_of(params)
+    p = _spec_params(params, lambda path: path in ("embed.table", "norm.gamma", "lm_head.w") or (
+        path.startswith("layers.") and path.split(".", 2)[1] in {str(i) for i in range(n)}
+        and path.split(".", 2)[2:] and path.split(".", 2)[2] in _LLAMA_PATHS), who)
     table = p.require("embed.table", (None, None))
     vocab, d = table.shape
     first = llama_layer_to_hf(p.scope("layers.0"), layer_attrs)
@@ -396,6 +417,7 @@ def forward(module, x, mask=None, *, offset: int = 0, pad_id: int | None = None)
     ``GPT2Block`` gets the mask as given (GPT-2 as in GPT2Model: pass ``causal(T)``).
     A ``LlamaForCausalLM`` takes ids (B, T) as ``x`` and returns the logits; its
     ``attention_mask`` is ``ids != pad_id`` (the model adds the causal mask itself)."""
+    who = _forward_checks(module, x, offset, pad_id)
     if isinstance(module, LlamaForCausalLM):
         if mask is not None or offset:
             raise ConfigError("LlamaForCausalLM: pass pad_id, not mask or offset")
@@ -413,7 +435,66 @@ def forward(module, x, mask=None, *, offset: int = 0, pad_id: int | None = None)
         kwargs["position_ids"] = positions
     elif offset:
         raise ConfigError(f"offset={offset} applies to LlamaDecoderLayer only")
-    attention_mask = None if mask is None else additive_mask(mask, x.dtype).to(x.device)
+    attention_mask = None if mask is None else additive_mask(_mask(mask, x, who), x.dtype).to(x.device)
     with torch.no_grad():
         out = module(x, attention_mask=attention_mask, **kwargs)
     return out[0] if isinstance(out, tuple) else out  # transformers < 5 returned tuples
+
+
+# a (D,) parameter of each layer: its width
+_GAIN = {BertLayer: "attention.output.LayerNorm.weight", GPT2Block: "ln_1.weight",
+         LlamaDecoderLayer: "input_layernorm.weight"}
+
+
+def _forward_checks(module, x, offset, pad_id) -> str:
+    """The spec's errors for :func:`forward`'s arguments (transformers' own would be
+    tracebacks deep in the layer); returns the module's class name."""
+    who = type(module).__name__
+    if not isinstance(module, tuple(_FROM)):
+        raise ConfigError(f"module: {who} has no converter; supported: {', '.join(SPEC_FUNCTION)}")
+    if not isinstance(x, torch.Tensor):
+        raise DTypeError(f"{who}: x must be a torch.Tensor, got {type(x).__name__}")
+    _checks.integer("offset", offset, lo=0)
+    weight = next(module.parameters())
+    if x.device != weight.device:
+        raise DeviceError(f"{who}: x is on {x.device}, the module on {weight.device}")
+    if isinstance(module, LlamaForCausalLM):
+        return _ids_checks(module, x, pad_id, who)
+    if pad_id is not None:
+        raise ConfigError(f"pad_id applies to LlamaForCausalLM only, not {who}")
+    gain = next(name for cls, name in _GAIN.items() if isinstance(module, cls))
+    d = module.get_parameter(gain).shape[0]
+    if x.dim() != 3 or x.shape[-1] != d:
+        raise ShapeError(f"{who}: x must have shape (B, T, D = {d}), got {tuple(x.shape)}")
+    if x.dtype != weight.dtype:
+        raise DTypeError(f"{who}: x has dtype {x.dtype}, the module's parameters {weight.dtype}")
+    return who
+
+
+def _ids_checks(module, x, pad_id, who: str) -> str:
+    if x.dim() != 2 or x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+        raise DTypeError(f"{who}: x must be integer token ids of shape (B, T), got "
+                         f"{x.dtype} {tuple(x.shape)}")
+    vocab = module.config.vocab_size
+    if x.numel() and (int(x.min()) < 0 or int(x.max()) >= vocab):
+        raise DomainError(f"{who}: token ids must be in [0, {vocab}), got values in "
+                          f"[{int(x.min())}, {int(x.max())}]")
+    if pad_id is not None:
+        _checks.integer("pad_id", pad_id, lo=0, hi=vocab - 1)
+    return who
+
+
+def _mask(mask, x, who: str) -> torch.Tensor:
+    """The spec's boolean mask, broadcastable to (B, H, T, T), or ShapeError/DTypeError."""
+    mask = torch.as_tensor(mask) if not isinstance(mask, torch.Tensor) else mask
+    if mask.dtype != torch.bool:
+        raise DTypeError(f"{who}: mask must be boolean (True = may attend), got {mask.dtype}")
+    b, t = x.shape[0], x.shape[1]
+    try:
+        if mask.dim() > 4:
+            raise RuntimeError
+        torch.broadcast_shapes(tuple(mask.shape), (b, 1, t, t))
+    except RuntimeError:
+        raise ShapeError(f"{who}: mask of shape {tuple(mask.shape)} does not broadcast to "
+                         f"(B, H, T, T) = ({b}, H, {t}, {t})") from None
+    return mask.to(x.device)

@@ -3,7 +3,6 @@ folder only, so none of this reaches another project's tests."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import threading
@@ -11,7 +10,8 @@ from pathlib import Path
 
 import pytest
 from attnspec.conformance.plugin import (
-    REMOVE_ON_HARD_STOP,
+    FAMILIES,
+    RESULT_PROPERTY,
     differential_not_applicable,
     profile_for_suite,
     session,
@@ -43,13 +43,6 @@ def pytest_make_collect_report(collector):
         settings.load_profile(before)
 
 
-def pytest_ignore_collect(collection_path: Path, config):
-    if collection_path.name == "test_differential.py":
-        s = _session(config)
-        return True if differential_not_applicable(s.backend) else None
-    return None
-
-
 def pytest_generate_tests(metafunc):
     names = metafunc.fixturenames
     if "vector_dtype" not in names and "value_vector" not in names:
@@ -69,20 +62,37 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("value_vector", params)
 
 
-@pytest.hookimpl(trylast=True)  # after -k and -m: the parts share what is left
-def pytest_collection_modifyitems(config, items):
-    """With ``--attnspec-shard I/N``, keep part I of the suite's tests (shards.py)."""
-    s = _session(config)
-    if s.shard is None:
-        return
-    from attnspec.conformance.plugin import SUITE_DIR
-    from attnspec.conformance.shards import split
+def family(item) -> str | None:
+    """The family marker a suite test carries (plugin.FAMILIES), or None."""
+    return next((m.name for m in item.iter_markers() if m.name in FAMILIES), None)
 
-    kept, dropped = split(items, s.shard, s.property_dtype,
-                          lambda item: SUITE_DIR in Path(item.path).parents)
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
+
+def group(item, property_dtype: str) -> str:
+    """The xdist group of a suite test: the tests over vectors of one (component, dtype)
+    share a process (a compiling backend compiles their shapes once), any other test is
+    a group of its own function. (No "]" in a name: xdist reads ``nodeid@group`` only when
+    the "@" comes after the last "]".)"""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if "vector_dtype" in params:
+        vector, dtype = params["vector_dtype"]
+        return f"{vector.component}:{dtype}"
+    if "value_vector" in params:
+        return f"{params['value_vector'].component}:{property_dtype}"
+    return item.nodeid.split("[")[0].rpartition("/")[2]
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker writes the group into the node id
+def pytest_collection_modifyitems(config, items):
+    """Drop the differential family where it does not apply (the NumPy backend against
+    itself); mark every suite test with its xdist group."""
+    s = _session(config)
+    suite = Path(__file__).resolve().parent
+    if differential_not_applicable(s.backend):
+        items[:] = [item for item in items if family(item) != "differential"
+                    or suite not in Path(item.path).resolve().parents]
+    for item in items:
+        if suite in Path(item.path).resolve().parents:
+            item.add_marker(pytest.mark.xdist_group(group(item, s.property_dtype)))
 
 
 # -- a time limit per test -------------------------------------------------------------
@@ -106,6 +116,7 @@ def pytest_runtest_call(item):
     if not usable:
         return (yield)
     what = f"{item.name} did not finish within {seconds:g} s (--attnspec-timeout)"
+    s = _session(item.config)
 
     def expire(signum, frame):
         raise SuiteTimeout()
@@ -116,9 +127,6 @@ def pytest_runtest_call(item):
             capture.suspend_global_capture(in_=False)  # back to the real stderr
         os.write(2, f"attnspec: {what} and cannot be interrupted (native code); stopping "
                     f"the run\n".encode())
-        for path in list(REMOVE_ON_HARD_STOP):
-            with contextlib.suppress(OSError):
-                os.unlink(path)
         os._exit(3)
 
     watchdog = threading.Timer(seconds + GRACE_SECONDS, hard_stop)
@@ -129,11 +137,30 @@ def pytest_runtest_call(item):
     try:
         return (yield)
     except SuiteTimeout:
+        _record_timeout(item, s, f"{what}: a hanging backend?")
         pytest.fail(f"{what}: a hanging backend?", pytrace=False)
     finally:
         watchdog.cancel()
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def _record_timeout(item, s, why: str) -> None:
+    """A test over one vector that timed out is that vector's failure, in the results."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if "vector_dtype" in params:
+        from attnspec.conformance.runner import Result
+
+        vector, dtype = params["vector_dtype"]
+        record(item, s, Result(vector.id, dtype, "fail", messages=[why],
+                               component=vector.component))
+
+
+def record(item, s, result) -> None:
+    """One vector's result: in this process's session, and in the test's report (for the
+    xdist controller, plugin.WorkerResults)."""
+    s.results.append(result)
+    item.user_properties.append((RESULT_PROPERTY, result.as_json()))
 
 
 # -- fixtures ------------------------------------------------------------------------
@@ -168,19 +195,19 @@ def ops(attnspec_session):
 
 
 @pytest.fixture
-def record_result(attnspec_session):
+def record_result(attnspec_session, request):
     """Record a runner Result; a failure matching a known-failure pattern becomes xfail."""
     s = attnspec_session
 
-    def record(result):
+    def record_one(result):
         from attnspec.conformance.known import match
 
-        s.results.append(result)
-        if result.status != "pass":
-            known = match(s.known, result.id, result.dtype)
-            if known is not None:
-                result.known_failure = known.reason
-                pytest.xfail(f"known failure ({s.known_path}:{known.line}): {known.reason}")
+        known = match(s.known, result.id, result.dtype) if result.status != "pass" else None
+        if known is not None:
+            result.known_failure = known.reason
+        record(request.node, s, result)
+        if known is not None:
+            pytest.xfail(f"known failure ({s.known_path}:{known.line}): {known.reason}")
         return result
 
-    return record
+    return record_one

@@ -4,6 +4,8 @@ spec function is implemented. None of these is ever a skip."""
 import pytest
 from attnspec.spec.errors import NotImplementedComponent
 
+pytestmark = pytest.mark.completeness
+
 
 def test_backend_and_device(attnspec_session):
     s = attnspec_session

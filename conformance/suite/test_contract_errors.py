@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from attnspec.spec.errors import DTypeError
 
+pytestmark = pytest.mark.errors
+
 FLOATS = ("float64", "float32", "float16", "bfloat16")
 
 

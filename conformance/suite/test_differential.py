@@ -9,6 +9,7 @@ so vectors with integer or boolean outputs are not parametrised here.
 """
 
 import numpy as np
+import pytest
 from attnspec.backends import get_backend
 from attnspec.conformance.ops import MissingFunction
 from attnspec.conformance.runner import call
@@ -16,6 +17,8 @@ from attnspec.spec.compare import compare
 from attnspec.spec.errors import AttnSpecError, NotImplementedComponent
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
+
+pytestmark = pytest.mark.differential
 
 _REFERENCE = {}
 # The suite's profile: this module is imported under it (see suite/conftest.py), the

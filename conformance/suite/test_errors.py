@@ -1,7 +1,10 @@
 """Every error vector raises the named spec error class, with a message that
 names the argument or parameter path."""
 
+import pytest
 from attnspec.conformance.runner import require_pass, run_vector
+
+pytestmark = pytest.mark.errors
 
 
 def test_error(backend, spec, device, vector_dtype, record_result):

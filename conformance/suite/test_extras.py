@@ -8,6 +8,8 @@ import re
 
 import pytest
 
+pytestmark = pytest.mark.extras
+
 
 def _checks(config):
     from attnspec.conformance.plugin import session

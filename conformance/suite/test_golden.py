@@ -1,6 +1,9 @@
 """Every value vector, at every dtype the device supports and the vector lists."""
 
+import pytest
 from attnspec.conformance.runner import require_pass, run_vector
+
+pytestmark = pytest.mark.golden
 
 
 def test_value(backend, spec, device, vector_dtype, record_result):

@@ -3,7 +3,10 @@
 A backend without a backward pass for a function reports it ``missing``: a failure
 (or a listed known failure), never a pass."""
 
+import pytest
 from attnspec.conformance.runner import require_pass, run_gradient_vector
+
+pytestmark = pytest.mark.gradients
 
 
 def test_gradient(backend, spec, device, vector_dtype, record_result):

@@ -4,9 +4,12 @@ Each test name is the invariant; each uses only ``ops`` so it runs on any backen
 """
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+
+pytestmark = pytest.mark.properties
 
 # multiples of 2**-6 in [-2, 2]: exact at every dtype, so both sides start equal
 exact = st.integers(-128, 128).map(lambda i: i * 2.0**-6)

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 from attnspec.spec.errors import ConfigError
 
+pytestmark = pytest.mark.properties
+
 
 def _x(*shape):
     """Multiples of 2**-6 in [-1, 1]: exact at every dtype."""

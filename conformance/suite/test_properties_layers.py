@@ -3,8 +3,11 @@ Each test name is the invariant. Parameters are random (NumPy generator seeded b
 hypothesis), so only relations between calls are checked, never golden values."""
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
+pytestmark = pytest.mark.properties
 
 seeds = st.integers(0, 2**32 - 1)
 

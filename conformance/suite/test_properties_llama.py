@@ -3,8 +3,11 @@ cache (llama_init_cache / llama_step, spec/components/llama.md). Each test name 
 invariant; parameters are random (NumPy generator seeded by hypothesis)."""
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
+pytestmark = pytest.mark.properties
 
 seeds = st.integers(0, 2**32 - 1)
 # (D, H, H_kv): GQA, MQA, H_kv = H

@@ -6,8 +6,11 @@ under test and the NumPy arithmetic around it start from the same numbers.
 """
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
+pytestmark = pytest.mark.properties
 
 seeds = st.integers(0, 2**32 - 1)
 dims = st.integers(1, 4)

@@ -2,9 +2,12 @@
 embedding and lm_head (hypothesis). Each test name is the invariant."""
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+
+pytestmark = pytest.mark.properties
 
 # multiples of 1/16 in [-4, 4]: exact in bfloat16 even after adding an integer in [-8, 8]
 sixteenths = st.integers(-64, 64).map(lambda k: k / 16)

@@ -1,9 +1,12 @@
 """Invariants of the positional components (hypothesis). Each test name is the invariant."""
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+
+pytestmark = pytest.mark.properties
 
 unit = st.floats(-2, 2, allow_nan=False, width=32)
 even_width = st.integers(1, 8).map(lambda h: 2 * h)
@@ -207,16 +210,26 @@ def test_alibi_slopes_of_h_heads_are_a_permutation_of_a_subset_of_2p_heads(ops, 
         ops.assert_close(m[p:], slope(2 * p)[0::2][:h - p])
 
 
-@given(h=st.integers(1, 6), t=st.integers(1, 5), extra=st.integers(0, 4), seed=st.integers(0, 99))
+def paper_slopes(n: int) -> np.ndarray:
+    """ALiBi's head slopes from the paper (Press et al. 2022, section 3, and its
+    get_slopes): for n a power of two 2^(-8 (h + 1) / n), h = 0..n-1; otherwise the slopes
+    of P = 2^floor(log2 n) heads followed by the first n - P even-indexed slopes of 2P heads."""
+    p = 1 << (n.bit_length() - 1)
+    first = [2.0 ** (-8.0 * (h + 1) / p) for h in range(p)]
+    return np.array(first if p == n else first + list(paper_slopes(2 * p)[0::2][:n - p]))
+
+
+@given(h=st.integers(1, 12), t=st.integers(1, 5), extra=st.integers(0, 4), seed=st.integers(0, 99))
 def test_alibi_in_sdpa_equals_the_key_position_bias_of_fairseq_and_bloom(ops, h, t, extra, seed):
-    """Under a causal mask, softmax ignores a per-row constant: bias -m (p - j) gives the same
-    attention as the m j bias (fairseq, BLOOM)."""
+    """Under a causal mask, softmax ignores a per-row constant: the backend's bias
+    -m (p - j) gives the same attention as the m j bias (fairseq, BLOOM), with the slopes m
+    computed here from the paper (not read back from the backend's bias)."""
     s = t + extra
     r = np.random.default_rng(seed)
     q, k, v = r.uniform(-1, 1, (h, t, 4)), r.uniform(-1, 1, (h, s, 4)), r.uniform(-1, 1, (h, s, 3))
     bias = np.asarray(ops.alibi_bias(num_heads=h, t=t, s=s), np.float64)
-    m = -bias[:, 0, 0] + bias[:, 0, 1] if s > 1 else np.zeros(h)
-    key_pos = m[:, None, None] * np.arange(s)[None, None, :] * np.ones((h, t, 1))
+    m = paper_slopes(h)                                                      # (H,)
+    key_pos = m[:, None, None] * np.arange(s)[None, None, :] * np.ones((h, t, 1))  # (H, T, S)
     mask = ops.causal_mask(t=t, s=s)
     out, _ = ops.sdpa(q=q, k=k, v=v, mask=mask, bias=bias)
     out2, _ = ops.sdpa(q=q, k=k, v=v, mask=mask, bias=key_pos)

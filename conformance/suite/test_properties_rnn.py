@@ -5,8 +5,11 @@ consistent parameter set; the backend under test sees them at its own dtype.
 """
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
+pytestmark = pytest.mark.properties
 
 seeds = st.integers(0, 2**32 - 1)
 small = st.integers(1, 4)

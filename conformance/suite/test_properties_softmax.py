@@ -1,9 +1,12 @@
 """Invariants of softmax (hypothesis). Each test name is the invariant."""
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+
+pytestmark = pytest.mark.properties
 
 finite = st.floats(-30, 30, allow_nan=False, width=32)
 

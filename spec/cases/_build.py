@@ -104,12 +104,13 @@ def error(id, function, description, *, error, mentions=(), inputs, attributes=N
 
 
 def gradient(id, function, description, *, inputs, cotangents, attributes=None, params=None,
-             flags=("gradient",), dtypes=ALL_DTYPES, dtype_note=None, tolerances=None) -> Case:
+             flags=("gradient",), dtypes=ALL_DTYPES, dtype_note=None, tolerances=None,
+             omit_defaults=False) -> Case:
     """A gradient vector: the forward call of a value vector plus a cotangent per output;
     the expected gradients (every float input, every parameter) come from the oracle's VJP."""
     return Case(id, function, description, list(flags), dict(attributes or {}), dict(inputs),
                 dict(params or {}), "gradient", list(dtypes), dtype_note, tolerances=tolerances,
-                cotangents=dict(cotangents))
+                cotangents=dict(cotangents), omit_defaults=omit_defaults)
 
 
 class Rng:

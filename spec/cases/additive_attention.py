@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.additive_attention import additive_attention as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 
 COMPONENT = Component("additive_attention", {
     "additive_attention": Fn(module="alignment", inputs=["query", "keys", "values", "mask"],
@@ -101,3 +101,39 @@ def _edges(rng):
                 inputs={"query": rng.uniform((2, 3, 2)), "keys": keys,
                         "mask": np.array([[[1, 1, 1, 0]], [[0, 1, 1, 1]]], dtype=bool)},
                 params=p, flags=["masked-nan", "non-finite", "mask", "padding"])
+
+
+def grad_cases(r):
+    def u(*shape):
+        return r.uniform(shape, -1, 1)
+
+    yield gradient("additive_attention/grad-001", "additive_attention",
+                   "B = 2, T = 2, S = 3, Dq = 3 != Dk = 4, A = 5, values omitted (= keys): the "
+                   "keys' gradient is the score path's plus the values path's (W^T dC); "
+                   "du = de v (1 - h^2), so leaving out tanh' fails.",
+                   inputs={"query": u(2, 2, 3), "keys": u(2, 3, 4)}, params=add_params(r, 3, 4, 5),
+                   cotangents={"context": r.uniform((2, 2, 4))},
+                   flags=["gradient", "default-values"])
+    keep = r.bools((2, 3, 4))
+    keep[..., 0] = True
+    yield gradient("additive_attention/grad-002", "additive_attention",
+                   "values given (Dv = 2), a (2, 3, 4) mask and cotangents on the context and "
+                   "the weights: masked keys get no gradient from their row.",
+                   inputs={"query": u(2, 3, 2), "keys": u(2, 4, 3), "values": u(2, 4, 2),
+                           "mask": keep},
+                   params=add_params(r, 2, 3, 4),
+                   cotangents={"context": r.uniform((2, 3, 2)), "weights": r.uniform((2, 3, 4))},
+                   flags=["gradient", "mask", "weights-cotangent"])
+    yield gradient("additive_attention/grad-003", "additive_attention",
+                   "Inputs in [-2, 2] (pre-activations up to 12: some tanh saturated, 1 - h^2 "
+                   "near 0), values given: dv = sum de h, dW_q = sum_b query^T (sum_s du).",
+                   inputs={"query": r.uniform((1, 3, 4)), "keys": r.uniform((1, 4, 4)),
+                           "values": r.uniform((1, 4, 3))},
+                   params=add_params(r, 4, 4, 3), cotangents={"context": r.uniform((1, 3, 3))},
+                   flags=["gradient", "saturation"])
+    yield gradient("additive_attention/grad-004", "additive_attention",
+                   "A single query (T = 1) over S = 5 keys, B = 3, cotangent on the weights only "
+                   "(the context's is 0).",
+                   inputs={"query": u(3, 1, 2), "keys": u(3, 5, 2)}, params=add_params(r, 2, 2, 3),
+                   cotangents={"weights": r.uniform((3, 1, 5))},
+                   flags=["gradient", "single-query", "weights-cotangent"])

@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.attention_entropy import attention_entropy as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 
 COMPONENT = Component("attention_entropy", {
     "attention_entropy": Fn(module="attention", inputs=["weights"], attributes={"axis": -1},
@@ -66,6 +66,7 @@ def cases(rng):
                 mentions=["weights"])
     yield from defaults_cases()
     yield from missed_cases()
+    yield from study_cases(Rng(f"{COMPONENT.id}/study"))
 
 
 # -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
@@ -88,3 +89,51 @@ def missed_cases():
                 "An infinite weight is outside the domain (it is not a distribution).",
                 inputs={"weights": np.array([[0.5, np.inf, 0.25]])},
                 error="DomainError", mentions=["weights"])
+
+
+def grad_cases(r):
+    yield gradient("attention_entropy/grad-001", "attention_entropy",
+                   "Positive (3, 5) weights in [2^-6, 1]: dw = -dH (ln w + 1); leaving out "
+                   "the + 1 (the derivative of ln w times w) fails.",
+                   inputs={"weights": r.uniform((3, 5), 2.0**-6, 1)},
+                   cotangents={"entropy": r.uniform((3,))}, flags=["gradient", "basic"])
+    yield gradient("attention_entropy/grad-002", "attention_entropy",
+                   "axis = 0 on (4, 3) weights: each column's cotangent scales its column.",
+                   inputs={"weights": r.uniform((4, 3), 2.0**-6, 1)}, attributes={"axis": 0},
+                   cotangents={"entropy": r.uniform((3,))}, flags=["gradient", "axis"])
+    w = r.uniform((2, 6), 2.0**-6, 1)
+    w[0, [1, 4]] = 0
+    w[1, 0] = 0
+    yield gradient("attention_entropy/grad-003", "attention_entropy",
+                   "Zero weights (as after a mask): 0 ln 0 = 0 and the gradient there is 0 "
+                   "(the one-sided derivative is +inf; torch's and TensorFlow's where-guarded "
+                   "entropy give 0); -(ln w + 1) unguarded gives inf.",
+                   inputs={"weights": w}, cotangents={"entropy": r.uniform((2,))},
+                   flags=["gradient", "zeros"])
+    yield gradient("attention_entropy/grad-004", "attention_entropy",
+                   "A (2, 2, 4) batch of small weights in [2^-6, 2^-3]: |ln w| up to 4.2.",
+                   inputs={"weights": r.uniform((2, 2, 4), 2.0**-6, 2.0**-3)},
+                   cotangents={"entropy": r.uniform((2, 2))}, flags=["gradient", "batch", "tiny"])
+    yield from grad_study_cases(Rng(f"{COMPONENT.id}/grad-study"))
+
+
+# -- asked for by the mutation study (issue 19) --------------------------------------------
+
+def study_cases(rng):
+    cols = np.array([[0.5, 0.25, 0.125, 0.125], [0.25, 0.25, 0.25, 0.25],
+                     [0.625, 0.125, 0.125, 0.125]])
+    w = np.stack([cols[rng.integers(0, 3, (4,))].T for _ in range(2)])  # (2, 4, 4), axis 1 sums to 1
+    yield value("attention_entropy/axis-002", "attention_entropy",
+                "axis = 1 (positive, not the last) of (2, 4, 4) weights whose axis 1 sums to "
+                "1: the result is (2, 4); reducing the last axis, or normalising axis 1 as "
+                "-1 - 1, fails.",
+                inputs={"weights": w}, attributes={"axis": 1}, flags=["axis"])
+
+
+def grad_study_cases(r):
+    yield gradient("attention_entropy/grad-005", "attention_entropy",
+                   "axis left out (default -1) on (2, 3, 4) weights in [2^-6, 1]: dw = -dH "
+                   "(ln w + 1) along the last axis.",
+                   inputs={"weights": r.uniform((2, 3, 4), 2.0**-6, 1)},
+                   cotangents={"entropy": r.uniform((2, 3))}, flags=["gradient", "defaults"],
+                   omit_defaults=True)

@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.losses import cross_entropy as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 
 COMPONENT = Component("cross_entropy", {
     "cross_entropy": Fn(module="losses", inputs=["logits", "targets"],
@@ -89,6 +89,7 @@ def cases(rng):
                 inputs={"logits": np.array(0.5), "targets": np.array(0)},
                 error="ShapeError", mentions=["logits"])
     yield from defaults_cases()
+    yield from study_cases()
 
 
 def defaults_cases():
@@ -105,3 +106,66 @@ def defaults_cases():
                 "0.1 (which adds ~0.1 x 4 to a loss of ~0.05), or summing, changes the loss.",
                 inputs={"logits": logits, "targets": t},
                 flags=["defaults", "ignore-index"], omit_defaults=True)
+
+
+def grad_cases(r):
+    t = np.array([[1, 4, -100, 0], [2, -100, 3, 3]])
+    yield gradient("cross_entropy/grad-001", "cross_entropy",
+                   "reduction='mean' over the 6 counted tokens of a (2, 4) batch with two "
+                   "ignored (-100): dlogits = (p - onehot) / 6, 0 on ignored tokens (dividing "
+                   "by 8, all tokens, fails).",
+                   inputs={"logits": r.uniform((2, 4, 5), -3, 3), "targets": t},
+                   cotangents={"loss": np.array(1.0)}, flags=["gradient", "ignore-index"])
+    yield gradient("cross_entropy/grad-002", "cross_entropy",
+                   "label_smoothing = 0.1 (Vaswani et al.): dlogits = (p - q) / N with "
+                   "q = 0.9 onehot + 0.1 / L, and a cotangent of 0.75 on the loss.",
+                   inputs={"logits": r.uniform((2, 4, 5), -3, 3), "targets": t},
+                   attributes={"label_smoothing": 0.1}, cotangents={"loss": np.array(0.75)},
+                   flags=["gradient", "label-smoothing", "ignore-index"])
+    yield gradient("cross_entropy/grad-003", "cross_entropy",
+                   "reduction='none' with a cotangent per token, ignore_index = 0 given: "
+                   "the tokens whose target is 0 get a zero gradient.",
+                   inputs={"logits": r.uniform((3, 4), -3, 3), "targets": np.array([2, 0, 3])},
+                   attributes={"reduction": "none", "ignore_index": 0, "label_smoothing": 0.2},
+                   cotangents={"loss": r.uniform((3,))}, flags=["gradient", "reduction"])
+    yield gradient("cross_entropy/grad-004", "cross_entropy",
+                   "reduction='sum' over a (5, 6) batch, logits in [-8, 8]: the cotangent is "
+                   "not divided by the token count.",
+                   inputs={"logits": r.uniform((5, 6), -8, 8, 2.0**-4),
+                           "targets": np.array([5, 0, 1, 1, 4])},
+                   attributes={"reduction": "sum"}, cotangents={"loss": np.array(-0.5)},
+                   flags=["gradient", "reduction"])
+    yield from grad_study_cases(Rng(f"{COMPONENT.id}/grad-study"))
+
+
+# -- asked for by the mutation study (issue 19) --------------------------------------------
+
+def study_cases():
+    Rng(f"{COMPONENT.id}/study")  # no random inputs
+    yield value("cross_entropy/overflow-001", "cross_entropy",
+                "Logits beyond float32's exp range (exp overflows above 88.7): rows [96, -96, 90, "
+                "0], [-100, -92, -90, -89] and [89.5, 91, -94, 92], reduction='none'. A "
+                "log-sum-exp without the max subtracted gives inf or nan; with it, every loss "
+                "is finite (e.g. row 1: 96 - 90 + log(1 + e^-6 + ...)).",
+                inputs={"logits": np.array([[96.0, -96.0, 90.0, 0.0], [-100.0, -92.0, -90.0, -89.0],
+                                            [89.5, 91.0, -94.0, 92.0]]),
+                        "targets": np.array([2, 1, 0])},
+                attributes={"reduction": "none"}, flags=["large-logits", "overflow"])
+    yield value("cross_entropy/overflow-002", "cross_entropy",
+                "Logits beyond float64's exp range (exp overflows above 709.8): rows [720, -720, "
+                "712, 0] and [-736, -712, -720, -704], reduction='none': finite losses (8 + "
+                "log(1 + e^-8 + ...) for row 0) in every dtype, not inf or nan.",
+                inputs={"logits": np.array([[720.0, -720.0, 712.0, 0.0],
+                                            [-736.0, -712.0, -720.0, -704.0]]),
+                        "targets": np.array([2, 1])},
+                attributes={"reduction": "none"}, flags=["large-logits", "overflow"])
+
+
+def grad_study_cases(r):
+    t = np.array([[0, 3, -100], [4, -100, 1]])
+    yield gradient("cross_entropy/grad-005", "cross_entropy",
+                   "ignore_index, label_smoothing and reduction left out (-100, 0.0, 'mean'): "
+                   "dlogits = (p - onehot) / 4 over the 4 counted tokens of a (2, 3) batch.",
+                   inputs={"logits": r.uniform((2, 3, 5), -3, 3), "targets": t},
+                   cotangents={"loss": np.array(1.0)}, flags=["gradient", "defaults"],
+                   omit_defaults=True)

@@ -1,7 +1,7 @@
 """decoder: a stack of N decoder layers over one memory; pre-norm ends with final_norm."""
 
 from ..oracle.decoder import decoder as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 from .decoder_layer import self_mask
 from .encoder import STACK_FN
 from .encoder_layer import causal, dec_layer_params, key_padding, quiet, stack_params, tiny, tolerances
@@ -93,3 +93,18 @@ def defaults_cases():
                 attributes={"num_layers": 2, "num_heads": 2},
                 params=quiet(stack_params(rd, dec_layer_params, 2, 8, 16, False)),
                 flags=["defaults", "default-eps"], omit_defaults=True)
+
+
+def grad_cases(r):
+    for n, (norm, layers) in enumerate([("post", 2), ("pre", 2), ("post", 1), ("pre", 1)], 1):
+        yield gradient(f"decoder/grad-00{n}", "decoder",
+                       f"N = {layers}, norm='{norm}', x (2, 3, 4), memory (2, 4, 4), causal "
+                       f"self-attention, memory row 1 padded after 2: dmemory sums every "
+                       f"layer's cross-attention gradient.",
+                       inputs={"x": r.uniform((2, 3, 4)), "memory": r.uniform((2, 4, 4)),
+                               "self_mask": causal(3),
+                               "memory_mask": key_padding([4, 2], 4)},
+                       attributes={"num_layers": layers, "num_heads": 2, "norm": norm},
+                       params=stack_params(r, dec_layer_params, layers, 4, 6, norm == "pre"),
+                       cotangents={"y": r.uniform((2, 3, 4))},
+                       flags=["gradient", f"{norm}-norm", "causal", "padding"])

@@ -1,7 +1,7 @@
 """decoder_layer: masked self-attention, cross-attention on memory, feed-forward."""
 
 from ..oracle.decoder_layer import decoder_layer as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 from .encoder_layer import LAYER_FN, causal, dec_layer_params, key_padding, quiet, tiny, tolerances, without
 
 COMPONENT = Component("decoder_layer", {
@@ -100,3 +100,33 @@ def defaults_cases():
                         "self_mask": causal(4)},
                 attributes={"num_heads": 2}, params=quiet(dec_layer_params(rd, 8, 16)),
                 flags=["defaults", "default-eps"], omit_defaults=True)
+
+
+def grad_cases(r):
+    for n, norm in enumerate(["post", "pre"], 1):
+        yield gradient(f"decoder_layer/grad-00{n}", "decoder_layer",
+                       f"norm='{norm}', x (2, 3, 4), memory (2, 5, 4), causal self-attention, "
+                       f"memory row 1 padded after 3, H = 2: dmemory = the cross-attention's "
+                       f"dkey + dvalue, 0 on the padded memory positions.",
+                       inputs={"x": r.uniform((2, 3, 4)), "memory": r.uniform((2, 5, 4)),
+                               "self_mask": causal(3),
+                               "memory_mask": key_padding([5, 3], 5)},
+                       attributes={"num_heads": 2, "norm": norm},
+                       params=dec_layer_params(r, 4, 8), cotangents={"y": r.uniform((2, 3, 4))},
+                       flags=["gradient", f"{norm}-norm", "causal", "padding"])
+    yield gradient("decoder_layer/grad-003", "decoder_layer",
+                   "norm='post', activation='gelu', T = 2 queries, S = 3 memory positions, "
+                   "H = 1, no masks: dx and dmemory have different shapes.",
+                   inputs={"x": r.uniform((1, 2, 4)), "memory": r.uniform((1, 3, 4))},
+                   attributes={"num_heads": 1, "activation": "gelu"},
+                   params=dec_layer_params(r, 4, 6), cotangents={"y": r.uniform((1, 2, 4))},
+                   flags=["gradient", "post-norm", "gelu", "cross-attention"])
+    yield gradient("decoder_layer/grad-004", "decoder_layer",
+                   "norm='pre', eps = 0.25, no biases, a memory mask only (self-attention "
+                   "unmasked).",
+                   inputs={"x": r.uniform((2, 2, 4)), "memory": r.uniform((2, 4, 4)),
+                           "memory_mask": key_padding([2, 4], 4)},
+                   attributes={"num_heads": 2, "norm": "pre", "eps": 0.25},
+                   params=dec_layer_params(r, 4, 6, bias=False),
+                   cotangents={"y": r.uniform((2, 2, 4))},
+                   flags=["gradient", "pre-norm", "eps", "no-bias", "padding"])

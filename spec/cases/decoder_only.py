@@ -4,7 +4,7 @@ positions, causal self-attention layers without cross-attention, LM head)."""
 import numpy as np
 
 from ..oracle.decoder_only import decoder_only as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 from .encoder_layer import tiny, tolerances
 from .encoder_only import lm_params
 from .transformer import ids
@@ -97,3 +97,21 @@ def defaults_cases():
                 inputs={"ids": ids(rd, 12, [6, 6], 6, bos_id=1)},
                 attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2}, params=p,
                 flags=["defaults", "default-eps"], omit_defaults=True)
+
+
+def grad_cases(r):
+    for n, (norm, layers) in enumerate([("pre", 1), ("pre", 2), ("post", 1), ("pre", 1)], 1):
+        toks = ids(r, 7, [4, 3], 4, bos_id=1) if n != 4 else np.array([[1, 4, 4, 4],
+                                                                          [1, 4, 0, 0]])
+        yield gradient(f"decoder_only/grad-00{n}", "decoder_only",
+                       f"N = {layers}, norm='{norm}', D = 4, H = 2, vocabulary 7, T = 4, causal "
+                       f"and padded: dlogits through lm_head, the stack, then embed.table and "
+                       f"pos.table (pos.table row t sums the batch)"
+                       + (", id 4 repeated: its table row accumulates." if n == 4 else "."),
+                       inputs={"ids": toks},
+                       attributes={"pad_id": 0, "num_layers": layers, "num_heads": 2,
+                                   "norm": norm, "activation": "relu" if n == 4 else "gelu"},
+                       params=params(r, layers, 4, 6, 7, 4, norm),
+                       cotangents={"logits": r.uniform((2, 4, 7))},
+                       flags=["gradient", f"{norm}-norm", "causal", "padding"]
+                       + (["repeat"] if n == 4 else []))

@@ -1,11 +1,11 @@
 """decoder_only_loss: one training step's loss of the decoder-only model, the mean
-cross-entropy of its logits against the next ids; its gradient vectors (in
-``_gradients.py``) hold every parameter's gradient."""
+cross-entropy of its logits against the next ids; its gradient vectors
+(``grad_cases``) hold every parameter's gradient."""
 
 import numpy as np
 
 from ..oracle.decoder_only_loss import decoder_only_loss as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 from .decoder_only import params
 from .encoder_layer import tiny, tolerances
 from .transformer import ids
@@ -111,3 +111,26 @@ def cases(rng):
                 inputs={"ids": toks, "targets": next_ids(toks)},
                 attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2}, params=p,
                 flags=["defaults", "default-eps", "ignore-index"], omit_defaults=True)
+
+
+def grad_cases(r):
+    """One training step: the loss's gradient with respect to every parameter."""
+    for n, (norm, layers, smooth) in enumerate([("pre", 1, 0.1), ("pre", 2, 0.1),
+                                                ("post", 1, 0.0), ("pre", 1, 0.0)], 1):
+        toks = ids(r, 7, [5, 3], 5, bos_id=1)
+        smoothing = f"label_smoothing = {smooth}" if smooth else "no label smoothing"
+        yield gradient(f"decoder_only_loss/grad-00{n}", "decoder_only_loss",
+                       f"One training step of a decoder-only model (N = {layers}, norm='{norm}', "
+                       f"D = 4, H = 2, vocabulary 7, B = 2, T = 5, row 1 padded after 3): "
+                       f"loss = the mean cross-entropy of the logits against the next ids over "
+                       f"the 6 counted targets (the last position and padding ignored), "
+                       f"{smoothing}, dloss = 1; expected: the loss and the gradient of every "
+                       f"parameter (embed.table, pos.table, layers.*, "
+                       f"{'final_norm.*, ' if norm == 'pre' else ''}lm_head.*).",
+                       inputs={"ids": toks, "targets": next_ids(toks)},
+                       attributes={"pad_id": 0, "num_layers": layers, "num_heads": 2,
+                                   "norm": norm, "label_smoothing": smooth},
+                       params=params(r, layers, 4, 6, 7, 5, norm),
+                       cotangents={"loss": np.array(1.0)},
+                       flags=["gradient", "training-step", f"{norm}-norm", "ignore-index",
+                              "padding"] + (["label-smoothing"] if smooth else []))

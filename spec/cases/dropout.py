@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.dropout import dropout as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 
 COMPONENT = Component("dropout", {
     "dropout": Fn(required=["p"], module="feedforward", inputs=["x", "keep_mask"],
@@ -93,3 +93,27 @@ def missed_cases():
         yield error(f"dropout/p-type-00{n}", "dropout", f"p given as {what} is refused.",
                     inputs={"x": x, "keep_mask": keep}, attributes={"p": p},
                     error="ConfigError", mentions=["p"])
+
+
+def grad_cases(r):
+    yield gradient("dropout/grad-001", "dropout",
+                   "p = 0.25 with a (3, 4) keep mask: dx = dy / 0.75 where kept, 0 where "
+                   "dropped; the gradient uses the forward pass's mask, not a fresh one.",
+                   inputs={"x": r.uniform((3, 4)), "keep_mask": r.bools((3, 4), 0.75)},
+                   attributes={"p": 0.25}, cotangents={"y": r.uniform((3, 4))},
+                   flags=["gradient", "inverted-dropout", "mask-polarity"])
+    yield gradient("dropout/grad-002", "dropout",
+                   "p = 0.5 on a (2, 3, 4) input: kept gradients are doubled.",
+                   inputs={"x": r.uniform((2, 3, 4)), "keep_mask": r.bools((2, 3, 4), 0.5)},
+                   attributes={"p": 0.5}, cotangents={"y": r.uniform((2, 3, 4))},
+                   flags=["gradient", "inverted-dropout"])
+    yield gradient("dropout/grad-003", "dropout",
+                   "A (1, 5) keep mask broadcast over 3 rows, p = 0.375.",
+                   inputs={"x": r.uniform((3, 5)), "keep_mask": r.bools((1, 5), 0.6)},
+                   attributes={"p": 0.375}, cotangents={"y": r.uniform((3, 5))},
+                   flags=["gradient", "broadcast"])
+    yield gradient("dropout/grad-004", "dropout",
+                   "p = 0 (the identity): dx = dy whatever the mask.",
+                   inputs={"x": r.uniform((2, 4)), "keep_mask": r.bools((2, 4), 0.5)},
+                   attributes={"p": 0.0}, cotangents={"y": r.uniform((2, 4))},
+                   flags=["gradient", "p-zero"])

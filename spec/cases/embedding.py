@@ -5,7 +5,7 @@ import numpy as np
 
 from ..oracle.embedding import embedding as oracle_embedding
 from ..oracle.embedding import lm_head as oracle_lm_head
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 
 COMPONENT = Component("embedding", {
     "embedding": Fn(module="embedding", inputs=["ids"], attributes={"scale": True},
@@ -99,3 +99,58 @@ def missed_cases():
                 inputs={"x": rd.uniform((4,))},
                 params={"w": rd.weights((4, 6)), "b": rd.weights((6,), 0.5)},
                 flags=["edge", "rank"])
+
+
+def grad_cases(r):
+    yield gradient("embedding/grad-001", "embedding",
+                   "ids (2, 3) = [[1, 4, 1], [1, 0, 4]] into a (6, 4) table, scale=True: a "
+                   "scatter-add, dtable[1] = 2 (dy[0,0] + dy[0,2] + dy[1,0]); writing each row's "
+                   "gradient over the last one (table[ids] = dy) instead of accumulating fails, "
+                   "and rows 2, 3, 5 (never looked up) get 0. The ids get no gradient.",
+                   inputs={"ids": np.array([[1, 4, 1], [1, 0, 4]])},
+                   params={"table": r.weights((6, 4))}, cotangents={"y": r.uniform((2, 3, 4))},
+                   flags=["gradient", "repeat", "accumulation", "sqrt-d-scale"])
+    yield gradient("embedding/grad-002", "embedding",
+                   "scale=False, ids (5,) = [2, 2, 2, 0, 3] into a (4, 3) table: dtable[2] is "
+                   "the sum of three cotangent rows, no sqrt(D) factor.",
+                   inputs={"ids": np.array([2, 2, 2, 0, 3])}, attributes={"scale": False},
+                   params={"table": r.weights((4, 3))}, cotangents={"y": r.uniform((5, 3))},
+                   flags=["gradient", "repeat", "unscaled"])
+    yield gradient("embedding/grad-003", "lm_head",
+                   "logits = x W + b for x (2, 3, 4), W (4, 7): dW = x^T dlogits and db = sum "
+                   "dlogits over all 6 tokens, dx = dlogits W^T.",
+                   inputs={"x": r.uniform((2, 3, 4))},
+                   params={"w": r.weights((4, 7)), "b": r.weights((7,))},
+                   cotangents={"logits": r.uniform((2, 3, 7))}, flags=["gradient", "lm-head"])
+    yield gradient("embedding/grad-004", "lm_head",
+                   "tied=True, table (9, 4), no bias: dtable = dlogits^T x of shape (L, D) = "
+                   "(9, 4), the transpose of the untied dW; dx = dlogits table.",
+                   inputs={"x": r.uniform((2, 3, 4))}, attributes={"tied": True},
+                   params={"table": r.weights((9, 4))},
+                   cotangents={"logits": r.uniform((2, 3, 9))},
+                   flags=["gradient", "tied-embeddings", "lm-head", "no-bias"])
+    yield gradient("embedding/grad-005", "lm_head",
+                   "tied=True with a square (4, 4) table and a bias: dtable = dlogits^T x; the "
+                   "untied layout x^T dlogits has the same shape and wrong values.",
+                   inputs={"x": r.uniform((3, 4))}, attributes={"tied": True},
+                   params={"table": r.weights((4, 4)), "b": r.weights((4,))},
+                   cotangents={"logits": r.uniform((3, 4))},
+                   flags=["gradient", "tied-embeddings", "transpose", "lm-head"])
+    yield from grad_study_cases(Rng(f"{COMPONENT.id}/grad-study"))
+
+
+# -- asked for by the mutation study (issue 19) --------------------------------------------
+
+def grad_study_cases(r):
+    yield gradient("embedding/grad-006", "embedding",
+                   "scale left out (True: sqrt(D) = 2 for D = 4), ids [[3, 0, 3], [1, 3, 2]]: "
+                   "dtable[3] = 2 (dy[0,0] + dy[0,2] + dy[1,1]); an unscaled default fails.",
+                   inputs={"ids": np.array([[3, 0, 3], [1, 3, 2]])},
+                   params={"table": r.weights((5, 4))}, cotangents={"y": r.uniform((2, 3, 4))},
+                   flags=["gradient", "defaults", "repeat"], omit_defaults=True)
+    yield gradient("embedding/grad-007", "lm_head",
+                   "tied left out (False): W (4, 6) and b; a tied default has no table.",
+                   inputs={"x": r.uniform((2, 4))},
+                   params={"w": r.weights((4, 6)), "b": r.weights((6,))},
+                   cotangents={"logits": r.uniform((2, 6))}, flags=["gradient", "defaults"],
+                   omit_defaults=True)

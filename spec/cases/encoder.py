@@ -1,7 +1,7 @@
 """encoder: a stack of N encoder layers; pre-norm stacks end with a final LayerNorm."""
 
 from ..oracle.encoder import encoder as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 from .encoder_layer import (
     LAYER_FN,
     causal,
@@ -99,3 +99,18 @@ def defaults_cases():
                 attributes={"num_layers": 2, "num_heads": 2},
                 params=quiet(stack_params(rd, enc_layer_params, 2, 8, 16, False)),
                 flags=["defaults", "default-eps"], omit_defaults=True)
+
+
+def grad_cases(r):
+    for n, (norm, layers) in enumerate([("post", 2), ("pre", 2), ("post", 1), ("pre", 3)], 1):
+        final = " and final_norm" if norm == "pre" else ""
+        yield gradient(f"encoder/grad-00{n}", "encoder",
+                       f"N = {layers}, norm='{norm}', a (2, 3, 4) input, row 1 key-padded after "
+                       f"2: dh_i = layer_i^T dh_(i+1), parameters layers.<i>.*{final} each get "
+                       f"their own layer's gradient (swapping two layers' fails).",
+                       inputs={"x": r.uniform((2, 3, 4)), "mask": key_padding([3, 2], 3)},
+                       attributes={"num_layers": layers, "num_heads": 2, "norm": norm,
+                                   "activation": "gelu" if n == 3 else "relu"},
+                       params=stack_params(r, enc_layer_params, layers, 4, 6, norm == "pre"),
+                       cotangents={"y": r.uniform((2, 3, 4))},
+                       flags=["gradient", f"{norm}-norm", "padding"])

@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from ..oracle.encoder_layer import encoder_layer as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 
 # Deep composites accumulate rounding through several matmuls, softmaxes and LayerNorms.
 # Each dtype keeps its default rtol; atol widens with depth. Measured (float64 compute with
@@ -202,3 +202,30 @@ def defaults_cases():
                 inputs={"x": tiny(rd, (2, 4, 8))}, attributes={"num_heads": 2},
                 params=quiet(enc_layer_params(rd, 8, 16)), flags=["defaults", "default-eps"],
                 omit_defaults=True)
+
+
+def grad_cases(r):
+    for n, norm in enumerate(["post", "pre"], 1):
+        yield gradient(f"encoder_layer/grad-00{n}", "encoder_layer",
+                       f"norm='{norm}', a (2, 3, 4) input, H = 2, F = 8, row 1 key-padded after "
+                       f"2: dx sums the self-attention's dquery, dkey and dvalue (x is all "
+                       f"three) and the skip paths of both residual blocks.",
+                       inputs={"x": r.uniform((2, 3, 4)), "mask": key_padding([3, 2], 3)},
+                       attributes={"num_heads": 2, "norm": norm},
+                       params=enc_layer_params(r, 4, 8), cotangents={"y": r.uniform((2, 3, 4))},
+                       flags=["gradient", f"{norm}-norm", "padding"])
+    yield gradient("encoder_layer/grad-003", "encoder_layer",
+                   "norm='post', activation='gelu', a causal (4, 4) mask, H = 1, no biases in "
+                   "the attention (no b_* gradients expected).",
+                   inputs={"x": r.uniform((1, 4, 4)), "mask": causal(4)},
+                   attributes={"num_heads": 1, "activation": "gelu"},
+                   params=enc_layer_params(r, 4, 6, bias=False),
+                   cotangents={"y": r.uniform((1, 4, 4))},
+                   flags=["gradient", "post-norm", "gelu", "causal", "no-bias"])
+    yield gradient("encoder_layer/grad-004", "encoder_layer",
+                   "norm='pre', eps = 0.25, a single token (T = 1): the attention weights are "
+                   "1 and its gradient reaches x through the value projection only.",
+                   inputs={"x": r.uniform((2, 1, 4))},
+                   attributes={"num_heads": 2, "norm": "pre", "eps": 0.25},
+                   params=enc_layer_params(r, 4, 8), cotangents={"y": r.uniform((2, 1, 4))},
+                   flags=["gradient", "pre-norm", "eps", "single-query"])

@@ -4,7 +4,7 @@ encoder under key padding, LM head); returns (hidden, logits)."""
 import numpy as np
 
 from ..oracle.encoder_only import encoder_only as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 from .encoder_layer import enc_layer_params, quiet, scoped, stack_params, tiny, tolerances
 from .transformer import ids
 
@@ -105,3 +105,22 @@ def defaults_cases():
                 inputs={"ids": ids(rd, 12, [6, 4], 6)},
                 attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2}, params=p,
                 flags=["defaults", "default-eps"], omit_defaults=True)
+
+
+def grad_cases(r):
+    for n, (norm, cot) in enumerate([("post", ("logits",)), ("post", ("hidden", "logits")),
+                                     ("pre", ("hidden", "logits")), ("pre", ("hidden",))], 1):
+        toks = ids(r, 7, [4, 2], 4, bos_id=1)
+        if n == 4:
+            toks = np.array([[1, 5, 5, 5], [1, 5, 3, 0]])  # repeated ids: rows accumulate
+        yield gradient(f"encoder_only/grad-00{n}", "encoder_only",
+                       f"norm='{norm}', N = 1, D = 4, vocabulary 7, T = 4, row 1 padded; "
+                       f"cotangents on {' and '.join(cot)}: dhidden = its cotangent + the LM "
+                       f"head's dx; embed.table and pos.table get scatter-added rows"
+                       + (" (id 5 three times in row 0)." if n == 4 else "."),
+                       inputs={"ids": toks},
+                       attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2, "norm": norm},
+                       params=params(r, 1, 4, 6, 7, 4, norm),
+                       cotangents={c: r.uniform((2, 4, 4 if c == "hidden" else 7)) for c in cot},
+                       flags=["gradient", f"{norm}-norm", "padding"]
+                       + (["repeat"] if n == 4 else []))

@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.feedforward import feedforward as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 
 COMPONENT = Component("feedforward", {
     "feedforward": Fn(module="feedforward", inputs=["x"], attributes={"activation": "relu"},
@@ -96,3 +96,50 @@ def defaults_cases():
                 "default fails.",
                 inputs={"x": rd.uniform((2, 3, 4))}, params=ffn_params(rd, 4, 8),
                 flags=["defaults"], omit_defaults=True)
+
+
+def grad_cases(r):
+    def p(d, f):
+        return {"w1": r.weights((d, f)), "b1": r.weights((f,), 0.5),
+                "w2": r.weights((f, d)), "b2": r.weights((d,), 0.5)}
+
+    for n, act in enumerate(["relu", "gelu", "gelu_tanh"], 1):
+        yield gradient(f"feedforward/grad-00{n}", "feedforward",
+                       f"activation='{act}', a (2, 3, 4) input, D = 4, F = 8: dW1 = x^T dh and "
+                       f"dW2 = a^T dy summed over every token (a wrong transpose fails: D != F), "
+                       f"dh = (dy W2^T) act'(h).",
+                       inputs={"x": r.uniform((2, 3, 4))}, attributes={"activation": act},
+                       params=p(4, 8), cotangents={"y": r.uniform((2, 3, 4))},
+                       flags=["gradient", act])
+    yield gradient("feedforward/grad-004", "feedforward",
+                   "activation='gelu', a single token (rank-1 x), D = 6, F = 3.",
+                   inputs={"x": r.uniform((6,))}, attributes={"activation": "gelu"},
+                   params=p(6, 3), cotangents={"y": r.uniform((6,))},
+                   flags=["gradient", "gelu", "rank-1"])
+    yield from grad_study_cases(Rng(f"{COMPONENT.id}/grad-study"))
+
+
+# -- asked for by the mutation study (issue 19) --------------------------------------------
+
+def grad_study_cases(r):
+    p = {"w1": r.weights((4, 6)), "b1": r.weights((6,), 0.5), "w2": r.weights((6, 4)),
+         "b2": r.weights((4,), 0.5)}
+    p["b1"][[0, 2, 5]] = 0.0
+    x = r.uniform((2, 3, 4))
+    x[0, 1] = 0.0  # token (0, 1): h = b1, exactly 0 at units 0, 2, 5
+    x[1, 2] = 0.0
+    yield gradient("feedforward/grad-005", "feedforward",
+                   "activation='relu' with pre-activations exactly 0: tokens (0, 1) and (1, 2) "
+                   "are zero vectors and b1 is 0 at units 0, 2 and 5, so h = 0 there. The "
+                   "convention is relu'(0) = 0 (torch, TensorFlow and JAX): db1 and dx get no "
+                   "gradient through those units; relu'(0) = 1 or 1/2 fails.",
+                   inputs={"x": x}, attributes={"activation": "relu"}, params=p,
+                   cotangents={"y": r.uniform((2, 3, 4))}, flags=["gradient", "relu", "zeros"])
+    yield gradient("feedforward/grad-006", "feedforward",
+                   "activation left out (default 'relu') on a (2, 3, 4) input, F = 8: a GELU "
+                   "default fails.",
+                   inputs={"x": r.uniform((2, 3, 4))},
+                   params={"w1": r.weights((4, 8)), "b1": r.weights((8,), 0.5),
+                           "w2": r.weights((8, 4)), "b2": r.weights((4,), 0.5)},
+                   cotangents={"y": r.uniform((2, 3, 4))}, flags=["gradient", "defaults"],
+                   omit_defaults=True)

@@ -4,7 +4,7 @@ gelu_tanh (GeGLU), no biases (Shazeer 2020; LLaMA)."""
 import numpy as np
 
 from ..oracle.gated_feedforward import gated_feedforward as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 
 COMPONENT = Component("gated_feedforward", {
     "gated_feedforward": Fn(module="feedforward", inputs=["x"], attributes={"activation": "silu"},
@@ -115,3 +115,36 @@ def defaults_cases():
                 "D = 4, F = 8; a GELU (GeGLU) default fails.",
                 inputs={"x": rd.uniform((2, 3, 4))}, params=glu_params(rd, 4, 8),
                 flags=["defaults"], omit_defaults=True)
+
+
+def grad_cases(r):
+    def p(d, f):
+        return {"w_gate": r.weights((d, f)), "w_up": r.weights((d, f)),
+                "w_down": r.weights((f, d))}
+
+    for n, act in enumerate(["silu", "gelu", "gelu_tanh"], 1):
+        yield gradient(f"gated_feedforward/grad-00{n}", "gated_feedforward",
+                       f"activation='{act}', x (2, 3, 4), D = 4, F = 6: dg = (dy W_down^T) u "
+                       f"act'(g) and du = (dy W_down^T) act(g), dx = dg W_gate^T + du W_up^T; "
+                       f"dropping either path into dx, or act'(g), fails.",
+                       inputs={"x": r.uniform((2, 3, 4))}, attributes={"activation": act},
+                       params=p(4, 6), cotangents={"y": r.uniform((2, 3, 4))},
+                       flags=["gradient", act])
+    yield gradient("gated_feedforward/grad-004", "gated_feedforward",
+                   "activation='silu', a single token (rank-1 x), D = 5, F = 3.",
+                   inputs={"x": r.uniform((5,))}, params=p(5, 3),
+                   cotangents={"y": r.uniform((5,))}, flags=["gradient", "silu", "rank-1"])
+    yield from grad_study_cases(Rng(f"{COMPONENT.id}/grad-study"))
+
+
+# -- asked for by the mutation study (issue 19) --------------------------------------------
+
+def grad_study_cases(r):
+    yield gradient("gated_feedforward/grad-005", "gated_feedforward",
+                   "activation left out (default 'silu'), x (2, 3, 4), F = 6: a GELU default "
+                   "fails.",
+                   inputs={"x": r.uniform((2, 3, 4))},
+                   params={"w_gate": r.weights((4, 6)), "w_up": r.weights((4, 6)),
+                           "w_down": r.weights((6, 4))},
+                   cotangents={"y": r.uniform((2, 3, 4))}, flags=["gradient", "defaults"],
+                   omit_defaults=True)

@@ -191,6 +191,7 @@ def cases(rng):
     yield from defaults_cases()
     yield from missed_cases()
     yield from llama_cases()
+    yield from study_cases()
 
 
 # -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
@@ -340,3 +341,22 @@ def llama_cases():
                 "window = 2 given to model='decoder_only' (a Llama attribute).",
                 inputs=prompt, attributes={**gpt_attrs(5, heads=2), "window": 2}, params=p,
                 error="ConfigError", mentions=["window"])
+
+
+# -- asked for by the mutation study (issue 19) --------------------------------------------
+
+def study_cases():
+    p = lm_params(Rng(f"{COMPONENT.id}/study"), 1, 8, 16, 12, 8, "pre", None)
+    a = gpt_attrs(6, heads=2)
+    yield error("greedy_decode/eos-range-001", "greedy_decode",
+                "decoder_only with eos_id = 12 = L (vocabulary 12): an id no step can emit, so "
+                "every row would run to max_len unnoticed; refused.",
+                inputs={"prompt": np.array([[1, 5]], dtype=np.int64)},
+                attributes={**a, "eos_id": 12}, params=p,
+                error="DomainError", mentions=["eos_id", "12"])
+    yield error("greedy_decode/src-with-prompt-001", "greedy_decode",
+                "decoder_only given src_ids besides its prompt: a decoder-only model has no "
+                "source; refused, not ignored.",
+                inputs={"prompt": np.array([[1, 5]], dtype=np.int64),
+                        "src_ids": np.array([[4, 6, 3]], dtype=np.int64)},
+                attributes=a, params=p, error="ConfigError", mentions=["src_ids"])

@@ -3,8 +3,8 @@
 import numpy as np
 
 from ..oracle.gru import gru as oracle
-from ._build import Component, Fn, error, value
-from .gru_cell import gru_params
+from ._build import Component, Fn, error, gradient, value
+from .gru_cell import gru_grad_params, gru_params
 
 COMPONENT = Component("gru", {
     "gru": Fn(module="rnn", inputs=["x", "h0"], optional=["h0"], params=True,
@@ -62,3 +62,33 @@ def cases(rng):
     yield error("gru/bad-h0-batch-001", "gru", "h0 with batch 3 for x with batch 2.",
                 inputs={"x": rng.uniform((2, 3, 8), -1, 1), "h0": rng.uniform((3, 8), -0.9, 0.9)},
                 params=gru_params(rng, 8, 8), error="ShapeError", mentions=["h0", "(3, 8)"])
+
+
+def grad_cases(r):
+    yield gradient("gru/grad-001", "gru",
+                   "Backpropagation through time: B = 2, T = 4, I = 3, H = 3, h0 given, "
+                   "cotangents on every output and on h_last; dW = sum over the steps, dh0 the "
+                   "state gradient after the last backward step.",
+                   inputs={"x": r.uniform((2, 4, 3), -1, 1), "h0": r.uniform((2, 3), -0.9, 0.9)},
+                   params=gru_grad_params(r, 3, 3),
+                   cotangents={"outputs": r.uniform((2, 4, 3)), "h_last": r.uniform((2, 3))},
+                   flags=["gradient", "accumulation", "initial-state"])
+    yield gradient("gru/grad-002", "gru",
+                   "h0 absent (zeros, no gradient), cotangent on h_last only: every step's "
+                   "gradient reaches back only through the state; I = 2, H = 4, T = 3.",
+                   inputs={"x": r.uniform((2, 3, 2), -1, 1)}, params=gru_grad_params(r, 2, 4),
+                   cotangents={"h_last": r.uniform((2, 4))},
+                   flags=["gradient", "default-state"])
+    yield gradient("gru/grad-003", "gru",
+                   "Cotangent on the outputs only, no biases, T = 5, B = 1: the outputs' "
+                   "cotangent enters at each step and adds to the carried state gradient.",
+                   inputs={"x": r.uniform((1, 5, 3), -1, 1), "h0": r.uniform((1, 2), -0.9, 0.9)},
+                   params=gru_grad_params(r, 3, 2, biases=False),
+                   cotangents={"outputs": r.uniform((1, 5, 2))},
+                   flags=["gradient", "optional-params", "long"])
+    yield gradient("gru/grad-004", "gru",
+                   "T = 1: the same as gru_cell's gradient with dh' = doutputs[:, 0] + dh_last.",
+                   inputs={"x": r.uniform((2, 1, 3), -1, 1), "h0": r.uniform((2, 3), -0.9, 0.9)},
+                   params=gru_grad_params(r, 3, 3),
+                   cotangents={"outputs": r.uniform((2, 1, 3)), "h_last": r.uniform((2, 3))},
+                   flags=["gradient", "single-step"])

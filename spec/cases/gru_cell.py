@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.gru_cell import gru_cell as oracle
-from ._build import Component, Fn, error, value
+from ._build import Component, Fn, error, gradient, value
 
 COMPONENT = Component("gru_cell", {
     "gru_cell": Fn(module="rnn", inputs=["x", "h"], params=True, returns=["h"], oracle=oracle),
@@ -82,3 +82,39 @@ def cases(rng):
                 inputs={"x": rng.uniform((2, 8), -1, 1), "h": rng.uniform((2, 8), -0.9, 0.9)},
                 params={"w_ih": rng.weights((8, 24))}, error="ParameterError",
                 mentions=["w_hh"])
+
+
+def gru_grad_params(r, i, h, biases=True, scale=1.0):
+    p = {"w_ih": r.weights((i, 3 * h), scale), "w_hh": r.weights((h, 3 * h), scale)}
+    if biases:
+        p.update(b_ih=r.weights((3 * h,), scale), b_hh=r.weights((3 * h,), scale))
+    return p
+
+
+def grad_cases(r):
+    yield gradient("gru_cell/grad-001", "gru_cell",
+                   "B = 2, I = 3, H = 4, all four parameters: dx, dh and every weight; the "
+                   "reset gate's gradient dr = da_n (h W_hn + b_hn) (reset after the hidden "
+                   "matmul) and dW_hn = h^T (r da_n).",
+                   inputs={"x": r.uniform((2, 3), -1, 1), "h": r.uniform((2, 4), -0.9, 0.9)},
+                   params=gru_grad_params(r, 3, 4), cotangents={"h": r.uniform((2, 4))},
+                   flags=["gradient", "reset-after", "gate-order", "layout"])
+    yield gradient("gru_cell/grad-002", "gru_cell",
+                   "No biases, B = 3, I = 5, H = 2: the gradients of the absent biases are not "
+                   "part of the result.",
+                   inputs={"x": r.uniform((3, 5), -1, 1), "h": r.uniform((3, 2), -0.9, 0.9)},
+                   params=gru_grad_params(r, 5, 2, biases=False), cotangents={"h": r.uniform((3, 2))},
+                   flags=["gradient", "optional-params"])
+    p = gru_grad_params(r, 2, 3)
+    p["b_hh"][6:] = 1.5
+    yield gradient("gru_cell/grad-003", "gru_cell",
+                   "b_hn = 1.5 and weights up to 1: the r term of the n gate (r (h W_hn + b_hn)) "
+                   "carries a large gradient into b_hh's n block (r da_n) and the reset gate.",
+                   inputs={"x": r.uniform((2, 2), -1, 1), "h": r.uniform((2, 3), -0.9, 0.9)},
+                   params=p, cotangents={"h": r.uniform((2, 3))},
+                   flags=["gradient", "reset-after"])
+    yield gradient("gru_cell/grad-004", "gru_cell",
+                   "B = 1, I = H = 3, weights up to 1.5 (saturating gates).",
+                   inputs={"x": r.uniform((1, 3), -1, 1), "h": r.uniform((1, 3), -0.9, 0.9)},
+                   params=gru_grad_params(r, 3, 3, scale=1.5), cotangents={"h": r.uniform((1, 3))},
+                   flags=["gradient", "saturation"])

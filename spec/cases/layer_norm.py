@@ -4,7 +4,7 @@ and the Annotated Transformer's variant (unbiased std, eps added to the std)."""
 import numpy as np
 
 from ..oracle.layer_norm import layer_norm as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 
 COMPONENT = Component("layer_norm", {
     "layer_norm": Fn(module="norm", inputs=["x"], attributes={"eps": 1e-5, "variant": "canonical"},
@@ -161,3 +161,45 @@ def _edges(rng):
     yield error("layer_norm/eps-string-001", "layer_norm", "eps = '1e-5', a string.",
                 inputs={"x": x}, attributes={"eps": "1e-5"}, params=_gb(rng, 4),
                 error="ConfigError", mentions=["eps", "1e-5"])
+
+
+def _gb(rng, d):
+    return {"gamma": 1.0 + rng.weights((d,), 0.5), "beta": rng.weights((d,), 1.0)}
+
+
+def grad_cases(r):
+    yield gradient("layer_norm/grad-001", "layer_norm",
+                   "canonical, a (2, 3, 5) input: dx = (dz - mean(dz) - z mean(dz z)) / r with "
+                   "dz = dy gamma; leaving out either mean term fails; dgamma and dbeta sum "
+                   "over every leading axis.",
+                   inputs={"x": r.uniform((2, 3, 5))}, params=_gb(r, 5),
+                   cotangents={"y": r.uniform((2, 3, 5))}, flags=["gradient", "basic"])
+    yield gradient("layer_norm/grad-002", "layer_norm",
+                   "canonical with eps = 0.25 and inputs of small variance: eps inside the root "
+                   "in the backward pass too.",
+                   inputs={"x": r.uniform((3, 6), -0.375, 0.375)}, attributes={"eps": 0.25},
+                   params=_gb(r, 6), cotangents={"y": r.uniform((3, 6))},
+                   flags=["gradient", "eps"])
+    yield gradient("layer_norm/grad-003", "layer_norm",
+                   "variant='annotated' (unbiased std, eps added to the std), a (3, 4) input.",
+                   inputs={"x": r.uniform((3, 4))}, attributes={"variant": "annotated"},
+                   params=_gb(r, 4), cotangents={"y": r.uniform((3, 4))},
+                   flags=["gradient", "annotated"])
+    yield gradient("layer_norm/grad-004", "layer_norm",
+                   "variant='annotated' with eps = 0.25 and a rank-1 input of width 8.",
+                   inputs={"x": r.uniform((8,), -0.5, 0.5)},
+                   attributes={"variant": "annotated", "eps": 0.25}, params=_gb(r, 8),
+                   cotangents={"y": r.uniform((8,))}, flags=["gradient", "annotated", "eps"])
+    yield from grad_study_cases(Rng(f"{COMPONENT.id}/grad-study"))
+
+
+# -- asked for by the mutation study (issue 19) --------------------------------------------
+
+def grad_study_cases(r):
+    yield gradient("layer_norm/grad-005", "layer_norm",
+                   "eps and variant left out (1e-5, canonical) on inputs in {-2^-6, 0, 2^-6} "
+                   "(variance ~1e-4, so eps = 1e-5 shifts the gradient by ~5%; 1e-6 or the "
+                   "annotated variant fail).",
+                   inputs={"x": r.uniform((3, 6), -2.0**-6, 2.0**-6)}, params=_gb(r, 6),
+                   cotangents={"y": r.uniform((3, 6))}, flags=["gradient", "defaults", "eps"],
+                   omit_defaults=True)

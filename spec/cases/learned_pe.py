@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.learned_pe import learned_pe as oracle
-from ._build import Component, Fn, error, value
+from ._build import Component, Fn, error, gradient, value
 
 COMPONENT = Component("learned_pe", {
     "learned_pe": Fn(module="positional", inputs=["positions"], params=True,
@@ -60,3 +60,32 @@ def cases(rng):
                 "No `table` parameter.",
                 inputs={"positions": np.array([[0, 1, 2]])}, params={"w": rng.weights((8, 8))},
                 error="ParameterError", mentions=["table"])
+
+
+def grad_cases(r):
+    """Gradient vectors (issue 19's mutation study): a scatter-add into the table."""
+    yield gradient("learned_pe/grad-001", "learned_pe",
+                   "positions [[0, 3, 3], [3, 1, 0]] into a (5, 4) table: dtable[3] = dpe[0,1] + "
+                   "dpe[0,2] + dpe[1,0] (repeated positions accumulate; overwriting keeps one), "
+                   "rows 2 and 4, never read, get 0.",
+                   inputs={"positions": np.array([[0, 3, 3], [3, 1, 0]])},
+                   params={"table": r.weights((5, 4))}, cotangents={"pe": r.uniform((2, 3, 4))},
+                   flags=["gradient", "repeat", "accumulation"])
+    yield gradient("learned_pe/grad-002", "learned_pe",
+                   "positions 0..5 in order (the usual call) from a (8, 6) table: rows 6 and 7 "
+                   "get 0 (a gradient for the whole table, not just the rows read).",
+                   inputs={"positions": np.arange(6)[None, :]},
+                   params={"table": r.weights((8, 6))}, cotangents={"pe": r.uniform((1, 6, 6))},
+                   flags=["gradient", "off-by-one"])
+    yield gradient("learned_pe/grad-003", "learned_pe",
+                   "One position (2) repeated 4 times in a (4,) batch: dtable[2] is the sum of "
+                   "the four cotangent rows.",
+                   inputs={"positions": np.array([2, 2, 2, 2])},
+                   params={"table": r.weights((3, 5))}, cotangents={"pe": r.uniform((4, 5))},
+                   flags=["gradient", "repeat", "accumulation"])
+    yield gradient("learned_pe/grad-004", "learned_pe",
+                   "positions of shape (2, 2, 3) with repeats, (6, 4) table: the scatter-add "
+                   "runs over every leading axis.",
+                   inputs={"positions": np.array([[[5, 0, 5], [1, 1, 2]], [[0, 5, 4], [2, 2, 2]]])},
+                   params={"table": r.weights((6, 4))}, cotangents={"pe": r.uniform((2, 2, 3, 4))},
+                   flags=["gradient", "repeat", "rank-3"])

@@ -5,7 +5,7 @@ import numpy as np
 
 from ..oracle.llama import llama_decoder_only as model_oracle
 from ..oracle.llama import llama_layer as layer_oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 from .encoder_layer import tiny, tolerances
 from .transformer import ids
 
@@ -233,3 +233,103 @@ def defaults_cases():
                 inputs={"ids": ids(rd, 12, [8, 8], 8, bos_id=1)},
                 attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2}, params=p,
                 flags=["defaults", "default-eps"], omit_defaults=True)
+
+
+# -- gradients: llama/grad-*, their own stream (Rng("llama/grad")) -----------------------------
+
+def grad_cases(r):
+    def layer(h, h_kv, k, d=8, f=6):
+        return {"num_heads": h, "num_kv_heads": h_kv}, layer_params(r, d, h, h_kv, k, f)
+
+    a, p = layer(4, 2, 2)
+    yield gradient("llama/grad-001", "llama_layer",
+                   "GQA: H = 4 query heads on H_kv = 2 key/value heads, K = 2, D = 8, F = 6, "
+                   "B = 2, T = 4, causal: dx and every parameter through both RMSNorms, RoPE "
+                   "(the backward rotates by -angle), sdpa (a kv head's dk, dv summed over its 2 "
+                   "query heads) and SwiGLU; each residual passes dy to both branches.",
+                   inputs={"x": shifted(r, (2, 4, 8))}, attributes=a, params=p,
+                   cotangents={"y": r.uniform((2, 4, 8))},
+                   flags=["gradient", "gqa", "head-grouping", "causal"])
+    a, p = layer(2, 1, 4)
+    yield gradient("llama/grad-002", "llama_layer",
+                   "window = 2 < T = 5, MQA (H = 2, H_kv = 1), K = 4: query i reads keys i-1 and "
+                   "i only, so key j gets gradient through the scores of queries j and j+1 only.",
+                   inputs={"x": shifted(r, (1, 5, 8))}, attributes={**a, "window": 2}, params=p,
+                   cotangents={"y": r.uniform((1, 5, 8))},
+                   flags=["gradient", "sliding-window", "mqa"])
+    a, p = layer(2, 1, 4)
+    mask = np.ones((2, 1, 1, 4), dtype=bool)
+    mask[0, 0, 0, 2] = False
+    mask[1, 0, 0, 0] = False
+    yield gradient("llama/grad-003", "llama_layer",
+                   "A padding mask (2, 1, 1, 4) ANDed with the causal mask: row 0 hides key 2 "
+                   "(interior), row 1 key 0, so row 1's query 0 sees no key at all: its "
+                   "attention output is 0 and its dx comes through the residuals and the FFN "
+                   "only; a hidden key's k and v get no gradient from any query. The mask has "
+                   "no gradient.",
+                   inputs={"x": shifted(r, (2, 4, 8)), "mask": mask}, attributes=a, params=p,
+                   cotangents={"y": r.uniform((2, 4, 8))},
+                   flags=["gradient", "padding", "fully-masked", "interior-padding"])
+    a, p = layer(2, 2, 4)
+    yield gradient("llama/grad-004", "llama_layer",
+                   "offset = 5 (RoPE positions 5..7), rope_base = 100, eps = 0.25, H_kv = H = 2, "
+                   "K = 4, T = 3: scores depend on i - j only, so the gradients equal offset 0's; "
+                   "a backward that rotates by +angle (R dy for R^T dy) fails.",
+                   inputs={"x": shifted(r, (2, 3, 8))},
+                   attributes={**a, "offset": 5, "rope_base": 100.0, "eps": 0.25}, params=p,
+                   cotangents={"y": r.uniform((2, 3, 8))},
+                   flags=["gradient", "offset", "base", "eps"])
+    p = layer_params(r, 8, 2, 2, 4, 6)
+    yield gradient("llama/grad-005", "llama_layer",
+                   "num_kv_heads, eps, rope_base, window and offset left out (H, 1e-6, 10000, "
+                   "None, 0), H = 2, K = 4, T = 5, x in [-1/8, 1/8] (mean square ~5e-3; a smaller "
+                   "one overflows float16's (mean square)^-1.5 in a correct backward): eps 1e-5 "
+                   "and base 500000 (pair 1 rotated by p/707, not p/100) fail at float32 (2e3 "
+                   "and 9e3 times its tolerance) but not at float16/bfloat16; window 2 fails at "
+                   "every dtype.",
+                   inputs={"x": r.uniform((2, 5, 8), -0.125, 0.125, 2.0**-10)},
+                   attributes={"num_heads": 2}, params=p,
+                   cotangents={"y": r.uniform((2, 5, 8))},
+                   flags=["gradient", "defaults", "default-eps"], omit_defaults=True)
+    yield gradient("llama/grad-006", "llama_decoder_only",
+                   "N = 2, H = 2, H_kv = 1, D = 8, F = 6, vocabulary 7, T = 4, window = 3, row 1 "
+                   "right-padded after 3, id 4 repeated (its embed.table row sums the gradients "
+                   "of its positions): lm_head.w, the final norm, both layers, embed.table; the "
+                   "ids get none.",
+                   inputs={"ids": np.array([[1, 4, 5, 4], [1, 6, 4, 0]], dtype=np.int64)},
+                   attributes={"pad_id": 0, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1,
+                               "window": 3},
+                   params=model_params(r, 2, 8, 2, 1, 6, 7),
+                   cotangents={"logits": r.uniform((2, 4, 7))},
+                   flags=["gradient", "two-layers", "mqa", "padding", "repeat", "sliding-window"])
+    model = {"pad_id": 0, "num_layers": 1, "num_heads": 4, "num_kv_heads": 2}
+    yield gradient("llama/grad-007", "llama_decoder_only",
+                   "N = 1, GQA (H = 4 on H_kv = 2, K = 2), D = 8, F = 6, vocabulary 7, T = 4, no "
+                   "padding, rope_base = 500000, eps = 1e-5.",
+                   inputs={"ids": np.array([[1, 3, 6, 5], [1, 5, 5, 3]], dtype=np.int64)},
+                   attributes={**model, "rope_base": 500000.0, "eps": 1e-5},
+                   params=model_params(r, 1, 8, 4, 2, 6, 7),
+                   cotangents={"logits": r.uniform((2, 4, 7))},
+                   flags=["gradient", "gqa", "base", "eps"])
+    yield gradient("llama/grad-008", "llama_decoder_only",
+                   "Left padding: row 0 is [0, 0, 1, 5] with pad_id 0, so its queries 0 and 1 see "
+                   "no key (zero attention output, no NaN), yet their logits have cotangents: "
+                   "embed.table row 0 gets gradient through the residual stream and the FFN. "
+                   "H = 2, H_kv = 1, D = 8, N = 1.",
+                   inputs={"ids": np.array([[0, 0, 1, 5], [1, 4, 6, 3]], dtype=np.int64)},
+                   attributes={**model, "num_heads": 2, "num_kv_heads": 1},
+                   params=model_params(r, 1, 8, 2, 1, 6, 7),
+                   cotangents={"logits": r.uniform((2, 4, 7))},
+                   flags=["gradient", "left-padding", "fully-masked", "mqa"])
+    p = model_params(r, 1, 8, 2, 2, 6, 7)
+    p["embed.table"] = r.uniform((7, 8), -0.125, 0.125, 2.0**-10)
+    yield gradient("llama/grad-009", "llama_decoder_only",
+                   "num_kv_heads, eps, rope_base and window left out (H, 1e-6, 10000, None), "
+                   "N = 1, H = 2, K = 4, T = 5, an embed.table in [-1/8, 1/8] (the first "
+                   "RMSNorm's mean square ~5e-3, as llama/grad-005): eps 1e-5 fails at float32 "
+                   "(5e2 times its tolerance) only, base 500000 at float32 and float16, window 2 "
+                   "at every dtype.",
+                   inputs={"ids": np.array([[1, 4, 6, 4, 3], [1, 3, 5, 0, 0]], dtype=np.int64)},
+                   attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2}, params=p,
+                   cotangents={"logits": r.uniform((2, 5, 7))},
+                   flags=["gradient", "defaults", "default-eps", "padding"], omit_defaults=True)

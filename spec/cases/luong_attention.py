@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.luong_attention import luong_attention as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 
 COMPONENT = Component("luong_attention", {
     "luong_attention": Fn(module="alignment", inputs=["query", "keys", "values", "mask"],
@@ -130,3 +130,52 @@ def _edges(rng):
                 inputs={"query": rng.uniform((2, 3, 3), -1, 1), "keys": np.zeros((2, 0, 3)),
                         "values": np.zeros((2, 0, 2))},
                 attributes={"score": "dot"}, flags=["empty-axis", "edge", "dot"])
+
+
+def grad_cases(r):
+    def u(*shape):
+        return r.uniform(shape, -1, 1)
+
+    yield gradient("luong_attention/grad-001", "luong_attention",
+                   "score='dot', values omitted (= keys), B = 2, T = 2, S = 3, D = 3: dq = de k, "
+                   "dk = de^T q + W^T dC (the keys are also the values).",
+                   inputs={"query": u(2, 2, 3), "keys": u(2, 3, 3)}, attributes={"score": "dot"},
+                   cotangents={"context": r.uniform((2, 2, 3))},
+                   flags=["gradient", "dot", "default-values"])
+    keep = r.bools((2, 2, 4))
+    keep[..., 0] = True
+    yield gradient("luong_attention/grad-002", "luong_attention",
+                   "score='dot', values given (Dv = 2), a (2, 2, 4) mask, cotangents on the "
+                   "context and the weights.",
+                   inputs={"query": u(2, 2, 3), "keys": u(2, 4, 3), "values": u(2, 4, 2),
+                           "mask": keep},
+                   attributes={"score": "dot"},
+                   cotangents={"context": r.uniform((2, 2, 2)), "weights": r.uniform((2, 2, 4))},
+                   flags=["gradient", "dot", "mask", "weights-cotangent"])
+    yield gradient("luong_attention/grad-003", "luong_attention",
+                   "score='general', Dq = 3 != Dk = 2, values given: dW = sum_b q^T de k is "
+                   "(3, 2), dq = de k W^T, dk = de^T q W (a missing transpose cannot take the "
+                   "shape).",
+                   inputs={"query": u(2, 3, 3), "keys": u(2, 4, 2), "values": u(2, 4, 2)},
+                   attributes={"score": "general"}, params={"w": r.weights((3, 2))},
+                   cotangents={"context": r.uniform((2, 3, 2))}, flags=["gradient", "general"])
+    yield gradient("luong_attention/grad-004", "luong_attention",
+                   "score='general' with a square W (Dq = Dk = 3), values omitted and a cotangent "
+                   "on the weights: W's gradient in the wrong layout (its transpose) fails.",
+                   inputs={"query": u(1, 3, 3), "keys": u(1, 4, 3)},
+                   attributes={"score": "general"}, params={"w": r.weights((3, 3))},
+                   cotangents={"context": r.uniform((1, 3, 3)), "weights": r.uniform((1, 3, 4))},
+                   flags=["gradient", "general", "default-values", "weights-cotangent"])
+    yield gradient("luong_attention/grad-005", "luong_attention",
+                   "score='concat', Dq = 2, Dk = 3, A = 4, values given: W's top 2 rows get "
+                   "the query's share and its bottom 3 the keys'; tanh' = 1 - h^2.",
+                   inputs={"query": u(2, 2, 2), "keys": u(2, 3, 3), "values": u(2, 3, 2)},
+                   attributes={"score": "concat"}, params=concat_params(r, 2, 3, 4),
+                   cotangents={"context": r.uniform((2, 2, 2))}, flags=["gradient", "concat"])
+    yield gradient("luong_attention/grad-006", "luong_attention",
+                   "score='concat', values omitted, inputs in [-2, 2] (some tanh saturated), "
+                   "cotangents on the context and the weights.",
+                   inputs={"query": r.uniform((1, 2, 3)), "keys": r.uniform((1, 4, 2))},
+                   attributes={"score": "concat"}, params=concat_params(r, 3, 2, 3),
+                   cotangents={"context": r.uniform((1, 2, 2)), "weights": r.uniform((1, 2, 4))},
+                   flags=["gradient", "concat", "default-values", "saturation"])

@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.mha import mha as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 
 COMPONENT = Component("mha", {
     "mha": Fn(required=["num_heads"], module="multihead", inputs=["query", "key", "value", "mask"],
@@ -236,3 +236,47 @@ def gqa_cases(rng):
                 attributes={"num_heads": 4, "num_kv_heads": 2},
                 params={**p, "w_v": rng.weights((8, 5))}, error="ConfigError",
                 mentions=["w_v", "num_kv_heads=2", "5"])
+
+
+def grad_cases(r):
+    def u(*shape):
+        return r.uniform(shape, -1, 1)
+
+    yield gradient("mha/grad-001", "mha",
+                   "Cross-attention B = 2, T = 2, S = 4, Dq = 5, Dk = Dv = 4, H = 2, K = 3, V = 2, "
+                   "Do = 3, all biases: every width differs, so a projection gradient with a "
+                   "wrong transpose (dW_o = dO^T concat) cannot even take the parameter's shape, "
+                   "and db_q sums over the batch and the tokens.",
+                   inputs={"query": u(2, 2, 5), "key": u(2, 4, 4), "value": u(2, 4, 4)},
+                   attributes={"num_heads": 2}, params=mha_params(r, 5, 4, 4, 2, 3, 2, 3),
+                   cotangents={"output": r.uniform((2, 2, 3))},
+                   flags=["gradient", "cross-attention", "bias"])
+    x = u(1, 3, 4)
+    yield gradient("mha/grad-002", "mha",
+                   "Self-attention (the same (1, 3, 4) array as query, key and value; each gets "
+                   "its own gradient), H = 2, K = V = 2, a causal mask and cotangents on the "
+                   "output and the (1, 2, 3, 3) weights.",
+                   inputs={"query": x, "key": x, "value": x,
+                           "mask": np.tril(np.ones((3, 3), dtype=bool))},
+                   attributes={"num_heads": 2}, params=mha_params(r, 4, 4, 4, 2, 2, 2, 4),
+                   cotangents={"output": r.uniform((1, 3, 4)), "weights": r.uniform((1, 2, 3, 3))},
+                   flags=["gradient", "self", "causal", "weights-cotangent"])
+    yield gradient("mha/grad-003", "mha",
+                   "num_kv_heads = 2 under H = 4 (K = V = 2, D = 4, B = 2, T = 3, S = 4): w_k and "
+                   "w_v are (4, 4), and the gradient of kv head g's columns is the sum over "
+                   "query heads 2g and 2g + 1.",
+                   inputs={"query": u(2, 3, 4), "key": u(2, 4, 4), "value": u(2, 4, 4)},
+                   attributes={"num_heads": 4, "num_kv_heads": 2},
+                   params=mha_params(r, 4, 4, 4, 4, 2, 2, 4, kv_heads=2),
+                   cotangents={"output": r.uniform((2, 3, 4))}, flags=["gradient", "gqa", "bias"])
+    keep = np.array([[True, True, True, False], [True, True, False, False]])[:, None, None, :]
+    yield gradient("mha/grad-004", "mha",
+                   "Multi-query (num_kv_heads = 1 under H = 3), no biases, a (2, 1, 1, 4) "
+                   "padding mask: padded keys and values get zero gradient, and the parameter "
+                   "gradients hold only the four weights.",
+                   inputs={"query": u(2, 2, 3), "key": u(2, 4, 3), "value": u(2, 4, 3),
+                           "mask": keep},
+                   attributes={"num_heads": 3, "num_kv_heads": 1},
+                   params=mha_params(r, 3, 3, 3, 3, 2, 2, 3, bias=False, kv_heads=1),
+                   cotangents={"output": r.uniform((2, 2, 3)), "weights": r.uniform((2, 3, 2, 4))},
+                   flags=["gradient", "mqa", "padding", "no-bias"])

@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.relative_attention import relative_attention as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 
 COMPONENT = Component("relative_attention", {
     "relative_attention": Fn(required=["max_distance"], module="positional", inputs=["q", "k", "v",
@@ -145,3 +145,46 @@ def _edges(rng):
                 "scale = '0.5', a string (a backend that calls float() on it accepts it).",
                 inputs=_qkv(rng, 1, 3, 3, 4, 4), attributes={"max_distance": 1, "scale": "0.5"},
                 params=_tables(rng, 1, 4, 4), error="ConfigError", mentions=["scale"])
+
+
+def grad_cases(r):
+    def t(m, kw, vw):
+        return {"rel_k": r.weights((2 * m + 1, kw)), "rel_v": r.weights((2 * m + 1, vw))}
+
+    yield gradient("relative_attention/grad-001", "relative_attention",
+                   "T = 3, S = 5, K = 3, V = 2, max_distance = 1 (distances 2..4 "
+                   "clipped): the rows 0 and 2 of rel_k and rel_v collect the gradient of every "
+                   "clipped pair (overwriting instead of accumulating fails).",
+                   inputs={"q": r.uniform((2, 3, 3)), "k": r.uniform((2, 5, 3)),
+                           "v": r.uniform((2, 5, 2))},
+                   attributes={"max_distance": 1}, params=t(1, 3, 2),
+                   cotangents={"output": r.uniform((2, 3, 2))},
+                   flags=["gradient", "clipping", "accumulation"])
+    yield gradient("relative_attention/grad-002", "relative_attention",
+                   "max_distance = 3 >= every distance (T = S = 4), a causal mask and cotangents "
+                   "on the output and the weights: masked pairs add nothing to the tables' "
+                   "gradients, rel_k's upper rows (j > i) get 0.",
+                   inputs={"q": r.uniform((1, 4, 2)), "k": r.uniform((1, 4, 2)),
+                           "v": r.uniform((1, 4, 3)), "mask": np.tril(np.ones((4, 4), dtype=bool))},
+                   attributes={"max_distance": 3}, params=t(3, 2, 3),
+                   cotangents={"output": r.uniform((1, 4, 3)), "weights": r.uniform((1, 4, 4))},
+                   flags=["gradient", "causal", "weights-cotangent"])
+    yield gradient("relative_attention/grad-003", "relative_attention",
+                   "max_distance = 0 (a single table row shared by every pair), scale = 0.5: "
+                   "drel_v = sum over every pair of alpha_ij dz_i; drel_k is 0 (the one row "
+                   "shifts a query's every score alike, which the softmax ignores).",
+                   inputs={"q": r.uniform((2, 2, 2)), "k": r.uniform((2, 3, 2)),
+                           "v": r.uniform((2, 3, 2))},
+                   attributes={"max_distance": 0, "scale": 0.5}, params=t(0, 2, 2),
+                   cotangents={"output": r.uniform((2, 2, 2))},
+                   flags=["gradient", "max-distance-0", "scale"])
+    keep = r.bools((2, 4, 3))
+    keep[..., 0] = True
+    yield gradient("relative_attention/grad-004", "relative_attention",
+                   "T = 4 > S = 3 with max_distance = 2, a (2, 4, 3) mask and a cotangent on "
+                   "the weights only: dq_i includes the scaled a^K term c sum_j de_ij a^K_ij.",
+                   inputs={"q": r.uniform((2, 4, 2)), "k": r.uniform((2, 3, 2)),
+                           "v": r.uniform((2, 3, 2)), "mask": keep},
+                   attributes={"max_distance": 2}, params=t(2, 2, 2),
+                   cotangents={"weights": r.uniform((2, 4, 3))},
+                   flags=["gradient", "mask", "weights-cotangent"])

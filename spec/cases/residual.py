@@ -4,7 +4,7 @@ post-norm LN(x + f(x)) or pre-norm x + f(LN(x))."""
 import numpy as np
 
 from ..oracle.residual import residual as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 from .feedforward import ffn_params
 
 COMPONENT = Component("residual", {
@@ -78,3 +78,25 @@ def defaults_cases():
                 "pre-activations are negative: pre-norm, eps 1e-6 or 1e-3, or GELU fail.",
                 inputs={"x": rd.uniform((2, 3, d), -2**-7, 2**-7, 2**-12)}, params=p,
                 flags=["defaults", "default-eps"], omit_defaults=True)
+
+
+def grad_cases(r):
+    for n, pos in enumerate(["post", "pre"], 1):
+        how = ("ds = LN^T dy, dx = ds + FFN^T ds" if pos == "post"
+               else "dx = dy + LN^T (FFN^T dy)")
+        yield gradient(f"residual/grad-00{n}", "residual",
+                       f"position='{pos}', a (2, 3, 4) input, D = 4, F = 8: {how}; leaving out "
+                       f"the skip path's gradient (dx without the identity term) fails.",
+                       inputs={"x": r.uniform((2, 3, 4))}, attributes={"position": pos},
+                       params=block_params(r, 4, 8), cotangents={"y": r.uniform((2, 3, 4))},
+                       flags=["gradient", f"{pos}-norm", "relu"])
+    for n, pos in enumerate(["post", "pre"], 3):
+        yield gradient(f"residual/grad-00{n}", "residual",
+                       f"position='{pos}', activation='gelu', eps = 0.25 and small inputs: the "
+                       f"LayerNorm's backward sits {'after' if pos == 'post' else 'before'} the "
+                       f"feed-forward's in the backward pass (the other order fails), with eps "
+                       f"inside its root.",
+                       inputs={"x": r.uniform((3, 4), -0.375, 0.375)},
+                       attributes={"position": pos, "activation": "gelu", "eps": 0.25},
+                       params=block_params(r, 4, 6), cotangents={"y": r.uniform((3, 4))},
+                       flags=["gradient", f"{pos}-norm", "gelu", "eps"])

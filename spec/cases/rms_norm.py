@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.rms_norm import rms_norm as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 
 COMPONENT = Component("rms_norm", {
     "rms_norm": Fn(module="norm", inputs=["x"], attributes={"eps": 1e-6}, params=True,
@@ -112,3 +112,42 @@ def _edges(rng):
     yield error("rms_norm/eps-string-001", "rms_norm", "eps = '1e-6', a string.",
                 inputs={"x": x}, attributes={"eps": "1e-6"}, params=_g(rng, 4),
                 error="ConfigError", mentions=["eps", "1e-6"])
+
+
+def grad_cases(r):
+    def g(d):
+        return {"gamma": 1.0 + r.weights((d,), 0.5)}
+
+    yield gradient("rms_norm/grad-001", "rms_norm",
+                   "A (3, 4) input: dx = dz / r - x sum(dz x) / (D r^3), dz = dy gamma; "
+                   "leaving out the second term fails.",
+                   inputs={"x": r.uniform((3, 4))}, params=g(4),
+                   cotangents={"y": r.uniform((3, 4))}, flags=["gradient", "basic"])
+    yield gradient("rms_norm/grad-002", "rms_norm",
+                   "A (2, 2, 6) batch: dgamma sums over both leading axes.",
+                   inputs={"x": r.uniform((2, 2, 6))}, params=g(6),
+                   cotangents={"y": r.uniform((2, 2, 6))}, flags=["gradient", "batch"])
+    yield gradient("rms_norm/grad-003", "rms_norm",
+                   "eps = 0.25 with small inputs: eps inside the root of the backward pass.",
+                   inputs={"x": r.uniform((2, 5), -0.375, 0.375)}, attributes={"eps": 0.25},
+                   params=g(5), cotangents={"y": r.uniform((2, 5))}, flags=["gradient", "eps"])
+    yield gradient("rms_norm/grad-004", "rms_norm", "A rank-1 input of width 8.",
+                   inputs={"x": r.uniform((8,))}, params=g(8), cotangents={"y": r.uniform((8,))},
+                   flags=["gradient", "rank-1"])
+    yield from grad_study_cases(Rng(f"{COMPONENT.id}/grad-study"))
+
+
+# -- asked for by the mutation study (issue 19) --------------------------------------------
+
+def grad_study_cases(r):
+    yield gradient("rms_norm/grad-005", "rms_norm",
+                   "eps left out (1e-6) on inputs that are multiples of 2^-9 in [-2^-8, 2^-8] "
+                   "(mean square ~7e-6): a default of 1e-5 or 1e-8 changes the gradient by "
+                   "more than 4%.",
+                   inputs={"x": r.uniform((3, 6), -2.0**-8, 2.0**-8, 2.0**-9)},
+                   params={"gamma": 1.0 + r.weights((6,), 0.5)},
+                   cotangents={"y": r.uniform((3, 6))}, flags=["gradient", "defaults", "eps"],
+                   dtypes=["float64", "float32", "bfloat16"],
+                   dtype_note="not float16: a mean square of ~7e-6 lies among float16's subnormals "
+                              "(below 6.1e-5), where no tolerance holds every correct order",
+                   omit_defaults=True)

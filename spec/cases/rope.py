@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.rope import rope as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 
 COMPONENT = Component("rope", {
     "rope": Fn(module="positional", inputs=["x"],
@@ -67,6 +67,7 @@ def cases(rng):
                 inputs={"x": rng.uniform((8,))}, error="ShapeError", mentions=["x"])
     yield from defaults_cases()
     yield from _edges(Rng(f"{COMPONENT.id}/edges"))
+    yield from study_cases(Rng(f"{COMPONENT.id}/study"))
 
 
 # -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
@@ -87,3 +88,54 @@ def _edges(rng):
                 "(2, 3, 0) gives y (2, 3, 0) (0 is even; not an error).",
                 inputs={"x": np.zeros((2, 3, 0))}, attributes={"offset": 2},
                 flags=["empty-axis", "edge"])
+
+
+def study_cases(rng):
+    """Asked for by the mutation study (issue 19): a base that is not a number."""
+    yield error("rope/bad-base-002", "rope",
+                "base = True: a bool is not a number here (Python's True == 1 would give "
+                "theta = 1 for every pair).",
+                inputs={"x": rng.uniform((1, 4, 8))}, attributes={"base": True},
+                error="ConfigError", mentions=["base"])
+    yield error("rope/bad-base-003", "rope", "base = '10000', a string.",
+                inputs={"x": rng.uniform((1, 4, 8))}, attributes={"base": "10000"},
+                error="ConfigError", mentions=["base"])
+
+
+def grad_cases(r):
+    yield gradient("rope/grad-001", "rope",
+                   "interleaved, x (1, 5, 8), offset 3: dx = R^T dy, the rotation by the "
+                   "opposite angle (dx_a = dy_a cos + dy_b sin, dx_b = -dy_a sin + dy_b cos); "
+                   "rotating dy forward (R dy) fails.",
+                   inputs={"x": r.uniform((1, 5, 8))}, attributes={"offset": 3},
+                   cotangents={"y": r.uniform((1, 5, 8))},
+                   flags=["gradient", "interleaved", "offset", "sign"])
+    yield gradient("rope/grad-002", "rope",
+                   "half convention, x (2, 4, 8), offset 5: the pairs (i, i + K/2) in the "
+                   "backward pass too.",
+                   inputs={"x": r.uniform((2, 4, 8))},
+                   attributes={"offset": 5, "convention": "half"},
+                   cotangents={"y": r.uniform((2, 4, 8))}, flags=["gradient", "half", "offset"])
+    yield gradient("rope/grad-003", "rope",
+                   "x (1, 2, 4, 6) = (B, H, T, K), base 500, interleaved, offset 0: row 0 is "
+                   "not rotated, so its gradient is dy itself.",
+                   inputs={"x": r.uniform((1, 2, 4, 6))}, attributes={"base": 500.0},
+                   cotangents={"y": r.uniform((1, 2, 4, 6))},
+                   flags=["gradient", "heads", "base", "interleaved"])
+    yield gradient("rope/grad-004", "rope",
+                   "half convention, base 100, offset 37, rank-2 x (3, 10).",
+                   inputs={"x": r.uniform((3, 10))},
+                   attributes={"offset": 37, "base": 100.0, "convention": "half"},
+                   cotangents={"y": r.uniform((3, 10))},
+                   flags=["gradient", "half", "base", "rank-2"])
+    yield from grad_study_cases(Rng(f"{COMPONENT.id}/grad-study"))
+
+
+# -- asked for by the mutation study (issue 19) --------------------------------------------
+
+def grad_study_cases(r):
+    yield gradient("rope/grad-005", "rope",
+                   "offset, base and convention left out (0, 10000, interleaved): x (1, 6, 8); "
+                   "the half convention or base 500000 fails.",
+                   inputs={"x": r.uniform((1, 6, 8))}, cotangents={"y": r.uniform((1, 6, 8))},
+                   flags=["gradient", "defaults"], omit_defaults=True)

@@ -4,7 +4,7 @@ import numpy as np
 
 from ..oracle.masks import causal_mask
 from ..oracle.sdpa import sdpa as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 
 COMPONENT = Component("sdpa", {
     "sdpa": Fn(module="attention", inputs=["q", "k", "v", "mask", "bias"],
@@ -341,3 +341,101 @@ def softcap_cases(rng):
                           ("bool", True, "softcap = True: a bool is not a number here.")):
         yield error(f"sdpa/softcap-{id}-001", "sdpa", what, inputs=x,
                     attributes={"softcap": cap}, error="ConfigError", mentions=["softcap"])
+
+
+def _grad(r):
+    q, k, v = r.uniform((2, 3, 4)), r.uniform((2, 5, 4)), r.uniform((2, 5, 3))
+    yield gradient("sdpa/grad-001", "sdpa",
+                   "dq, dk, dv for a (2, 3, 4) query, 5 keys and values of width 3, with a "
+                   "cotangent on the output only: dq = c dS k and dk = c dS^T q, so a missing "
+                   "transpose or a missing scale c fails.",
+                   inputs={"q": q, "k": k, "v": v}, cotangents={"output": r.uniform((2, 3, 3))},
+                   flags=["gradient", "basic"])
+    yield gradient("sdpa/grad-002", "sdpa",
+                   "Cotangents on both the output and the attention weights: the weights' "
+                   "cotangent adds to dO v^T before the softmax backward.",
+                   inputs={"q": r.uniform((1, 4, 2)), "k": r.uniform((1, 4, 2)),
+                           "v": r.uniform((1, 4, 2))},
+                   cotangents={"output": r.uniform((1, 4, 2)), "weights": r.uniform((1, 4, 4))},
+                   flags=["gradient", "weights-cotangent"])
+    mask = r.bools((3, 5))
+    mask[:, 0] = True
+    yield gradient("sdpa/grad-003", "sdpa",
+                   "A (3, 5) mask and a (3, 5) bias broadcast over a (2, 2) batch of heads: "
+                   "dbias = dS summed over the batch axes; masked keys get no gradient in dk "
+                   "and dv from their row.",
+                   inputs={"q": r.uniform((2, 2, 3, 4)), "k": r.uniform((2, 2, 5, 4)),
+                           "v": r.uniform((2, 2, 5, 4)), "mask": mask,
+                           "bias": r.uniform((3, 5))},
+                   cotangents={"output": r.uniform((2, 2, 3, 4))},
+                   flags=["gradient", "mask", "bias", "broadcast"])
+    yield gradient("sdpa/grad-004", "sdpa",
+                   "Cross-attention with T = 2 queries and S = 6 keys (dq and dk have different "
+                   "shapes, so swapping them fails) and scale = 0.5 given explicitly.",
+                   inputs={"q": r.uniform((2, 4)), "k": r.uniform((6, 4)),
+                           "v": r.uniform((6, 3))},
+                   attributes={"scale": 0.5}, cotangents={"output": r.uniform((2, 3))},
+                   flags=["gradient", "scale", "cross-attention"])
+    causal = np.tril(np.ones((4, 4), dtype=bool))
+    yield gradient("sdpa/grad-005", "sdpa",
+                   "A causal (4, 4) mask and a full (4, 4) bias: dbias is dS itself, 0 above "
+                   "the diagonal.",
+                   inputs={"q": r.uniform((4, 3)), "k": r.uniform((4, 3)), "v": r.uniform((4, 3)),
+                           "mask": causal, "bias": r.uniform((4, 4))},
+                   cotangents={"output": r.uniform((4, 3)), "weights": r.uniform((4, 4))},
+                   flags=["gradient", "causal", "bias"])
+
+
+def _grad_gqa_softcap(r):
+    yield gradient("sdpa/grad-006", "sdpa",
+                   "num_kv_heads = 2 under H = 4 query heads (groups of 2): dk and dv of a kv "
+                   "head are the sums over the two query heads of its group; keeping one head's "
+                   "share, or pairing head h with kv head h % 2, fails.",
+                   inputs={"q": r.uniform((2, 4, 3, 4)), "k": r.uniform((2, 2, 5, 4)),
+                           "v": r.uniform((2, 2, 5, 3))},
+                   attributes={"num_kv_heads": 2}, cotangents={"output": r.uniform((2, 4, 3, 3))},
+                   flags=["gradient", "gqa"])
+    yield gradient("sdpa/grad-007", "sdpa",
+                   "Multi-query attention (num_kv_heads = 1 under H = 3) with a cotangent on the "
+                   "weights too: dk and dv sum over every query head.",
+                   inputs={"q": r.uniform((3, 4, 2)), "k": r.uniform((1, 4, 2)),
+                           "v": r.uniform((1, 4, 3))},
+                   attributes={"num_kv_heads": 1},
+                   cotangents={"output": r.uniform((3, 4, 3)), "weights": r.uniform((3, 4, 4))},
+                   flags=["gradient", "mqa", "weights-cotangent"])
+    yield gradient("sdpa/grad-008", "sdpa",
+                   "softcap = 1.5 on scaled scores up to 8 in size: ds = dS (1 - tanh^2(s / 1.5)) "
+                   "before dq and dk; leaving out tanh' (ds = dS) fails.",
+                   inputs={"q": r.uniform((2, 3, 4)), "k": r.uniform((2, 5, 4)),
+                           "v": r.uniform((2, 5, 3))},
+                   attributes={"softcap": 1.5}, cotangents={"output": r.uniform((2, 3, 3))},
+                   flags=["gradient", "softcap"])
+    mask = r.bools((4, 4))
+    mask[:, 0] = True
+    yield gradient("sdpa/grad-009", "sdpa",
+                   "softcap = 2, num_kv_heads = 1 under H = 2, a (4, 4) mask and bias and a "
+                   "cotangent on the weights: the bias is added after the cap, so dbias = dS "
+                   "(not ds), while dq, dk use ds.",
+                   inputs={"q": r.uniform((2, 4, 3)), "k": r.uniform((1, 4, 3)),
+                           "v": r.uniform((1, 4, 2)), "mask": mask, "bias": r.uniform((4, 4))},
+                   attributes={"softcap": 2.0, "num_kv_heads": 1},
+                   cotangents={"output": r.uniform((2, 4, 2)), "weights": r.uniform((2, 4, 4))},
+                   flags=["gradient", "softcap", "mqa", "mask", "bias"])
+
+
+def grad_cases(r):
+    yield from _grad(r)
+    yield from _grad_gqa_softcap(r)
+    yield from grad_study_cases(Rng(f"{COMPONENT.id}/grad-study"))
+
+
+# -- asked for by the mutation study (issue 19) --------------------------------------------
+
+def grad_study_cases(r):
+    yield gradient("sdpa/grad-010", "sdpa",
+                   "scale (and num_kv_heads, softcap) left out: c = 1/sqrt(K) = 1/4 for K = 16, "
+                   "on (2, 3, 16) queries and 4 keys in [-2, 2]; a default of c = 1 fails.",
+                   inputs={"q": r.uniform((2, 3, 16)), "k": r.uniform((2, 4, 16)),
+                           "v": r.uniform((2, 4, 3))},
+                   cotangents={"output": r.uniform((2, 3, 3))},
+                   flags=["gradient", "defaults"], omit_defaults=True)

@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.self_attention import self_attention as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 
 COMPONENT = Component("self_attention", {
     "self_attention": Fn(module="multihead", inputs=["x", "mask"], optional=["mask"],
@@ -86,3 +86,33 @@ def defaults_cases():
                 "scale left out (default None = 1/sqrt(K) = 1/2, K = 4, D = 6).",
                 inputs={"x": rd.uniform((2, 3, 6), -1, 1)}, params=sa_params(rd, 6, 4, 4),
                 flags=["defaults"], omit_defaults=True)
+
+
+def grad_cases(r):
+    def u(*shape):
+        return r.uniform(shape, -1, 1)
+
+    yield gradient("self_attention/grad-001", "self_attention",
+                   "B = 2, T = 3, D = 4, K = 3, V = 2, all biases: x feeds Q, K and V, so dx is "
+                   "the sum of the three projections' input gradients (keeping one fails).",
+                   inputs={"x": u(2, 3, 4)}, params=sa_params(r, 4, 3, 2),
+                   cotangents={"output": r.uniform((2, 3, 2))}, flags=["gradient", "basic"])
+    yield gradient("self_attention/grad-002", "self_attention",
+                   "A causal mask and cotangents on the output and the weights, scale = 0.5.",
+                   inputs={"x": u(1, 4, 3), "mask": np.tril(np.ones((4, 4), dtype=bool))},
+                   attributes={"scale": 0.5}, params=sa_params(r, 3, 2, 3),
+                   cotangents={"output": r.uniform((1, 4, 3)), "weights": r.uniform((1, 4, 4))},
+                   flags=["gradient", "causal", "scale", "weights-cotangent"])
+    yield gradient("self_attention/grad-003", "self_attention",
+                   "No biases (Vaswani et al.'s projections): the gradients hold w_q, w_k, w_v "
+                   "only; B = 3 so dW sums over every sequence.",
+                   inputs={"x": u(3, 2, 4)}, params=sa_params(r, 4, 2, 2, biases=()),
+                   cotangents={"output": r.uniform((3, 2, 2))}, flags=["gradient", "no-bias"])
+    keep = r.bools((2, 3, 3))
+    keep[..., 0] = True
+    yield gradient("self_attention/grad-004", "self_attention",
+                   "Only b_v among the biases, a (2, 3, 3) per-sequence mask, inputs in [-2, 2] "
+                   "(sharper weights).",
+                   inputs={"x": r.uniform((2, 3, 3)), "mask": keep},
+                   params=sa_params(r, 3, 2, 2, biases=("b_v",)),
+                   cotangents={"output": r.uniform((2, 3, 2))}, flags=["gradient", "mask"])

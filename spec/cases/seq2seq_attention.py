@@ -7,7 +7,7 @@ import numpy as np
 from ..oracle.seq2seq_attention import greedy
 from ..oracle.seq2seq_attention import seq2seq_attention as oracle
 from ..oracle.seq2seq_attention import seq2seq_greedy_decode as oracle_decode
-from ._build import Component, Fn, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 from .gru_cell import gru_params
 
 COMPONENT = Component("seq2seq_attention", {
@@ -178,3 +178,53 @@ def cases(rng):
                 inputs={"src_ids": src_batch(rng, [3, 2], 3)},
                 attributes=dec("additive", 5, eos_id=16),
                 params=base, error="ConfigError", mentions=["eos_id", "16"])
+    yield from tie_cases(Rng(f"{COMPONENT.id}/tie"))
+
+
+def tie_cases(rng, tries=400):
+    """A greedy decode whose top two logits are exactly equal (issue 19's mutation study):
+    out.w's and out.b's column 3 copy those of the token row 0 picks first (id >= 4), so the
+    two logits are equal at every step and, where they lead, the rule "ties: the lowest id"
+    picks 3. Every other top-2 margin stays above MARGIN."""
+    for _ in range(tries):
+        params = s2s_params(rng, "dot", vocab=12, out_scale=4.0)
+        src = src_batch(rng, [5, 3], 5)
+        first = int(greedy(src, "dot", PAD, BOS, EOS, 6, params)[0][0, 1])
+        if first < 4:
+            continue
+        params["out.w"][:, 3], params["out.b"][3] = params["out.w"][:, first], params["out.b"][first]
+        ids, chosen = greedy(src, "dot", PAD, BOS, EOS, 6, params)
+        tops = [sorted(set(row))[-2:] for _, _, row in chosen]
+        tied = sum(1 for _, _, row in chosen if row[3] == max(row))
+        if all(len(t) == 2 and t[1] - t[0] > MARGIN for t in tops) and tied >= 2 \
+                and len(set(ids[:, 1:].ravel().tolist())) >= 3:
+            yield value("seq2seq_attention/greedy-tie-001", "seq2seq_greedy_decode",
+                        f"Greedy decoding (dot, B=2, S=5, max_len=6, L=12) with tied top "
+                        f"logits: token 3's output column and bias equal token {first}'s, so "
+                        f"their logits are equal at every step; where they lead ({tied} "
+                        f"steps) the rule is the lowest id wins (as argmax's first maximum: "
+                        f"numpy, torch, jax), so 3 is emitted, never {first}. Taking the last "
+                        f"maximum fails; every other top-2 margin is above {MARGIN}.",
+                        inputs={"src_ids": src}, attributes=dec("dot", 6), params=params,
+                        flags=["decoding", "dot", "ties"])
+            return
+    raise RuntimeError(f"no tied decoding candidate in {tries} tries")
+
+
+def grad_cases(r):
+    for n, kind in enumerate(["additive", "dot", "general", "concat"], 1):
+        how = ("the attention reads h_(t-1), so dh_(t-1) gets the attention's dquery besides "
+               "the GRU's" if kind == "additive" else
+               "h~ = tanh([c; h] W_c): decoder.combine.w gets [c; h]^T dz, and h_t gets the "
+               "attention's dquery")
+        yield gradient(f"seq2seq_attention/grad-00{n}", "seq2seq_attention",
+                       f"{kind} attention, B = 2, S = 4, T = 3, E = H = A = 4, vocabularies of "
+                       f"8, source row 1 padded after 2: backpropagation through time in the "
+                       f"decoder ({how}), the encoder outputs get every step's dkeys plus dh_0 "
+                       f"at each row's last real token, then the encoder's BPTT.",
+                       inputs={"src_ids": src_batch(r, [4, 2], 4, vocab=8),
+                               "tgt_ids": tgt_batch(r, 2, 3, vocab=8)},
+                       attributes=tf(kind),
+                       params=s2s_params(r, kind, src_vocab=8, vocab=8, e=4, h=4, a=4),
+                       cotangents={"logits": r.uniform((2, 3, 8))},
+                       flags=["gradient", kind, "padding", "attention-state"])

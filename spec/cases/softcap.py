@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.softcap import softcap as oracle
-from ._build import Component, Fn, error, value
+from ._build import Component, Fn, error, gradient, value
 
 COMPONENT = Component("softcap", {
     "softcap": Fn(required=["cap"], module="attention", inputs=["x"], attributes={},
@@ -50,3 +50,24 @@ def cases(rng):
     yield error("softcap/int-input-001", "softcap", "Integer logits are refused.",
                 inputs={"x": np.array([[1, 2, 3]], dtype=np.int64)}, attributes={"cap": 50.0},
                 error="DTypeError", mentions=["x"])
+
+
+def grad_cases(r):
+    yield gradient("softcap/grad-001", "softcap",
+                   "cap = 8, x in [-32, 32]: dx = dy (1 - tanh^2(x / cap)), near 0 where "
+                   "saturated; forgetting the 1/cap inside tanh's argument fails.",
+                   inputs={"x": r.uniform((3, 5), -32, 32, 0.25)}, attributes={"cap": 8.0},
+                   cotangents={"y": r.uniform((3, 5))}, flags=["gradient", "softcap",
+                                                              "saturation"])
+    yield gradient("softcap/grad-002", "softcap",
+                   "cap = 50 (Gemma 2), x in [-128, 128] on a (2, 2, 4) input.",
+                   inputs={"x": r.uniform((2, 2, 4), -128, 128, 1.0)}, attributes={"cap": 50.0},
+                   cotangents={"y": r.uniform((2, 2, 4))}, flags=["gradient", "softcap"])
+    yield gradient("softcap/grad-003", "softcap",
+                   "cap = 1, |x| <= 2: dx = dy (1 - tanh^2 x).",
+                   inputs={"x": r.uniform((4, 3))}, attributes={"cap": 1.0},
+                   cotangents={"y": r.uniform((4, 3))}, flags=["gradient", "softcap"])
+    yield gradient("softcap/grad-004", "softcap",
+                   "cap = 30, a rank-1 x of width 8 in [-64, 64].",
+                   inputs={"x": r.uniform((8,), -64, 64, 0.5)}, attributes={"cap": 30.0},
+                   cotangents={"y": r.uniform((8,))}, flags=["gradient", "softcap", "rank-1"])

@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.softmax import softmax as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 
 COMPONENT = Component("softmax", {
     "softmax": Fn(module="attention", inputs=["x", "mask"], optional=["mask"],
@@ -121,3 +121,39 @@ def _edges(rng):
                 "Zero rows, axis 0 of size 0 with another axis of size 3: y (0, 3).",
                 inputs={"x": np.zeros((0, 3))}, attributes={"axis": 0},
                 flags=["empty-axis", "edge", "axis"])
+
+
+def grad_cases(r):
+    yield gradient("softmax/grad-001", "softmax",
+                   "dx = y * (dy - sum(dy * y)) for a (3, 5) input: leaving out the subtraction "
+                   "term (dx = y * dy) or using the Jacobian's diagonal only fails.",
+                   inputs={"x": r.uniform((3, 5))}, cotangents={"y": r.uniform((3, 5))},
+                   flags=["gradient", "basic"])
+    mask = r.bools((2, 2, 6))
+    mask[..., 0] = True
+    yield gradient("softmax/grad-002", "softmax",
+                   "A masked (2, 2, 6) input: masked entries have weight 0 and gradient 0, and "
+                   "the row sum in the backward pass runs over the kept entries only.",
+                   inputs={"x": r.uniform((2, 2, 6)), "mask": mask},
+                   cotangents={"y": r.uniform((2, 2, 6))}, flags=["gradient", "mask"])
+    yield gradient("softmax/grad-003", "softmax",
+                   "axis=0 on a (4, 3) input: the backward sum runs along the softmax axis, "
+                   "not the last one.",
+                   inputs={"x": r.uniform((4, 3))}, attributes={"axis": 0},
+                   cotangents={"y": r.uniform((4, 3))}, flags=["gradient", "axis"])
+    yield gradient("softmax/grad-004", "softmax",
+                   "Logits in [-8, 8] (weights near one-hot, some below 1e-6): the gradient of a "
+                   "saturated row is tiny and must not come out as NaN or a large value.",
+                   inputs={"x": r.uniform((2, 7), -8, 8, 2.0**-4)},
+                   cotangents={"y": r.uniform((2, 7))}, flags=["gradient", "large-logits"])
+    yield from grad_study_cases(Rng(f"{COMPONENT.id}/grad-study"))
+
+
+# -- asked for by the mutation study (issue 19) --------------------------------------------
+
+def grad_study_cases(r):
+    yield gradient("softmax/grad-005", "softmax",
+                   "axis and mask left out (the last axis, every entry kept) on a (2, 3, 4) "
+                   "input: a default of axis 0 or 1 fails.",
+                   inputs={"x": r.uniform((2, 3, 4))}, cotangents={"y": r.uniform((2, 3, 4))},
+                   flags=["gradient", "defaults"], omit_defaults=True)

@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..oracle.topk_attention import topk_attention as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 
 COMPONENT = Component("topk_attention", {
     "topk_attention": Fn(required=["top_k"], module="attention", inputs=["q", "k", "v", "mask"],
@@ -189,3 +189,34 @@ def _edges(rng):
                 "keys 0 to 3.",
                 inputs=tie, attributes={"top_k": 2}, flags=["defaults", "ties"],
                 omit_defaults=True)
+
+
+def grad_cases(r):
+    yield gradient("topk_attention/grad-001", "topk_attention",
+                   "dq, dk, dv with top_k = 2 of 5 keys: only the kept keys of each query get a "
+                   "gradient through the scores (the kept set is held fixed); dv = W^T dO.",
+                   inputs=qkv(r, (2,), 3, 5, 4, 3), attributes={"top_k": 2},
+                   cotangents={"output": r.uniform((2, 3, 3))}, flags=["gradient", "basic"])
+    yield gradient("topk_attention/grad-002", "topk_attention",
+                   "Cotangents on the output and the weights, top_k = 3 of 4, scale 0.3: the "
+                   "weights' cotangent of an unkept key is dropped.",
+                   inputs=qkv(r, (1,), 4, 4, 2, 2), attributes={"top_k": 3, "scale": 0.3},
+                   cotangents={"output": r.uniform((1, 4, 2)), "weights": r.uniform((1, 4, 4))},
+                   flags=["gradient", "weights-cotangent", "scale"])
+    mask = r.bools((3, 5))
+    mask[:, 0] = True
+    yield gradient("topk_attention/grad-003", "topk_attention",
+                   "A (3, 5) mask broadcast over (2, 2) heads, top_k = 2: a masked key gets no "
+                   "gradient, and a row with fewer than top_k unmasked keys keeps them all.",
+                   inputs={**qkv(r, (2, 2), 3, 5, 4, 4), "mask": mask}, attributes={"top_k": 2},
+                   cotangents={"output": r.uniform((2, 2, 3, 4))},
+                   flags=["gradient", "mask", "broadcast"])
+    yield gradient("topk_attention/grad-004", "topk_attention",
+                   "top_k = S = 4: the gradient is sdpa's.", inputs=qkv(r, (2,), 2, 4, 3, 2),
+                   attributes={"top_k": 4}, cotangents={"output": r.uniform((2, 2, 2))},
+                   flags=["gradient", "top-all"])
+    yield gradient("topk_attention/grad-005", "topk_attention",
+                   "scale and ties left out (1/sqrt(K) = 1/2 for K = 4, lower_index), top_k = 2 of "
+                   "5 keys; a default scale of 1 fails.", inputs=qkv(r, (2,), 3, 5, 4, 3),
+                   attributes={"top_k": 2}, cotangents={"output": r.uniform((2, 3, 3))},
+                   flags=["gradient", "defaults"], omit_defaults=True)

@@ -4,7 +4,7 @@ encoder, decoder, LM head), inference."""
 import numpy as np
 
 from ..oracle.transformer import transformer as oracle
-from ._build import Component, Fn, Rng, error, value
+from ._build import Component, Fn, Rng, error, gradient, value
 from .encoder_layer import dec_layer_params, enc_layer_params, scoped, stack_params, tolerances
 
 COMPONENT = Component("transformer", {
@@ -143,3 +143,22 @@ def defaults_cases():
                 attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2},
                 params=transformer_params(rd, 1, 8, 16, 12), flags=["defaults"],
                 omit_defaults=True)
+
+
+def grad_cases(r):
+    for n, (norm, tied, layers) in enumerate([("post", False, 1), ("pre", False, 1),
+                                              ("post", True, 1), ("pre", True, 2)], 1):
+        tie = ("tied: tgt_embed.table gets dlogits^T h from the LM head plus the embedding's "
+               "scatter-added rows" if tied else "untied")
+        yield gradient(f"transformer/grad-00{n}", "transformer",
+                       f"N = {layers}, norm='{norm}', {tie}; D = 4, H = 2, vocabulary 7, source "
+                       f"T = 4 and target T = 3, padded: the encoder's gradient comes only "
+                       f"through the decoder's cross-attention (dmemory).",
+                       inputs={"src_ids": ids(r, 7, [4, 3], 4), "tgt_ids": ids(r, 7, [3, 2], 3,
+                                                                              bos_id=1)},
+                       attributes={"pad_id": 0, "num_layers": layers, "num_heads": 2,
+                                   "norm": norm, "tie_embeddings": tied},
+                       params=transformer_params(r, layers, 4, 6, 7, norm, tied),
+                       cotangents={"logits": r.uniform((2, 3, 7))},
+                       flags=["gradient", f"{norm}-norm", "padding"]
+                       + (["tied-embeddings"] if tied else []))

@@ -2,8 +2,23 @@
 
 Arrays are NumPy object arrays whose elements are ``mpmath.mpf``; NumPy is used
 only as a container (indexing, shapes), never for arithmetic shortcuts with
-rounding of its own. Every sum is ``mp.fsum`` (exact, then rounded once to the
-working precision).
+rounding of its own. Every sum is ``mp.fsum`` and every dot product ``mp.fdot`` (exact,
+then rounded once to the working precision).
+
+The working precision is 50 digits, set for the span of a computation by
+:func:`precision` (``mp.workdps``), never globally: the generator and the oracle's
+tests run the oracle inside ``with precision():``, and leave mpmath as they found it.
+
+Backward passes (vector-Jacobian products) sit beside each forward function: for
+y = f(x, params) and a cotangent dy per output, ``<name>_vjp(cot, **inputs, **attributes
+[, params=])`` returns ``({input: dx}, {param path: dtheta})``, what reverse-mode autodiff
+returns for ``sum(y * dy)``, from the analytic backward formula in its docstring. Each
+module lists its VJPs in ``VJPS`` ({spec function name: vjp}); :func:`attnspec.spec.oracle.vjps`
+collects them. They are analytic rather than a tape over mpf because the forward oracle
+calls ``mpmath.exp``, ``mpmath.sqrt``... directly, and tests/test_grad_oracle.py checks each
+against 50-digit central differences of the forward oracle. Conventions shared with the
+backends: relu'(0) = 0 (torch, TensorFlow, JAX); a masked or -inf softmax entry has weight 0
+and gradient 0; the gradient of an input that broadcast is summed back to its shape.
 """
 
 from __future__ import annotations
@@ -14,7 +29,12 @@ import mpmath
 import numpy as np
 
 mp = mpmath.mp
-mp.dps = 50  # working precision; results are rounded once to float64 at the end
+DPS = 50  # working precision; results are rounded once to float64 at the end
+
+
+def precision():
+    """The oracle's working precision for a ``with`` block: ``with precision(): ...``."""
+    return mp.workdps(DPS)
 
 
 def mpa(x) -> np.ndarray:
@@ -76,7 +96,7 @@ def matmul(a, b) -> np.ndarray:
     out = np.empty(batch + (n, p), dtype=object)
     for bi in np.ndindex(batch):
         for i, j in itertools.product(range(n), range(p)):
-            out[bi + (i, j)] = mp.fsum(a[bi + (i, k)] * b[bi + (k, j)] for k in range(m))
+            out[bi + (i, j)] = mp.fdot((a[bi + (i, k)], b[bi + (k, j)]) for k in range(m))
     return out
 
 
@@ -94,7 +114,7 @@ def weighted_sum(weights, v) -> np.ndarray:
     out = np.empty(batch + (t, width), dtype=object)
     for bi in np.ndindex(batch):
         for i, c in itertools.product(range(t), range(width)):
-            out[bi + (i, c)] = mp.fsum(w[bi + (i, j)] * v[bi + (j, c)] for j in range(s)
+            out[bi + (i, c)] = mp.fdot((w[bi + (i, j)], v[bi + (j, c)]) for j in range(s)
                                        if w[bi + (i, j)] != 0)
     return out
 
@@ -144,3 +164,67 @@ def softmax(x, axis=-1, keep=None) -> np.ndarray:
 
 def transpose_last(a) -> np.ndarray:
     return np.swapaxes(np.asarray(a, dtype=object), -1, -2)
+
+
+def fsum_axes(a, axes) -> np.ndarray:
+    """Exact sums of an object array over ``axes`` (a tuple), keeping the others."""
+    a = np.asarray(a, dtype=object)
+    axes = tuple(sorted(ax % a.ndim for ax in axes))
+    if not axes:
+        return a
+    moved = np.moveaxis(a, axes, tuple(range(-len(axes), 0)))
+    keep = moved.shape[:moved.ndim - len(axes)]
+    out = np.empty(keep, dtype=object)
+    for idx in np.ndindex(keep):
+        out[idx] = mp.fsum(moved[idx].ravel())
+    return out
+
+
+def unbroadcast(g, shape) -> np.ndarray:
+    """The gradient of an input of ``shape`` that broadcast to ``g.shape``: sum over the
+    leading axes it lacked and the axes where it had size 1."""
+    g = np.asarray(g, dtype=object)
+    lead = g.ndim - len(shape)
+    g = fsum_axes(g, tuple(range(lead)))
+    ones = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
+    if ones:
+        g = fsum_axes(g, ones)
+        g = g.reshape(shape)
+    return g.reshape(shape)
+
+
+def rows(a):
+    """(..., D) -> iterator of (index, list of the row)."""
+    for idx in np.ndindex(a.shape[:-1]):
+        yield idx, list(a[idx])
+
+
+def softmax_backward_row(y, dy) -> list:
+    """dx_i = y_i (dy_i - sum_j dy_j y_j)."""
+    s = mp.fdot(y, dy)
+    return [yi * (di - s) for yi, di in zip(y, dy)]
+
+
+def prefixed(prefix: str, grads: dict) -> dict:
+    return {f"{prefix}.{k}": g for k, g in grads.items()}
+
+
+def merge(*grads: dict) -> dict:
+    out: dict = {}
+    for g in grads:
+        for k, a in g.items():
+            out[k] = a if k not in out else out[k] + a
+    return out
+
+
+def cotangent(cot, name, shape):
+    return mpa(cot[name]) if name in cot else zeros(shape)
+
+
+def linear_vjp(x, w, dy):
+    """y = x W + b over the last axis: dx = dy W^T, dW = x^T dy, db = sum dy (sums over
+    every leading axis)."""
+    x, dy = mpa(x), mpa(dy)
+    x2, dy2 = x.reshape(-1, x.shape[-1]), dy.reshape(-1, dy.shape[-1])  # (N, D), (N, F)
+    return (matmul(dy, transpose_last(mpa(w))), matmul(transpose_last(x2), dy2),
+            fsum_axes(dy2, (0,)))

@@ -9,10 +9,10 @@
 
 import numpy as np
 
-from .core import sub
-from .embedding import lm_head
-from .encoder import encoder
-from .encoder_only import embed_learned
+from .core import merge, prefixed, sub
+from .embedding import lm_head, lm_head_vjp
+from .encoder import encoder, encoder_vjp
+from .encoder_only import embed_learned, embed_vjp
 from .masks import combined_mask
 
 
@@ -26,3 +26,22 @@ def decoder_only(ids, pad_id=0, num_layers=1, num_heads=1, norm="pre", eps=1e-5,
     h = stack.pop("y")
     logits = lm_head(h, tied=False, params=sub(params, "lm_head"))["logits"]
     return {"logits": logits, "embed.output": e, **stack}
+
+
+def decoder_only_vjp(cot, ids, pad_id=0, num_layers=1, num_heads=1, norm="pre", eps=1e-5,
+                     activation="gelu", params=None):
+    """logits = LMHead(Stack(e, pad & causal)):  dh = LMHead^T dlogits, de = Stack^T dh,
+    then the token and position tables."""
+
+    e = embed_learned(ids, params)
+    mask = combined_mask(ids, pad_id, t=np.asarray(ids).shape[1], num_heads=1, causal=True)
+    mask = mask["mask"]
+    h = encoder(e, mask, num_layers, num_heads, norm, eps, activation, params)["y"]
+    gi, g = lm_head_vjp({"logits": cot["logits"]}, h, params=sub(params, "lm_head"))
+    gs, g_stack = encoder_vjp({"y": gi["x"]}, e, mask, num_layers, num_heads, norm, eps,
+                              activation, params)
+    return {}, merge(prefixed("lm_head", g), g_stack,
+                      embed_vjp(gs["x"], ids, params, "embed", False, True))
+
+
+VJPS = {"decoder_only": decoder_only_vjp}

@@ -11,10 +11,10 @@ pre-norm (GPT-2, torch norm_first=True):
 y = r2. LN is the canonical LayerNorm (biased variance, eps inside the root).
 """
 
-from .core import add, mpa, sub
-from .feedforward import feedforward
-from .layer_norm import layer_norm
-from .mha import mha
+from .core import add, merge, mpa, prefixed, sub
+from .feedforward import feedforward, feedforward_vjp
+from .layer_norm import layer_norm, layer_norm_vjp
+from .mha import mha, mha_vjp
 
 
 def ln(x, params, name, eps):
@@ -63,3 +63,61 @@ ORDER = ["self_attn.weights", "self_attn.output", "residual1.output", "ffn.outpu
 
 def _ordered(out):
     return {k: out[k] for k in ORDER}
+
+
+def block_vjp(dy, x, f, f_vjp, params, name, norm, eps):
+    """A residual block with LayerNorm ``name``, f(h) its sublayer and f_vjp(dout, h) ->
+    (dh, grads) the sublayer's VJP:
+        post  y = LN(x + f(x)):  ds = LN^T dy,  dx = ds + f^T ds
+        pre   y = x + f(LN(x)):  dn = f^T dy,   dx = dy + LN^T dn
+    """
+    lnp = sub(params, name)
+    if norm == "post":
+        gs, gn = layer_norm_vjp({"y": dy}, add(x, f(x)), eps=eps, params=lnp)
+        dh, gf = f_vjp(gs["x"], x)
+        return gs["x"] + dh, merge(gf, prefixed(name, gn))
+    dn, gf = f_vjp(dy, layer_norm(x, eps=eps, params=lnp)["y"])
+    gx, gn = layer_norm_vjp({"y": dn}, x, eps=eps, params=lnp)
+    return dy + gx["x"], merge(gf, prefixed(name, gn))
+
+
+def attn_sublayer(name, memory, mask, heads, params, dmemory: list):
+    """MHA(h, kv, kv), kv = h (self) or memory (cross, whose gradient goes to dmemory)."""
+    p = sub(params, name)
+
+    def f(h):
+        kv = h if memory is None else memory
+        return mha(h, kv, kv, mask=mask, num_heads=heads, params=p)["output"]
+
+    def f_vjp(dout, h):
+        kv = h if memory is None else memory
+        gi, gp = mha_vjp({"output": dout}, h, kv, kv, mask=mask, num_heads=heads, params=p)
+        if memory is None:
+            return gi["query"] + gi["key"] + gi["value"], prefixed(name, gp)
+        dmemory.append(gi["key"] + gi["value"])
+        return gi["query"], prefixed(name, gp)
+    return f, f_vjp
+
+
+def ffn_sublayer(activation, params):
+    p = sub(params, "ffn")
+
+    def f_vjp(dout, h):
+        gi, gp = feedforward_vjp({"y": dout}, h, activation=activation, params=p)
+        return gi["x"], prefixed("ffn", gp)
+    return (lambda h: feedforward(h, activation=activation, params=p)["y"]), f_vjp
+
+
+def encoder_layer_vjp(cot, x, mask=None, num_heads=1, norm="post", eps=1e-5,
+                      activation="relu", params=None):
+    """r1 = block1(x; MHA), y = block2(r1; FFN):  dr1 = block2^T dy,  dx = block1^T dr1."""
+    x = mpa(x)
+    attn = attn_sublayer("self_attn", None, mask, num_heads, params, [])
+    r1 = sublayer(x, attn[0], params, "norm1", norm, eps)
+    dr1, g2 = block_vjp(mpa(cot["y"]), r1, *ffn_sublayer(activation, params), params,
+                         "norm2", norm, eps)
+    dx, g1 = block_vjp(dr1, x, *attn, params, "norm1", norm, eps)
+    return {"x": dx}, merge(g1, g2)
+
+
+VJPS = {"encoder_layer": encoder_layer_vjp}

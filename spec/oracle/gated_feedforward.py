@@ -12,8 +12,8 @@ act:  silu(h)      = h sigmoid(h) = h / (1 + exp(-h))          (Swish_1: SwiGLU)
 import mpmath
 import numpy as np
 
-from .core import matmul, mpa
-from .feedforward import gelu, gelu_tanh
+from .core import matmul, mpa, transpose_last
+from .feedforward import gelu, gelu_grad, gelu_tanh, gelu_tanh_grad
 
 
 def silu(h):
@@ -33,3 +33,34 @@ def gated_feedforward(x, activation="silu", params=None):
         h[idx] = act(g[idx]) * u[idx]
     y = matmul(h, mpa(params["w_down"]))                  # (..., D)
     return {"y": y}
+
+
+def silu_grad(h):
+    """s = sigmoid(h): silu'(h) = s (1 + h (1 - s))."""
+    s = 1 / (1 + mpmath.exp(-h))
+    return s * (1 + h * (1 - s))
+
+
+GATE_GRADS = {"silu": silu_grad, "gelu": gelu_grad, "gelu_tanh": gelu_tanh_grad}
+
+
+def gated_feedforward_vjp(cot, x, activation="silu", params=None):
+    """g = x W_gate, u = x W_up, h = act(g) u, y = h W_down:
+        dW_down = h^T dy,  dh = dy W_down^T,  dg = dh u act'(g),  du = dh act(g),
+        dW_gate = x^T dg,  dW_up = x^T du,  dx = dg W_gate^T + du W_up^T
+    """
+    x, dy = mpa(x), mpa(cot["y"])
+    wg, wu, wd = (mpa(params[n]) for n in ("w_gate", "w_up", "w_down"))
+    x2, dy2 = x.reshape(-1, x.shape[-1]), dy.reshape(-1, wd.shape[1])       # (N, D)
+    g, u = matmul(x2, wg), matmul(x2, wu)                                    # (N, F)
+    a = np.vectorize(ACTIVATIONS[activation], otypes=[object])(g)
+    dh = matmul(dy2, transpose_last(wd))                                     # (N, F)
+    dg = dh * u * np.vectorize(GATE_GRADS[activation], otypes=[object])(g)
+    du = dh * a
+    dx = matmul(dg, transpose_last(wg)) + matmul(du, transpose_last(wu))
+    return ({"x": dx.reshape(x.shape)},
+            {"w_gate": matmul(transpose_last(x2), dg), "w_up": matmul(transpose_last(x2), du),
+             "w_down": matmul(transpose_last(a * u), dy2)})
+
+
+VJPS = {"gated_feedforward": gated_feedforward_vjp}

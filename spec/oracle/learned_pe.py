@@ -6,6 +6,7 @@
 import numpy as np
 
 from .core import mpa
+from .embedding import embedding_vjp
 
 
 def learned_pe(positions, params):
@@ -16,3 +17,12 @@ def learned_pe(positions, params):
         for c in range(table.shape[1]):
             pe[idx + (c,)] = table[int(positions[idx]), c]
     return {"pe": pe}
+
+
+def learned_pe_vjp(cot, positions, params=None):
+    """pe[n] = table[positions[n]]: dtable[m] = sum over the n with positions[n] = m of dpe[n]."""
+    gi, gp = embedding_vjp({"y": cot["pe"]}, positions, scale=False, params=params)
+    return gi, gp
+
+
+VJPS = {"learned_pe": learned_pe_vjp}

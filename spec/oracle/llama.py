@@ -20,13 +20,13 @@ llama_decoder_only, ids (B, T):
 
 import numpy as np
 
-from .core import add, matmul, mpa, sub, zeros
-from .embedding import embedding
-from .gated_feedforward import gated_feedforward
+from .core import add, linear_vjp, matmul, merge, mpa, prefixed, sub, zeros
+from .embedding import embedding, embedding_vjp
+from .gated_feedforward import gated_feedforward, gated_feedforward_vjp
 from .masks import _causal, _padding, sliding_window_mask
-from .rms_norm import rms_norm
-from .rope import rope
-from .sdpa import sdpa
+from .rms_norm import rms_norm, rms_norm_vjp
+from .rope import rope, rope_vjp
+from .sdpa import sdpa, sdpa_vjp
 
 ORDER = ["attn.weights", "attn.output", "residual1.output", "ffn.output", "residual2.output"]
 
@@ -40,7 +40,7 @@ def heads_of(x, count, width):
     return out
 
 
-def merge(o):
+def merge_heads(o):
     """(B, H, T, K) -> (B, T, H*K)."""
     b, h_count, t, kw = o.shape
     out = zeros((b, t, h_count * kw))
@@ -68,7 +68,7 @@ def attention(n1, keep, num_heads, num_kv_heads, rope_base, offset, params):
     k = rope(heads_of(k_all, h_kv, kw), offset=offset, base=rope_base, convention="half")["y"]
     v = heads_of(v_all, h_kv, kw)
     r = sdpa(q, k, v, mask=keep, num_kv_heads=h_kv)  # (B, H, T, K), (B, H, T, T)
-    return matmul(merge(r["output"]), mpa(params["w_o"])), r["weights"]
+    return matmul(merge_heads(r["output"]), mpa(params["w_o"])), r["weights"]
 
 
 def llama_layer(x, mask=None, num_heads=1, num_kv_heads=None, eps=1e-6, rope_base=10000.0,
@@ -101,3 +101,84 @@ def llama_decoder_only(ids, pad_id=0, num_layers=1, num_heads=1, num_kv_heads=No
     out["norm.output"] = h
     logits = matmul(h, mpa(params["lm_head.w"]))  # (B, T, L)
     return {"logits": logits, **out}
+
+
+# -- gradients -------------------------------------------------------------------------------
+
+def attention_vjp(do_all, n1, keep, num_heads, num_kv_heads, rope_base, offset, params):
+    """The attention sublayer backward, dA = cotangent of concat_h(O_h) W_o (B, T, D):
+        dW_o = concat(O)^T dA,  dO = heads(dA W_o^T),  (dQ, dK, dV) = sdpa^T dO (GQA: a kv
+        head's dK, dV summed over its query heads),  dQ, dK through RoPE^T (rotation by -angle),
+        dW_q = n1^T concat(dQ) (likewise k, v),  dn1 = sum over q, k, v of concat(d.) W_.^T
+    Returns (dn1, {attn.* path: grad})."""
+    h_count = int(num_heads)
+    h_kv = h_count if num_kv_heads is None else int(num_kv_heads)
+    w = {n: mpa(params[n]) for n in ("w_q", "w_k", "w_v", "w_o")}
+    kw = w["w_q"].shape[1] // h_count
+    q_pre = heads_of(matmul(n1, w["w_q"]), h_count, kw)  # (B, H, T, K) before RoPE
+    k_pre = heads_of(matmul(n1, w["w_k"]), h_kv, kw)     # (B, H_kv, T, K)
+    v = heads_of(matmul(n1, w["w_v"]), h_kv, kw)
+    rot = {"offset": offset, "base": rope_base, "convention": "half"}
+    q, k = rope(q_pre, **rot)["y"], rope(k_pre, **rot)["y"]
+    o = sdpa(q, k, v, mask=keep, num_kv_heads=h_kv)["output"]  # (B, H, T, K)
+    grads = {}
+    d_cat, grads["w_o"], _ = linear_vjp(merge_heads(o), w["w_o"], do_all)  # (B, T, H*K)
+    gi, _ = sdpa_vjp({"output": heads_of(d_cat, h_count, kw)}, q, k, v, mask=keep,
+                     num_kv_heads=h_kv)
+    d = {"w_q": rope_vjp({"y": gi["q"]}, q_pre, **rot)[0]["x"],
+         "w_k": rope_vjp({"y": gi["k"]}, k_pre, **rot)[0]["x"], "w_v": gi["v"]}
+    dn1 = zeros(n1.shape)
+    for name, dh in d.items():
+        dn, grads[name], _ = linear_vjp(n1, w[name], merge_heads(dh))
+        dn1 = dn1 + dn
+    return dn1, prefixed("attn", grads)
+
+
+def llama_layer_vjp(cot, x, mask=None, num_heads=1, num_kv_heads=None, eps=1e-6,
+                    rope_base=10000.0, window=None, offset=0, params=None):
+    """r1 = x + A(RMSNorm_1(x)), y = r1 + F(RMSNorm_2(r1)), each residual passing its
+    cotangent to both branches:
+        dr1 = dy + RMSNorm_2^T F^T dy,   dx = dr1 + RMSNorm_1^T A^T dr1
+    The mask (boolean) and the positions get no gradient."""
+    x, dy = mpa(x), mpa(cot["y"])
+    n1 = rms_norm(x, eps=eps, params=sub(params, "attn_norm"))["y"]
+    keep = keep_mask(x.shape[1], mask, window)
+    a, _ = attention(n1, keep, num_heads, num_kv_heads, rope_base, offset, sub(params, "attn"))
+    r1 = add(x, a)
+    n2 = rms_norm(r1, eps=eps, params=sub(params, "ffn_norm"))["y"]
+    gf, pf = gated_feedforward_vjp({"y": dy}, n2, activation="silu", params=sub(params, "ffn"))
+    gn2, pn2 = rms_norm_vjp({"y": gf["x"]}, r1, eps=eps, params=sub(params, "ffn_norm"))
+    dr1 = dy + gn2["x"]
+    dn1, pa = attention_vjp(dr1, n1, keep, num_heads, num_kv_heads, rope_base, offset,
+                            sub(params, "attn"))
+    gn1, pn1 = rms_norm_vjp({"y": dn1}, x, eps=eps, params=sub(params, "attn_norm"))
+    return {"x": dr1 + gn1["x"]}, merge(prefixed("ffn", pf), prefixed("ffn_norm", pn2), pa,
+                                        prefixed("attn_norm", pn1))
+
+
+def llama_decoder_only_vjp(cot, ids, pad_id=0, num_layers=1, num_heads=1, num_kv_heads=None,
+                           eps=1e-6, rope_base=10000.0, window=None, params=None):
+    """logits = RMSNorm(h_N) W_lm, h_i+1 = layer_i(h_i), h_0 = E[ids]:
+        dW_lm = RMSNorm(h_N)^T dlogits,  dh_N = RMSNorm^T (dlogits W_lm^T),
+        dh_i = layer_i^T dh_i+1 (with its parameters' gradients),
+        dE[l] = sum of dh_0 over the positions holding id l   (the ids get none)"""
+    attrs = {"num_heads": num_heads, "num_kv_heads": num_kv_heads, "eps": eps,
+             "rope_base": rope_base, "window": window, "offset": 0}
+    hs = [embedding(ids, scale=False, params=sub(params, "embed"))["y"]]  # h_0 (B, T, D)
+    pad = _padding(ids, pad_id)  # (B, 1, 1, T)
+    for i in range(int(num_layers)):
+        hs.append(llama_layer(hs[-1], pad, **attrs, params=sub(params, f"layers.{i}"))["y"])
+    n = rms_norm(hs[-1], eps=eps, params=sub(params, "norm"))["y"]
+    dn, dw, _ = linear_vjp(n, params["lm_head.w"], cot["logits"])
+    gh, pn = rms_norm_vjp({"y": dn}, hs[-1], eps=eps, params=sub(params, "norm"))
+    dh, grads = gh["x"], [{"lm_head.w": dw}, prefixed("norm", pn)]
+    for i in reversed(range(int(num_layers))):
+        gi, pl = llama_layer_vjp({"y": dh}, hs[i], pad, **attrs,
+                                 params=sub(params, f"layers.{i}"))
+        dh = gi["x"]
+        grads.append(prefixed(f"layers.{i}", pl))
+    _, pe = embedding_vjp({"y": dh}, ids, scale=False, params=sub(params, "embed"))
+    return {}, merge(*grads, prefixed("embed", pe))
+
+
+VJPS = {"llama_layer": llama_layer_vjp, "llama_decoder_only": llama_decoder_only_vjp}

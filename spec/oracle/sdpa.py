@@ -23,7 +23,18 @@ attention and of ONNX Attention-23), with the softcap component's equation:
 import mpmath
 import numpy as np
 
-from .core import add, matmul, mpa, softmax, transpose_last, weighted_sum
+from .core import (
+    add,
+    fsum_axes,
+    matmul,
+    mpa,
+    rows,
+    softmax,
+    softmax_backward_row,
+    transpose_last,
+    unbroadcast,
+    weighted_sum,
+)
 from .softcap import softcap as capped
 
 
@@ -60,3 +71,50 @@ def sdpa(q, k, v, mask=None, bias=None, scale=None, num_kv_heads=None, softcap=N
     weights = softmax(scores, axis=-1, keep=keep)  # (..., T, S)
     output = weighted_sum(weights, v)  # (..., T, V)
     return {"output": output, "weights": weights}
+
+
+def sdpa_vjp(cot, q, k, v, mask=None, bias=None, scale=None, num_kv_heads=None, softcap=None):
+    """W = softmax(S), S = C tanh(s / C) + bias (no cap: S = s + bias), s = c q k^T, O = W v;
+    with cotangents dO and dW:
+        dW' = dO v^T + dW                       (..., T, S)
+        dS  = W * (dW' - rowsum(dW' * W))       (softmax backward)
+        ds  = dS * (1 - tanh^2(s / C))          (softcap backward; no cap: ds = dS)
+        dq = c ds k,  dk = c ds^T q,  dv = W^T dO,  dbias = dS (summed to bias's shape)
+    With num_kv_heads (GQA), k and v are repeated to every query head of their group first,
+    so dk and dv of a kv head are summed over the H / H_kv query heads of its group.
+    """
+    q, k, v = mpa(q), mpa(k), mpa(v)
+    k_in, v_in = k, v
+    if num_kv_heads is not None:
+        k, v = (repeat_kv(x, q.shape[-3], num_kv_heads) for x in (k, v))  # (..., H, S, .)
+    w = sdpa(q, k, v, mask=mask, bias=bias, scale=scale, softcap=softcap)["weights"]
+    full = batch_shape(q, k, v)
+    dO = np.broadcast_to(mpa(cot["output"]), full + (q.shape[-2], v.shape[-1]))
+    dWt = matmul(dO, transpose_last(np.broadcast_to(v, full + v.shape[-2:])))
+    if "weights" in cot:
+        dWt = dWt + mpa(cot["weights"])
+    dS = np.empty(w.shape, dtype=object)
+    for idx, row in rows(w):
+        dS[idx] = softmax_backward_row(row, list(dWt[idx]))
+    ds = dS
+    if softcap is not None:
+        cap = mpmath.mpf(softcap)
+        s = np.broadcast_to(scores_of(q, k, scale), w.shape)
+        ds = dS * np.vectorize(lambda e: 1 - mpmath.tanh(e / cap) ** 2, otypes=[object])(s)
+    c = 1 / mpmath.sqrt(q.shape[-1]) if scale is None else mpmath.mpf(scale)
+    kb = np.broadcast_to(k, full + k.shape[-2:])
+    qb = np.broadcast_to(q, full + q.shape[-2:])
+    grads = {"q": unbroadcast(matmul(ds, kb) * c, q.shape),                 # (..., T, K)
+             "k": unbroadcast(matmul(transpose_last(ds), qb) * c, k.shape),  # (..., S, K)
+             "v": unbroadcast(matmul(transpose_last(w), dO), v.shape)}       # (..., S, V)
+    if num_kv_heads is not None:
+        for name, x in (("k", k_in), ("v", v_in)):  # (..., H, S, .) -> (..., H_kv, S, .)
+            g = grads[name]
+            g = g.reshape(g.shape[:-3] + (x.shape[-3], g.shape[-3] // x.shape[-3]) + g.shape[-2:])
+            grads[name] = fsum_axes(g, (-3,))
+    if bias is not None:
+        grads["bias"] = unbroadcast(dS, np.shape(bias))
+    return grads, {}
+
+
+VJPS = {"sdpa": sdpa_vjp}

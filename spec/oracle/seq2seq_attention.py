@@ -25,12 +25,13 @@ after a row emits eos, the rest of the row is pad_id.
 import mpmath
 import numpy as np
 
-from .additive_attention import additive_attention
-from .core import emap, matmul, mpa, sub, zeros
-from .embedding import embedding, lm_head
-from .gru import gru
+from .additive_attention import additive_attention, additive_attention_vjp
+from .core import emap, matmul, merge, mpa, prefixed, sub, transpose_last, zeros
+from .embedding import embedding, embedding_vjp, lm_head, lm_head_vjp
+from .gru import gru, gru_vjp
+from .gru_cell import gru_step_vjp
 from .gru_cell import step as gru_step
-from .luong_attention import luong_attention
+from .luong_attention import luong_attention, luong_attention_vjp
 
 
 def encode(src_ids, pad_id, params):
@@ -131,3 +132,70 @@ def greedy(src_ids, attention, pad_id, bos_id, eos_id, max_len, params):
 
 def seq2seq_greedy_decode(src_ids, attention, pad_id, bos_id, eos_id, max_len, params=None):
     return {"ids": greedy(src_ids, attention, pad_id, bos_id, eos_id, max_len, params)[0]}
+
+
+def seq2seq_attention_vjp(cot, src_ids, tgt_ids, attention, pad_id, params=None):
+    """Backward through the teacher-forced decoder, t = T-1..0, carrying dh:
+        additive:  dh_t = LMHead^T dlogits_t + dh;  ([de; dc], dh_prev) = GRU step^T dh_t;
+                   (dh_prev, do) += Attn^T dc  (query h_{t-1}, keys = values = o)
+        Luong:     dht = LMHead^T dlogits_t;  dz = dht (1 - ht^2), ht = tanh([c; h] W_c):
+                   dW_c += [c; h]^T dz, [dc; dh'] = dz W_c^T;  dh_t = dh' + dh + Attn^T dc (query);
+                   (de, dh_prev) = GRU step^T dh_t
+    then dh_0 goes to o at each row's last kept position, the encoder GRU's BPTT takes do, and
+    the tables get their scatter-added rows."""
+
+    src, tgt = np.asarray(src_ids), np.asarray(tgt_ids)
+    outputs, keep, h0 = encode(src, pad_id, params)
+    steps, h = [], h0
+    for t in range(tgt.shape[1]):
+        emb = embedding(tgt[:, t], scale=False, params=sub(params, "decoder.embed"))["y"]
+        steps.append(dict(decoder_step(attention, tgt[:, t], h, outputs, keep, params),
+                          h_prev=h, emb=emb))
+        h = steps[-1]["h"]
+    dlogits, dec, mask = mpa(cot["logits"]), sub(params, "decoder.gru"), keep[:, None, :]
+    attn_p = sub(params, "attention")
+    d_out, dh, grads = zeros(outputs.shape), zeros(h0.shape), {}
+    d_emb = zeros(tgt.shape + (np.asarray(params["decoder.embed.table"]).shape[1],))
+
+    def attend_vjp(dc, query):
+        c = {"context": dc[:, None, :]}
+        if attention == "additive":
+            return additive_attention_vjp(c, query[:, None, :], outputs, None, mask, attn_p)
+        return luong_attention_vjp(c, query[:, None, :], outputs, None, mask, attention, attn_p)
+
+    for t in reversed(range(tgt.shape[1])):
+        r = steps[t]
+        top = r["h"] if attention == "additive" else r["combined"]
+        gi, g = lm_head_vjp({"logits": dlogits[:, t]}, top, params=sub(params, "out"))
+        grads = merge(grads, prefixed("out", g))
+        if attention == "additive":
+            emb_c = np.concatenate([r["emb"], r["context"]], axis=-1)
+            dx, dh, g = gru_step_vjp(emb_c, r["h_prev"], dec, gi["x"] + dh)
+            e = r["emb"].shape[1]
+            ga, gp = attend_vjp(dx[:, e:], r["h_prev"])
+            dh, d_emb[:, t] = dh + ga["query"][:, 0], dx[:, :e]
+        else:
+            cat = np.concatenate([r["context"], r["h"]], axis=-1)           # (B, 2H)
+            dz = gi["x"] * (1 - r["combined"] * r["combined"])
+            w_c = mpa(params["decoder.combine.w"])
+            grads = merge(grads, {"decoder.combine.w": matmul(transpose_last(cat), dz)})
+            dcat = matmul(dz, transpose_last(w_c))
+            hid = r["h"].shape[1]
+            ga, gp = attend_vjp(dcat[:, :hid], r["h"])
+            dh_t = dcat[:, hid:] + dh + ga["query"][:, 0]
+            d_emb[:, t], dh, g = gru_step_vjp(r["emb"], r["h_prev"], dec, dh_t)
+        d_out = d_out + ga["keys"]
+        grads = merge(grads, prefixed("decoder.gru", g), prefixed("attention", gp))
+    for b in range(src.shape[0]):  # h_0 = o at the last kept position (zeros: no gradient)
+        kept = [s for s in range(src.shape[1]) if keep[b, s]]
+        if kept:
+            d_out[b, kept[-1]] = d_out[b, kept[-1]] + dh[b]
+    e_src = embedding(src, scale=False, params=sub(params, "encoder.embed"))["y"]
+    ge, g = gru_vjp({"outputs": d_out}, e_src, None, sub(params, "encoder.gru"))
+    _, g_src = embedding_vjp({"y": ge["x"]}, src, scale=False, params=sub(params, "encoder.embed"))
+    _, g_tgt = embedding_vjp({"y": d_emb}, tgt, scale=False, params=sub(params, "decoder.embed"))
+    return {}, merge(grads, prefixed("encoder.gru", g), prefixed("encoder.embed", g_src),
+                      prefixed("decoder.embed", g_tgt))
+
+
+VJPS = {"seq2seq_attention": seq2seq_attention_vjp}

@@ -16,7 +16,7 @@ import mpmath
 import numpy as np
 
 from .core import mpa, softmax_row, weighted_sum, zeros
-from .sdpa import batch_shape, scores_of
+from .sdpa import batch_shape, scores_of, sdpa_vjp
 
 
 def topk_attention(q, k, v, mask=None, top_k=1, scale=None, ties="lower_index"):
@@ -40,3 +40,15 @@ def topk_attention(q, k, v, mask=None, top_k=1, scale=None, ties="lower_index"):
         weights[idx] = softmax_row(row, [j in chosen for j in range(len(row))])
     output = weighted_sum(weights, v)  # (..., T, V)
     return {"output": output, "weights": weights}
+
+
+def topk_attention_vjp(cot, q, k, v, mask=None, top_k=1, scale=None, ties="lower_index"):
+    """The kept set is piecewise constant in the scores, so it is held fixed at the one the
+    forward pass chose (ties and the selection are not differentiated): within it this is
+    sdpa's backward pass with the kept set as the mask. A row with nothing kept: no gradient."""
+    w = topk_attention(q, k, v, mask=mask, top_k=top_k, scale=scale, ties=ties)["weights"]
+    kept = np.vectorize(lambda e: e != 0, otypes=[bool])(w)  # (..., T, S)
+    return sdpa_vjp(cot, q, k, v, mask=kept, scale=scale)
+
+
+VJPS = {"topk_attention": topk_attention_vjp}

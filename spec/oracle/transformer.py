@@ -9,10 +9,13 @@
     logits = h lm_head.w + lm_head.b       or   h tgt_embed.table^T  when tied (no bias)
 """
 
-from .core import add, mpa, sub
-from .decoder import decoder
-from .embedding import embedding, lm_head
-from .encoder import encoder
+import numpy as np
+
+from .core import add, merge, mpa, prefixed, sub
+from .decoder import decoder, decoder_vjp
+from .embedding import embedding, lm_head, lm_head_vjp
+from .encoder import encoder, encoder_vjp
+from .encoder_only import embed_vjp
 from .masks import combined_mask, padding_mask
 from .sinusoidal_pe import sinusoidal_pe
 
@@ -60,3 +63,32 @@ def transformer(src_ids, tgt_ids, pad_id=0, num_layers=1, num_heads=1, norm="pos
     logits, inter2 = decode(tgt_ids, mpa(memory), m_src, pad_id, num_layers, num_heads, norm,
                             eps, activation, tie_embeddings, params)
     return {"logits": logits, **inter, **inter2}
+
+
+def transformer_vjp(cot, src_ids, tgt_ids, pad_id=0, num_layers=1, num_heads=1, norm="post",
+                    eps=1e-5, activation="relu", tie_embeddings=False, params=None):
+    """logits = LMHead(Decoder(e_tgt, memory)), memory = Encoder(e_src):
+    dh = LMHead^T dlogits; (de_tgt, dmemory) = Decoder^T dh; de_src = Encoder^T dmemory;
+    tied: tgt_embed.table gets the LM head's gradient plus the embedding's."""
+
+    cfg = (num_layers, num_heads, norm, eps, activation)
+    memory, m_src, inter = encode(src_ids, pad_id, *cfg, params)
+    _, inter2 = decode(tgt_ids, mpa(memory), m_src, pad_id, *cfg, tie_embeddings, params)
+    m_self = combined_mask(tgt_ids, pad_id, t=np.asarray(tgt_ids).shape[1], num_heads=1,
+                           causal=True)["mask"]
+    h = decoder(inter2["tgt_embed.output"], memory, m_self, m_src, *cfg,
+                sub(params, "decoder"))["y"]
+    head = "tgt_embed" if tie_embeddings else "lm_head"
+    gi, g_head = lm_head_vjp({"logits": cot["logits"]}, h, tied=bool(tie_embeddings),
+                             params=sub(params, head))
+    gd, g_dec = decoder_vjp({"y": gi["x"]}, inter2["tgt_embed.output"], memory, m_self, m_src,
+                            *cfg, sub(params, "decoder"))
+    ge, g_enc = encoder_vjp({"y": gd["memory"]}, inter["src_embed.output"], m_src, *cfg,
+                            sub(params, "encoder"))
+    return {}, merge(prefixed(head, g_head), prefixed("decoder", g_dec),
+                      prefixed("encoder", g_enc),
+                      embed_vjp(gd["x"], tgt_ids, params, "tgt_embed", True, False),
+                      embed_vjp(ge["x"], src_ids, params, "src_embed", True, False))
+
+
+VJPS = {"transformer": transformer_vjp}

@@ -84,10 +84,11 @@ def positional_encoding_list(length, d_model, offset=0):
 
 
 class NeedsWidth:
-    """A LayerNorm that wants its width at construction, which check cannot know."""
+    """A LayerNorm that wants a size check cannot know (not one of the names it reads from
+    the input's shape: d_model, embed_dim, features...)."""
 
-    def __init__(self, d_model, eps=1e-5):
-        self.d_model, self.eps = d_model, eps
+    def __init__(self, width_of_it, eps=1e-5):
+        self.width, self.eps = width_of_it, eps
 
     def load_spec_params(self, params):
         self.gamma, self.beta = params["gamma"], params["beta"]
@@ -110,6 +111,6 @@ class FromSpec(NeedsWidth):
 
     @classmethod
     def from_spec(cls, params, eps=1e-5):
-        layer = cls(d_model=params["gamma"].shape[0], eps=eps)
+        layer = cls(params["gamma"].shape[0], eps=eps)
         layer.load_spec_params(params)
         return layer

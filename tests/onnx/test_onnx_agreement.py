@@ -319,11 +319,19 @@ def _float32_root(v) -> bool:
         (cap is None or float(np.float32(cap)) == cap)
 
 
+# onnx.md, "Kernel-scale magnitudes": the reference Attention misses these stress vectors at float32.
+REFERENCE_ATTENTION_FAILS = {"sdpa/stress-far-below-001", "sdpa/stress-mask-above-001",
+                             "sdpa/stress-fp16-overflow-001"}
+
+
 @pytest.mark.parametrize("opset", [23, 24])
 @pytest.mark.parametrize("v,dtype", cases("sdpa", where=_no_empty_rows))
 def test_sdpa(v, dtype, opset):
     y, w = _attention(v, dtype, opset)
     judged = dtype if _float32_root(v) else "float32"  # onnx.md: sqrt(scale) in float32
+    if v.id in REFERENCE_ATTENTION_FAILS and dtype == "float32":  # onnx.md: "Kernel-scale magnitudes"
+        assert_disagrees(y, v, "output", judged)
+        return
     assert_agrees(y, v, "output", judged, f"Attention-{opset}")
     assert_agrees(w, v, "weights", judged, f"Attention-{opset} (qk_matmul_output_mode=3)")
 

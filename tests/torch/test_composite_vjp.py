@@ -79,12 +79,30 @@ def _seq2seq(kind):
     return "seq2seq_attention", "rnn", call, {"logits": r.uniform((2, 3, 8))}
 
 
+def _llama(name):
+    """GQA with a window, a RoPE offset and a padding mask whose row 1 hides key 0 (query 0
+    there sees no key); the model: two MQA layers, id 4 repeated, row 1 padded."""
+    from attnspec.spec.cases.llama import layer_params, model_params
+
+    r = Rng(f"test/tape/{name}")
+    if name == "llama_layer":
+        mask = np.ones((2, 1, 1, 4), dtype=bool)
+        mask[1, 0, 0, 0] = False
+        call = {"x": r.uniform((2, 4, 8)), "mask": mask, "num_heads": 4, "num_kv_heads": 2,
+                "window": 3, "offset": 2, "params": layer_params(r, 8, 4, 2, 2, 6)}
+        return name, "layers", call, {"y": r.uniform((2, 4, 8))}
+    call = {"ids": np.array([[1, 4, 5, 4], [1, 6, 4, 0]]), "pad_id": 0, "num_layers": 2,
+            "num_heads": 2, "num_kv_heads": 1, "params": model_params(r, 2, 8, 2, 1, 6, 7)}
+    return name, "models", call, {"logits": r.uniform((2, 4, 7))}
+
+
 CASES = {f"residual-{pos}-{act}": (_residual, pos, act)
          for pos in ("post", "pre") for act in ("relu", "gelu")}
 CASES.update({f"{name}-{norm}": (_layers, name, norm)
               for name in ("encoder_layer", "decoder_layer", "decoder", "encoder_only",
                            "decoder_only", "transformer", "transformer-tied")
               for norm in ("post", "pre")})
+CASES.update({name: (_llama, name) for name in ("llama_layer", "llama_decoder_only")})
 CASES.update({f"seq2seq-{kind}": (_seq2seq, kind)
               for kind in ("additive", "dot", "general", "concat")})
 
