@@ -520,7 +520,7 @@ def _run(tasks: list, jobs: int, weights: list[float]) -> list:
 
 # Seconds one process took to build these modules (2026-11-28, 2-core CI machine); the
 # others cost about their vector file's size / 1e5. Only the order of the work uses it.
-SLOW_MODULES = {"greedy_decode": 200.0, "seq2seq_attention": 45.0}
+SLOW_MODULES = {"greedy_decode": 100.0, "seq2seq_attention": 25.0}
 
 
 def _weight(directory: Path, module: str) -> float:

@@ -3,7 +3,10 @@
 Arrays are NumPy object arrays whose elements are ``mpmath.mpf``; NumPy is used
 only as a container (indexing, shapes), never for arithmetic shortcuts with
 rounding of its own. Every sum is ``mp.fsum`` and every dot product ``mp.fdot`` (exact,
-then rounded once to the working precision).
+then rounded once to the working precision); a matrix product of finite entries is the
+same sums on Python integers (each entry an integer times one power of two of its matrix),
+rounded once: ``mp.fdot``'s result, element for element (tests/test_oracle_core.py), at a
+tenth of its cost.
 
 The working precision is 50 digits, set for the span of a computation by
 :func:`precision` (``mp.workdps``), never globally: the generator and the oracle's
@@ -27,6 +30,7 @@ import itertools
 
 import mpmath
 import numpy as np
+from mpmath.libmp import from_float, from_man_exp
 
 mp = mpmath.mp
 DPS = 50  # working precision; results are rounded once to float64 at the end
@@ -44,11 +48,29 @@ def mpa(x) -> np.ndarray:
     never rounded.
     """
     a = np.asarray(x)
-    out = np.empty(a.shape, dtype=object)
-    for idx in np.ndindex(a.shape):
-        e = a[idx]
-        out[idx] = e if isinstance(e, mpmath.mpf) else mpmath.mpf(float(e))
-    return out
+    out = np.empty(a.size, dtype=object)
+    if a.dtype == object:
+        out[:] = [e if isinstance(e, mpmath.mpf) else mpmath.mpf(float(e)) for e in a.flat]
+    else:
+        return _exact_floats(a.astype(np.float64)).copy()
+    return out.reshape(a.shape)
+
+
+_FLOATS: dict = {}  # the parameters are converted at every call of every layer: kept
+
+
+def _exact_floats(a: np.ndarray) -> np.ndarray:
+    """float64 array -> object array of mpf (exact: a float64 needs 53 bits); one conversion
+    per distinct array (shape and bytes), the cache cleared past 4096 arrays."""
+    key = (a.shape, a.tobytes())
+    if key not in _FLOATS:
+        if len(_FLOATS) >= 4096:
+            _FLOATS.clear()
+        make = mp.make_mpf
+        out = np.empty(a.size, dtype=object)
+        out[:] = [make(from_float(e)) for e in a.ravel().tolist()]
+        _FLOATS[key] = out.reshape(a.shape)
+    return _FLOATS[key]
 
 
 def sub(params: dict, prefix: str) -> dict:
@@ -92,11 +114,42 @@ def matmul(a, b) -> np.ndarray:
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     a = np.broadcast_to(a, batch + a.shape[-2:])
     b = np.broadcast_to(b, batch + b.shape[-2:])
-    n, m, p = a.shape[-2], a.shape[-1], b.shape[-1]
+    n, p = a.shape[-2], b.shape[-1]
     out = np.empty(batch + (n, p), dtype=object)
     for bi in np.ndindex(batch):
+        out[bi] = _exact_matmul(a[bi], b[bi])
+    return out
+
+
+def _fixed_point(a: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """A 2-D array of finite reals as integers times one power of two: (ints, exp) with
+    a[i, j] == ints[i, j] * 2**exp exactly; None when an element is inf or NaN."""
+    parts = [mp.mpf(x)._mpf_ if not isinstance(x, mpmath.mpf) else x._mpf_ for x in a.flat]
+    if any(not man and e for _, man, e, _ in parts):  # inf, -inf, NaN
+        return None
+    low = min((e for _, man, e, _ in parts if man), default=0)
+    ints = np.empty(len(parts), dtype=object)
+    ints[:] = [(-man if sign else man) << (e - low) if man else 0 for sign, man, e, _ in parts]
+    return ints.reshape(a.shape), low
+
+
+def _exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(n, m) @ (m, p): each sum exact (integer products and sums), then rounded once to
+    the working precision; what ``mp.fdot`` gives, without its per-element overhead. Inputs
+    with inf or NaN take ``mp.fdot`` itself."""
+    fa, fb = _fixed_point(a), _fixed_point(b)
+    n, m, p = a.shape[0], a.shape[1], b.shape[1]
+    if fa is None or fb is None or m == 0:
+        out = np.empty((n, p), dtype=object)
         for i, j in itertools.product(range(n), range(p)):
-            out[bi + (i, j)] = mp.fdot((a[bi + (i, k)], b[bi + (k, j)]) for k in range(m))
+            out[i, j] = mp.fdot((a[i, k], b[k, j]) for k in range(m))
+        return out
+    (ia, ea), (ib, eb) = fa, fb
+    sums = ia @ ib  # Python integers: exact
+    prec, rnd = mp._prec_rounding
+    out = np.empty((n, p), dtype=object)
+    for idx in np.ndindex(n, p):
+        out[idx] = mp.make_mpf(from_man_exp(int(sums[idx]), ea + eb, prec, rnd))
     return out
 
 
@@ -113,6 +166,9 @@ def weighted_sum(weights, v) -> np.ndarray:
     t, s, width = w.shape[-2], w.shape[-1], v.shape[-1]
     out = np.empty(batch + (t, width), dtype=object)
     for bi in np.ndindex(batch):
+        if _fixed_point(w[bi]) is not None and _fixed_point(v[bi]) is not None:
+            out[bi] = _exact_matmul(w[bi], v[bi])  # all finite: a 0 weight adds exactly 0
+            continue
         for i, c in itertools.product(range(t), range(width)):
             out[bi + (i, c)] = mp.fdot((w[bi + (i, j)], v[bi + (j, c)]) for j in range(s)
                                        if w[bi + (i, j)] != 0)
