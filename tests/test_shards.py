@@ -51,7 +51,7 @@ def test_the_families_are_picked_by_marker():
 
 
 def test_two_workers_give_the_results_of_one_process(tmp_path):
-    k = "softmax or sdpa or completeness"
+    k = "(softmax or sdpa or completeness) and not stress"  # the stress family: its own runs
     one = attnspec("verify", "-k", k, "--jobs", "1", "--json", str(tmp_path / "one.json"))
     two = attnspec("verify", "-k", k, "--jobs", "2", "--json", str(tmp_path / "two.json"))
     assert one.returncode == 0 and two.returncode == 0, two.stdout[-2000:] + two.stderr[-2000:]
@@ -88,7 +88,7 @@ def test_the_suite_spreads_over_two_hosts_keeping_each_group_on_one(tmp_path):
 
 def test_a_failure_in_one_worker_fails_the_run(tmp_path):
     vectors = _vectors_with_a_wrong_expectation(tmp_path)
-    p = attnspec("verify", "-k", "softmax or sdpa", "--dtype", "float64", "--jobs", "2",
+    p = attnspec("verify", "-k", "(softmax or sdpa) and not stress", "--dtype", "float64", "--jobs", "2",
                  "--vectors-dir", str(vectors), "--json", str(tmp_path / "r.json"))
     assert p.returncode == 1, p.stdout[-2000:]
     doc = json.loads((tmp_path / "r.json").read_text())
@@ -103,7 +103,7 @@ def test_staleness_is_judged_over_every_worker(tmp_path):
     vectors = _vectors_with_a_wrong_expectation(tmp_path)
     known = tmp_path / "known.txt"
     known.write_text("*[float64]   # everything at float64, for this test\n")
-    k = "(softmax or sdpa) and (golden or errors)"  # the groups softmax[float64], sdpa[float64]
+    k = "(softmax or sdpa) and (golden or errors) and not stress"  # groups softmax[float64], sdpa[float64]
     out = tmp_path / "r.json"
     p = attnspec("verify", "-k", k, "--dtype", "float64", "--jobs", "2", "--json", str(out),
                  "--vectors-dir", str(vectors), "--known-failures", str(known))
