@@ -115,7 +115,9 @@ def hashes_with(version: str, record_text: bytes) -> str:
 
 def read_record(path: Path | str, trusted: str | None = None) -> dict:
     """One release record, bounded and strictly parsed; with ``trusted`` (a SHA-256) the
-    file must hash to it. Any fault is a :class:`VectorFileError` naming the file."""
+    file must hash to it. Any fault is a :class:`VectorFileError` naming the file. The bytes
+    are read and hashed at every call; the same bytes are parsed and checked once (the
+    record returned is shared: read it, never change it)."""
     path = Path(path)
     data = read_bounded(path, what="release record")
     if trusted is not None and hashlib.sha256(data).hexdigest() != trusted:
@@ -123,9 +125,18 @@ def read_record(path: Path | str, trusted: str | None = None) -> dict:
             f"release record {path} is not the one attnspec shipped (sha256 "
             f"{hashlib.sha256(data).hexdigest()[:12]}..., shipped {trusted[:12]}...): it was edited; "
             f"reinstall attnspec")
-    record = parse_json(data, path, "release record")
-    _check_record(record, path)
-    return record
+    key = (str(path.resolve()), hashlib.sha256(data).hexdigest())
+    if key not in _RECORDS:  # `cite --verify` of many lines reads one record many times
+        record = parse_json(data, path, "release record")
+        _check_record(record, path)
+        if len(_RECORDS) >= 16:
+            _RECORDS.clear()
+        _RECORDS[key] = record
+    return _RECORDS[key]
+
+
+# (path, SHA-256 of its bytes) -> the record parsed and checked; read-only for its callers
+_RECORDS: dict[tuple[str, str], dict] = {}
 
 
 def _check_record(record, path: Path) -> None:
