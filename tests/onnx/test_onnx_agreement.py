@@ -217,12 +217,14 @@ def _rope(v, dtype, interleaved=None):
     x = _inputs(v, dtype)["x"]  # (..., T, K)
     t, k = x.shape[-2:]
     x4 = x.reshape(1, -1, t, k)  # (1, H, T, K): ONNX's 4-D layout
-    positions = np.arange(a["offset"] + t, dtype=np.float64)
+    # the cache holds the T positions used (offset ... offset + T - 1), not every position
+    # from 0: at an offset past 2^20 a full cache would be 2 x 0.5 GB; the op gathers rows
+    positions = a["offset"] + np.arange(t, dtype=np.float64)
     theta = a["base"] ** (-2.0 * np.arange(k // 2) / k)
-    angle = positions[:, None] * theta  # (P, K/2), in float64 as the spec says
+    angle = positions[:, None] * theta  # (T, K/2), in float64 as the spec says
     if interleaved is None:
         interleaved = int(a["convention"] == "interleaved")
-    ids = (a["offset"] + np.arange(t, dtype=np.int64))[None]  # (1, T)
+    ids = np.arange(t, dtype=np.int64)[None]  # (1, T): rows of the cache
     y, = run_node("RotaryEmbedding", 23,
                   {"X": x4, "cos_cache": _round(np.cos(angle), dtype),
                    "sin_cache": _round(np.sin(angle), dtype), "position_ids": ids},
