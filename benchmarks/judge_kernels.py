@@ -85,7 +85,8 @@ def main(argv=None) -> int:
     for r, i, d in unexplained:
         print(f"unexplained: {r} {i} {d}")
     if args.write:
-        out = {"versions": verdicts.versions(), "columns": list(verdicts.COLUMNS), "routes": results}
+        out = {"versions": verdicts.versions(), "columns": list(verdicts.COLUMNS), "routes": results,
+               "causes": {k: list(x) for k, x in verdicts.CAUSES.items()}}
         verdicts.RESULTS.write_text(verdicts.dumps(out), encoding="utf-8")
         print(f"wrote {verdicts.RESULTS.relative_to(ROOT)}")
     return 1 if unexplained else 0

@@ -69,8 +69,9 @@ def family(v) -> str:
 
 
 def judge_route(route: str, fn, dtypes, skip_cls, vectors) -> dict:
-    """{"dtypes", "families": {column: {pass, fail, skip}}, "failing": {id: {dtype: cause}}}."""
-    cells = {name: {"pass": 0, "fail": 0, "skip": 0} for name in COLUMNS}
+    """{"dtypes", "families": {column: {pass, fail, skip, causes}}, "failing": {id: {dtype:
+    cause}}}: ``causes`` lists the causes of the column's failures."""
+    cells = {name: {"pass": 0, "fail": 0, "skip": 0, "causes": []} for name in COLUMNS}
     failing: dict[str, dict[str, str]] = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -88,7 +89,8 @@ def judge_route(route: str, fn, dtypes, skip_cls, vectors) -> dict:
                     ok = False
                 cells[family(v)]["pass" if ok else "fail"] += 1
                 if not ok:
-                    failing.setdefault(v.id, {})[dtype] = cause(route, v, dtype)
+                    why = failing.setdefault(v.id, {})[dtype] = cause(route, v, dtype)
+                    cells[family(v)]["causes"] = sorted({*cells[family(v)]["causes"], why})
     return {"dtypes": list(dtypes), "families": cells, "failing": failing}
 
 
