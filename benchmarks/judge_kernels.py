@@ -3,7 +3,7 @@ per kernel route and family of vectors, with the time each route took.
 
     python benchmarks/judge_kernels.py                 # every route, the committed set
     python benchmarks/judge_kernels.py --write         # ... and write tests/kernels/verdicts.json
-    python benchmarks/judge_kernels.py --route flex --all-flex   # flex at float16, bfloat16 too
+    python benchmarks/judge_kernels.py --route flex --all-flex   # flex at float16, bfloat16, small GQA too
     python benchmarks/judge_kernels.py --max-elements 4096   # size limit (B*H*T*S)
 
 Routes: tests/kernels/torch_routes.py (flex, sdpa-math, sdpa-flash) and
@@ -50,7 +50,7 @@ def routes(names):
 def verdict(cell) -> str:
     judged = cell["pass"] + cell["fail"]
     if not judged:
-        return "skip"
+        return "skip" if cell["skip"] else "not run"
     return "pass" if not cell["fail"] else f"FAIL {cell['fail']}/{judged}"
 
 
@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     ap.add_argument("--route", action="append")
     ap.add_argument("--dtype", action="append")
     ap.add_argument("--max-elements", type=int)
-    ap.add_argument("--all-flex", action="store_true", help="flex at every dtype it takes")
+    ap.add_argument("--all-flex", action="store_true", help="flex at every dtype, on every vector")
     ap.add_argument("--write", action="store_true", help=f"write {verdicts.RESULTS.relative_to(ROOT)}")
     args = ap.parse_args(argv)
     if args.write and (args.route or args.dtype or args.max_elements or args.all_flex):
@@ -77,7 +77,8 @@ def main(argv=None) -> int:
         dts = dtypes if args.all_flex else verdicts.route_dtypes(name, dtypes)
         dts = [d for d in dts if not args.dtype or d in args.dtype]
         start = time.perf_counter()
-        results[name] = verdicts.judge_route(name, fn, dts, skip_cls, vectors)
+        vs = vectors if args.all_flex else verdicts.route_vectors(name, vectors)
+        results[name] = verdicts.judge_route(name, fn, dts, skip_cls, vs)
         row = " | ".join(verdict(results[name]["families"][f]) for f in verdicts.COLUMNS)
         print(f"| {name} | {', '.join(dts)} | {row} | {time.perf_counter() - start:.1f} |", flush=True)
     unexplained = [(r, i, d) for r, res in results.items() for i, ds in res["failing"].items()

@@ -178,7 +178,7 @@ def kernel_results(root: Path) -> dict:
 def kernel_cell(cell: dict, causes: dict) -> str:
     judged = cell["pass"] + cell["fail"]
     if not judged:
-        return "skip"
+        return "skip" if cell["skip"] else "not run"
     if not cell["fail"]:
         return "pass"
     links = ", ".join(f"[{c}]({causes[c][0]}#{causes[c][1]})" for c in cell["causes"])
@@ -194,8 +194,10 @@ def kernels_block(root: Path) -> str:
              f"Real attention kernels judged by the sdpa value vectors on the CPU ({versions}; "
              "no GPU). A cell is `pass` (every judged vector of the family passes at every dtype "
              "of the row), `FAIL a/b` (a of b judged (vector, dtype) pairs fail, each cause a line "
-             "of its kernel page) or `skip` (the kernel cannot express the family). Only the "
-             "output is judged. `tests/kernels` asserts this table against the installed kernels.", "",
+             "of its kernel page), `skip` (the kernel cannot express the family) or `not run` "
+             "(left out: FlexAttention's small GQA vectors, compiled only by `python "
+             "benchmarks/judge_kernels.py --all-flex`). Only the output is judged. `tests/kernels` "
+             "asserts this table against the installed kernels.", "",
              f"| route | kernel | dtypes | {' | '.join(cols)} |",
              f"|---|---|---|{'---|' * len(cols)}"]
     for route, res in data["routes"].items():

@@ -113,3 +113,13 @@ def route_dtypes(route: str, dtypes) -> tuple:
     """FlexAttention (compiled once per dtype and shape bucket) is judged at float32 here;
     ``benchmarks/judge_kernels.py --all-flex`` adds float16 and bfloat16."""
     return ("float32",) if route == "flex" else tuple(dtypes)
+
+
+def route_vectors(route: str, vectors) -> list:
+    """What a route is judged by in the committed set: every sdpa value vector, but for
+    FlexAttention the small GQA ones (five more compiled head layouts, about two minutes of a
+    cold cache on two cores; ``benchmarks/judge_kernels.py --all-flex`` judges them)."""
+    if route != "flex":
+        return list(vectors)
+    return [v for v in vectors if "/stress-" in v.id or v.attributes.get("num_kv_heads") is None]
+
