@@ -197,6 +197,42 @@ def test_flex_attention_compiled_cpu_is_wrong_when_every_kept_score_is_far_below
     assert errors[0.0] < 1e-5 and errors[-200.0] > 1, errors
 
 
+def test_flex_attention_compiled_cpu_is_wrong_with_eight_keys():
+    """cause-flex-short-keys, the page's reproducer: compiled on the CPU, flex_attention with
+    S = 8 keys gives NaN (T = 16, K = 16, small integer inputs, no score_mod); with S = 16
+    it is right, and eager flex_attention is right at S = 8."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention.flex_attention import flex_attention
+
+    torch.manual_seed(0)
+    compiled = torch.compile(flex_attention, dynamic=False)
+    errors = {}
+    for s in (8, 16):
+        q = torch.randint(-3, 4, (1, 1, 16, 16)).float()
+        k, v = (torch.randint(-3, 4, (1, 1, s, 16)).float() for _ in range(2))
+        want = F.scaled_dot_product_attention(q.double(), k.double(), v.double())
+        errors[s] = torch.nan_to_num((compiled(q, k, v) - want).abs(), nan=float("inf")).max().item()
+        if s == 8:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                errors["eager"] = (flex_attention(q, k, v) - want).abs().max().item()
+    assert errors[8] > 1 and errors[16] < 1e-5 and errors["eager"] < 1e-5, errors
+
+
+def test_flex_route_passes_large_001_when_its_keys_are_padded_to_sixteen(monkeypatch):
+    """sdpa/large-001 (S = 4) fails in the route's S = 8 bucket and passes in a 16 bucket: its
+    failure is the eight-key bug, not its scores near -1000 (stress-far-below-001's near
+    -131072 pass in the 256 bucket)."""
+    v = _vector("sdpa/large-001")
+    bucket = torch_routes._bucket
+    monkeypatch.setattr(torch_routes, "_bucket", lambda n, least: bucket(n, max(least, 16)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = torch_routes.flex(as_call(v), "float32")["output"]
+    assert _misses(v, "float32", got) < 1
+
+
 # -- the causes (tests/kernels/verdicts.py CAUSES: one line of a kernel page each) -----------
 
 def _vector(vid):

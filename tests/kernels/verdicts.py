@@ -31,7 +31,7 @@ ORT_PAGE = "spec/components/onnxruntime.md"
 # stress family", asserted by a test in test_kernel_routes.py
 CAUSES = {
     "nonfinite-masked": (TORCH_PAGE, "cause-nonfinite-masked"),
-    "flex-far-below": (TORCH_PAGE, "cause-flex-far-below"),
+    "flex-short-keys": (TORCH_PAGE, "cause-flex-short-keys"),
     "math-sqrt-scale": (TORCH_PAGE, "cause-math-sqrt-scale"),
     "ort-nonfinite-masked": (ORT_PAGE, "cause-ort-nonfinite-masked"),
     "ort-float64-scale": (ORT_PAGE, "cause-ort-float64-scale"),
@@ -58,7 +58,7 @@ def cause(route: str, v, dtype: str) -> str:
     if "non-finite" in flags:
         return "nonfinite-masked"
     if route == "flex" and v.id == "sdpa/large-001":
-        return "flex-far-below"
+        return "flex-short-keys"
     if route == "sdpa-math" and dtype == "float32" and v.id in MATH_SQRT_SCALE:
         return "math-sqrt-scale"
     return "unexplained"
