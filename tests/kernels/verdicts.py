@@ -98,7 +98,8 @@ def versions() -> dict:
     import onnx
     import onnxruntime
     import torch
-    return {"torch": torch.__version__, "onnxruntime": onnxruntime.__version__, "onnx": onnx.__version__}
+    # the release without its local build tag (2.13.0+cpu and a CPU wheel's 2.13.0 are one release)
+    return {m.__name__: m.__version__.split("+")[0] for m in (torch, onnxruntime, onnx)}
 
 
 def dumps(results: dict) -> str:
