@@ -1,16 +1,19 @@
 """Real attention kernels on this CPU judged by the sdpa vectors (issue 21.3): a verdict
 per kernel route and family of vectors, with the time each route took.
 
-    python benchmarks/judge_kernels.py                 # every route
-    python benchmarks/judge_kernels.py --route flex --dtype float32
+    python benchmarks/judge_kernels.py                 # every route, the committed set
+    python benchmarks/judge_kernels.py --write         # ... and write tests/kernels/verdicts.json
+    python benchmarks/judge_kernels.py --route flex --all-flex   # flex at float16, bfloat16, small GQA too
     python benchmarks/judge_kernels.py --max-elements 4096   # size limit (B*H*T*S)
 
 Routes: tests/kernels/torch_routes.py (flex, sdpa-math, sdpa-flash) and
 tests/kernels/ort_routes.py (ort-attention, ort-gqa, ort-mha). A cell is ``pass`` (every
 judged vector of the family passes at every dtype the route runs), ``FAIL a/b`` (a of b
-judged (vector, dtype) pairs fail, the differences the kernel pages state), ``skip`` (the
-kernel cannot express the family; reason in --verbose). Only the ``output`` is judged:
-these kernels return no weights. No GPU is used.
+judged (vector, dtype) pairs fail, each with the cause its kernel page states: see
+tests/kernels/verdicts.py), ``skip`` (the kernel cannot express the family). Only the
+``output`` is judged: these kernels return no weights. No GPU is used. ``--write`` needs
+the committed set (every route, no --dtype, --max-elements or --all-flex): README's
+kernel table is rendered from that file by ``attnspec generate``.
 """
 
 from __future__ import annotations
@@ -19,21 +22,13 @@ import argparse
 import sys
 import time
 import warnings
-from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests/kernels holds the routes
 
-from tests.kernels.vectors import as_call, judged_output, value_vectors  # noqa: E402
-
-FAMILIES = (("non-finite", ("non-finite",)), ("fully-masked", ("fully-masked", "empty-axis")),
-            ("softcap", ("softcap",)), ("gqa", ("gqa",)), ("causal", ("causal",)),
-            ("bias", ("bias",)), ("mask", ("mask",)), ("scale", ("scale", "inexact-attribute")))
-
-
-def family(v) -> str:
-    return next((name for name, flags in FAMILIES if set(flags) & set(v.flags)), "basic")
+from tests.kernels import verdicts  # noqa: E402
+from tests.kernels.vectors import value_vectors  # noqa: E402
 
 
 def routes(names):
@@ -52,31 +47,10 @@ def routes(names):
     return {n: r for n, r in found.items() if not names or n in names}
 
 
-def judge_route(fn, dtypes, skip_cls, vectors, verbose=False):
-    cells = defaultdict(lambda: {"pass": 0, "fail": 0, "skip": 0})
-    for v in vectors:
-        c = as_call(v)
-        for dtype in dtypes:
-            if dtype not in v.dtypes:
-                continue
-            try:
-                status = judged_output(v, dtype, fn(c, dtype)["output"]).status
-            except skip_cls as exc:
-                status = "skip"
-                if verbose:
-                    print(f"  skip {v.id} {dtype}: {exc}")
-            except Exception as exc:
-                status = "fail"
-                if verbose:
-                    print(f"  error {v.id} {dtype}: {type(exc).__name__}: {str(exc)[:120]}")
-            cells[family(v)]["fail" if status != "pass" and status != "skip" else status] += 1
-    return cells
-
-
 def verdict(cell) -> str:
     judged = cell["pass"] + cell["fail"]
     if not judged:
-        return "skip"
+        return "skip" if cell["skip"] else "not run"
     return "pass" if not cell["fail"] else f"FAIL {cell['fail']}/{judged}"
 
 
@@ -84,22 +58,39 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--route", action="append")
     ap.add_argument("--dtype", action="append")
-    ap.add_argument("--max-elements", type=int, default=1 << 20)
-    ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--max-elements", type=int)
+    ap.add_argument("--all-flex", action="store_true", help="flex at every dtype, on every vector")
+    ap.add_argument("--write", action="store_true", help=f"write {verdicts.RESULTS.relative_to(ROOT)}")
     args = ap.parse_args(argv)
+    if args.write and (args.route or args.dtype or args.max_elements or args.all_flex):
+        ap.error("--write takes the committed set: no --route, --dtype, --max-elements, --all-flex")
     warnings.filterwarnings("ignore")
     vectors = value_vectors(max_elements=args.max_elements)
-    names = [n for n, _ in FAMILIES] + ["basic"]
-    print(f"{len(vectors)} sdpa value vectors (B*H*T*S <= {args.max_elements}); CPU only, no GPU\n")
-    print(f"| route | dtypes | {' | '.join(names)} | seconds |")
-    print(f"|---|---|{'---|' * len(names)}---|")
-    for name, (fn, dtypes, skip_cls) in routes(args.route).items():
-        dts = [d for d in dtypes if not args.dtype or d in args.dtype]
+    found = routes(args.route)
+    if args.write and set(found) != set(verdicts.ROUTES):
+        ap.error("--write needs torch and onnxruntime (the kernels extra)")
+    print(f"{len(vectors)} sdpa value vectors (B*H*T*S <= {args.max_elements or 'any'}); CPU only, no GPU\n")
+    print(f"| route | dtypes | {' | '.join(verdicts.COLUMNS)} | seconds |")
+    print(f"|---|---|{'---|' * len(verdicts.COLUMNS)}---|")
+    results = {}
+    for name, (fn, dtypes, skip_cls) in found.items():
+        dts = dtypes if args.all_flex else verdicts.route_dtypes(name, dtypes)
+        dts = [d for d in dts if not args.dtype or d in args.dtype]
         start = time.perf_counter()
-        cells = judge_route(fn, dts, skip_cls, vectors, args.verbose)
-        row = " | ".join(verdict(cells[f]) for f in names)
+        vs = vectors if args.all_flex else verdicts.route_vectors(name, vectors)
+        results[name] = verdicts.judge_route(name, fn, dts, skip_cls, vs)
+        row = " | ".join(verdict(results[name]["families"][f]) for f in verdicts.COLUMNS)
         print(f"| {name} | {', '.join(dts)} | {row} | {time.perf_counter() - start:.1f} |", flush=True)
-    return 0
+    unexplained = [(r, i, d) for r, res in results.items() for i, ds in res["failing"].items()
+                   for d, why in ds.items() if why == "unexplained"]
+    for r, i, d in unexplained:
+        print(f"unexplained: {r} {i} {d}")
+    if args.write:
+        out = {"versions": verdicts.versions(), "columns": list(verdicts.COLUMNS), "routes": results,
+               "causes": {k: list(x) for k, x in verdicts.CAUSES.items()}}
+        verdicts.RESULTS.write_text(verdicts.dumps(out), encoding="utf-8")
+        print(f"wrote {verdicts.RESULTS.relative_to(ROOT)}")
+    return 1 if unexplained else 0
 
 
 if __name__ == "__main__":

@@ -10,11 +10,16 @@ and names each file and block that would change. The blocks:
   they supersede; and ``gradient-vectors``, where the page has one, the gradient vectors
   (then left out of ``vectors``);
 - ``components`` in ``README.md``: the counts and the table of components;
-- ``functions`` in ``spec/FUNCTIONS.md``: each function's vector counts.
+- ``functions`` in ``spec/FUNCTIONS.md``: each function's vector counts;
+- ``kernel-verdicts`` in ``README.md``: the real CPU kernels' verdict per route and family
+  of sdpa vectors, from the committed ``tests/kernels/verdicts.json`` (written by
+  ``benchmarks/judge_kernels.py --write``, asserted against the installed kernels by
+  tests/kernels; read here as JSON data: no kernel is imported).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -135,12 +140,80 @@ def functions_block(spec: Spec) -> str:
     return "\n".join(lines) + "\n"
 
 
+# -- README.md: the real kernels' verdicts ---------------------------------------
+
+KERNEL_RESULTS = "tests/kernels/verdicts.json"
+KERNEL_RESULTS_MAX_BYTES = 1 << 20
+KERNEL_NOTE = ("<!-- Generated from tests/kernels/verdicts.json (benchmarks/judge_kernels.py "
+               "--write) by `attnspec generate`; do not edit. -->")
+KERNELS = {"flex": "FlexAttention, `torch.compile` (CPU)", "sdpa-math": "SDPA math path (CPU)",
+           "sdpa-flash": "SDPA flash kernel (CPU)", "ort-attention": "ONNX `Attention` (23)",
+           "ort-gqa": "`com.microsoft.GroupQueryAttention`", "ort-mha": "`com.microsoft.MultiHeadAttention`"}
+
+
+def kernel_results(root: Path) -> dict:
+    """The committed verdicts, checked for the fields the table reads."""
+    path = root / KERNEL_RESULTS
+    if not path.is_file():
+        raise DerivedError(f"{KERNEL_RESULTS}: missing (python benchmarks/judge_kernels.py --write)")
+    if path.stat().st_size > KERNEL_RESULTS_MAX_BYTES:
+        raise DerivedError(f"{KERNEL_RESULTS}: {path.stat().st_size} bytes, over {KERNEL_RESULTS_MAX_BYTES}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        columns, causes = list(data["columns"]), dict(data["causes"])
+        for route, res in data["routes"].items():
+            for col in columns:
+                cell = res["families"][col]
+                if not all(isinstance(cell[k], int) for k in ("pass", "fail", "skip")):
+                    raise TypeError(f"routes.{route}.families.{col}: counts must be integers")
+                unknown = set(cell["causes"]) - set(causes)
+                if unknown:
+                    raise KeyError(f"routes.{route}.families.{col}.causes: {sorted(unknown)} not in causes")
+        dict(data["versions"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DerivedError(f"{KERNEL_RESULTS}: malformed ({type(exc).__name__}: {exc})") from exc
+    return data
+
+
+def kernel_cell(cell: dict, causes: dict) -> str:
+    judged = cell["pass"] + cell["fail"]
+    if not judged:
+        return "skip" if cell["skip"] else "not run"
+    if not cell["fail"]:
+        return "pass"
+    links = ", ".join(f"[{c}]({causes[c][0]}#{causes[c][1]})" for c in cell["causes"])
+    return f"FAIL {cell['fail']}/{judged}: {links}"
+
+
+def kernels_block(root: Path) -> str:
+    """README's verdict table of the real CPU kernels."""
+    data = kernel_results(root)
+    versions = ", ".join(f"{k} {v}" for k, v in sorted(data["versions"].items()))
+    cols = data["columns"]
+    lines = [KERNEL_NOTE, "", "## Real attention kernels", "",
+             f"Real attention kernels judged by the sdpa value vectors on the CPU ({versions}; "
+             "no GPU). A cell is `pass` (every judged vector of the family passes at every dtype "
+             "of the row), `FAIL a/b` (a of b judged (vector, dtype) pairs fail, each cause a line "
+             "of its kernel page), `skip` (the kernel cannot express the family) or `not run` "
+             "(left out: FlexAttention's small GQA vectors, compiled only by `python "
+             "benchmarks/judge_kernels.py --all-flex`). Only the output is judged. `tests/kernels` "
+             "asserts this table against the installed kernels.", "",
+             f"| route | kernel | dtypes | {' | '.join(cols)} |",
+             f"|---|---|---|{'---|' * len(cols)}"]
+    for route, res in data["routes"].items():
+        cells = " | ".join(kernel_cell(res["families"][c], data["causes"]) for c in cols)
+        lines.append(f"| `{route}` | {KERNELS.get(route, route)} | {', '.join(res['dtypes'])} | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
 # -- every file ----------------------------------------------------------------
 
-def derived_blocks(spec: Spec) -> dict[str, Callable[[str], dict[str, str]]]:
-    """file (relative to the root) -> the bodies of its blocks, given the file's text."""
+def derived_blocks(spec: Spec, root: Path | None = None) -> dict[str, Callable[[str], dict[str, str]]]:
+    """file (relative to the root) -> the bodies of its blocks, given the file's text (README's
+    kernel table only with ``root``, the checkout holding its results)."""
     out: dict[str, Callable[[str], dict[str, str]]] = {
-        "README.md": lambda text: {"components": components_block(spec)},
+        "README.md": lambda text: {"components": components_block(spec),
+                                   **({"kernel-verdicts": kernels_block(root)} if root else {})},
         "spec/FUNCTIONS.md": lambda text: {"functions": functions_block(spec)},
     }
     for comp, vectors in spec.by_component().items():
@@ -152,7 +225,7 @@ def derived_blocks(spec: Spec) -> dict[str, Callable[[str], dict[str, str]]]:
 def render(root: Path, spec: Spec) -> dict[str, tuple[str, str, list[str]]]:
     """file -> (text on disk, text with every block derived, names of the blocks that differ)."""
     out = {}
-    for rel, bodies in derived_blocks(spec).items():
+    for rel, bodies in derived_blocks(spec, root).items():
         path = root / rel
         if not path.is_file():
             raise DerivedError(f"{rel}: missing (every component needs its page; "

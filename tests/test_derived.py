@@ -21,6 +21,8 @@ def tree(tmp_path, monkeypatch):
     shutil.copy(ROOT / "README.md", tmp_path / "README.md")
     shutil.copytree(ROOT / "spec" / "components", tmp_path / "spec" / "components")
     shutil.copy(ROOT / "spec" / "FUNCTIONS.md", tmp_path / "spec" / "FUNCTIONS.md")
+    (tmp_path / "tests" / "kernels").mkdir(parents=True)  # README's kernel table reads it
+    shutil.copy(ROOT / "tests" / "kernels" / "verdicts.json", tmp_path / "tests" / "kernels")
     (tmp_path / "spec" / "vectors").symlink_to(VECTORS_DIR)
     monkeypatch.chdir(tmp_path)
     return tmp_path

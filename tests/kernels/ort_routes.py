@@ -85,13 +85,25 @@ def _bsh(x):
     return np.ascontiguousarray(x.transpose(0, 2, 1, 3).reshape(n, t, h * k))
 
 
+def _heads_as_heads(c: Call) -> Call:
+    """A vector without GQA whose q, k, v share a head axis (-3) as ``num_kv_heads = H``:
+    its heads go to the op's heads, not into the batch (the op refuses a batch above 1
+    when T > 1 and a cache is given)."""
+    if c.num_kv_heads is not None or min(x.ndim for x in (c.q, c.k, c.v)) < 3:
+        return c
+    h = c.q.shape[-3]
+    if h == 1 or c.k.shape[-3] != h or c.v.shape[-3] != h:
+        return c
+    return Call(c.q, c.k, c.v, c.mask, c.bias, c.scale, h, c.softcap, c.causal, c.window)
+
+
 def gqa(c: Call, dtype: str):
     if c.mask is not None or c.bias is not None or c.window is not None or not (c.causal or c.t == 1):
         raise Skip("GroupQueryAttention is always causal: only the bottom-right causal mask "
                    "(or one query and no mask) and no bias map")
     if c.t > c.s:
         raise Skip("T > S: rows with nothing to attend have no cache layout")
-    (q, k, v), batch = _four_d(c)
+    (q, k, v), batch = _four_d(_heads_as_heads(c))
     width = v.shape[-1]
     if q.shape[-1] != v.shape[-1] or q.shape[-1] % 8:  # one head size, a multiple of 8
         scale = 1 / np.sqrt(c.q.shape[-1]) if c.scale is None else c.scale
