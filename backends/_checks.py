@@ -120,6 +120,20 @@ def attention_inputs(a, q, k, v, mask, bias) -> tuple:
     return q, k, v, mask, bias, full
 
 
+def attention_states(a, outputs, lses) -> tuple:
+    """merge_attention_states' arrays checked: floating outputs (N, ..., V) with N >= 1 and
+    lses (N, ...) = outputs.shape[:-1], of outputs' dtype and device."""
+    outputs = a.floating("outputs", outputs)
+    lses = like(a, "lses", a.floating("lses", lses), "outputs", outputs)
+    so = rank("outputs", outputs, min_rank=2)
+    if so[0] < 1:
+        raise ShapeError(f"outputs needs at least one part on axis 0, got shape {so}")
+    if shape(lses) != so[:-1]:
+        raise ShapeError(f"lses must have shape outputs.shape[:-1] = {so[:-1]}, got lses of "
+                         f"shape {shape(lses)} for outputs of shape {so}")
+    return outputs, lses
+
+
 def alignment_inputs(a, query, keys, values, mask) -> tuple:
     """Additive and Luong attention's arrays checked: query (B, T, Dq), keys (B, S, Dk),
     values (B, S, Dv) (None: the keys), floating, of query's dtype and device; mask
