@@ -134,6 +134,18 @@ def attention_states(a, outputs, lses) -> tuple:
     return outputs, lses
 
 
+def sinks_of(a, sinks, scores_shape: tuple, q):
+    """Attention sinks: floating (H,) of q's dtype and device, H = the scores' axis -3."""
+    sinks = like(a, "sinks", a.floating("sinks", sinks), "q", q)
+    if len(scores_shape) < 3:
+        raise ShapeError(f"sinks need a head axis (-3) in the scores, but q has shape "
+                         f"{shape(q)} (scores {scores_shape})")
+    if shape(sinks) != (scores_shape[-3],):
+        raise ShapeError(f"sinks must have shape ({scores_shape[-3]},), one per head on axis "
+                         f"-3, got sinks of shape {shape(sinks)}")
+    return sinks
+
+
 def alignment_inputs(a, query, keys, values, mask) -> tuple:
     """Additive and Luong attention's arrays checked: query (B, T, Dq), keys (B, S, Dk),
     values (B, S, Dv) (None: the keys), floating, of query's dtype and device; mask

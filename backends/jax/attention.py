@@ -304,3 +304,30 @@ def merge_attention_states(outputs, lses):
     """w = softmax over the parts (axis 0) of lses (a -inf part gets weight 0; all -inf: 0),
     output = sum_n w_n outputs_n over the parts with w_n != 0, lse = ln sum_n exp(lses_n)."""
     return _merge(*check.attention_states(_core, outputs, lses))
+
+
+# == attention sinks (issue 22 item 4) =====================================================
+
+@functools.partial(jax.jit, static_argnames="full")
+def _sdpa_sinks(q, k, v, sinks, mask, bias, c, full, cap=None):
+    scores = _scores(q, k, c, bias, full, cap)  # (..., H, T, S)
+    keep = jnp.broadcast_to(True if mask is None else mask, full)
+    column = jnp.broadcast_to(sinks[:, None, None], full[:-1] + (1,))  # (..., H, T, 1)
+    kept = jnp.concatenate([keep, jnp.ones(full[:-1] + (1,), bool)], axis=-1)
+    weights = _softmax_core(jnp.concatenate([scores, column], axis=-1), kept, -1)[..., :-1]
+    return weighted_sum(weights, v), weights  # (..., H, T, V), (..., H, T, S)
+
+
+def sdpa_sinks(q, k, v, sinks, mask=None, bias=None, *, scale=None, num_kv_heads=None,
+               softcap=None):
+    """W = exp(S) / (exp(sinks[h]) + sum_kept exp(S)) per head h (axis -3), output = W v:
+    the softmax over the scores with the sink column appended (gpt-oss), then dropped. The
+    sink is neither scaled, capped nor biased; a fully masked row gives zeros."""
+    if num_kv_heads is not None:
+        q, k, v = floating("q", q), floating("k", k), floating("v", v)
+        k, v = repeat_kv(q, k, v, num_kv_heads)
+    q, k, v, mask, bias, full = check.attention_inputs(_core, q, k, v, mask, bias)
+    sinks = check.sinks_of(_core, sinks, full, q)
+    cap = None if softcap is None else const(q, check.softcap(softcap))
+    c = const(q, check.scale(scale, q.shape[-1]))
+    return _sdpa_sinks(q, k, v, sinks, mask, bias, c, full, cap)

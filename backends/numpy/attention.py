@@ -361,3 +361,63 @@ def merge_attention_states_vjp(cotangents, outputs, lses):
     with np.errstate(invalid="ignore"):
         dot = np.sum(dO * np.where(used[..., None], o - merged, 0), axis=-1)  # (N, ...)
     return {"outputs": w[..., None] * dO, "lses": np.where(used, w * (dot + dL), 0)}, {}
+
+
+# == attention sinks (issue 22 item 4) =====================================================
+
+def _sink_weights(scores, keep, sinks):
+    """softmax over [kept scores..., sink_h] with the sink column dropped: (..., H, T, S)."""
+    column = np.broadcast_to(sinks[:, None, None], scores.shape[:-1] + (1,))  # (..., H, T, 1)
+    x = np.concatenate([scores, column.astype(scores.dtype)], axis=-1)  # (..., H, T, S + 1)
+    kept = np.concatenate([keep, np.ones(column.shape, dtype=bool)], axis=-1)
+    return softmax(x, kept)  # (..., H, T, S + 1)
+
+
+def sdpa_sinks(q, k, v, sinks, mask=None, bias=None, *, scale=None, num_kv_heads=None,
+               softcap=None):
+    """W = exp(S) / (exp(sinks[h]) + sum_kept exp(S)) per head h (axis -3), output = W v.
+
+    S are sdpa's scores; the sink is a logit with no value, neither scaled, capped nor
+    biased (gpt-oss). A fully masked row gives zero weights and a zero output."""
+    v, scores, keep = _lse_scores(q, k, v, mask, bias, scale, num_kv_heads, softcap)
+    sinks = check.sinks_of(_core, sinks, scores.shape, q)
+    weights = _sink_weights(scores, keep, sinks)[..., :-1]  # (..., H, T, S)
+    return weighted_sum(weights, v), weights  # (..., H, T, V), (..., H, T, S)
+
+
+# P = softmax([S, sink]), W = P[..., :S], p = P[..., S]; g = dO v^T + dW:
+#   dS = W * (g - rowsum(g * W)),  dsink_h = -sum over every row of head h of p * rowsum(g * W)
+# then sdpa's backward from dS (tanh' of the cap, scale, GQA group sums, dbias = dS).
+def sdpa_sinks_vjp(cotangents, q, k, v, sinks, mask=None, bias=None, *, scale=None,
+                   num_kv_heads=None, softcap=None):
+    k_in, v_in = k, v
+    if num_kv_heads is not None:
+        k, v = repeat_kv(q, k, v, num_kv_heads)                       # (..., H, S, .)
+    v, scores, keep = _lse_scores(q, k, v, mask, bias, scale, None, softcap)
+    sinks = check.sinks_of(_core, sinks, scores.shape, q)
+    p_all = _sink_weights(scores, keep, sinks)
+    w, p = p_all[..., :-1], p_all[..., -1]                           # (..., H, T, S), (..., H, T)
+    dO = np.broadcast_to(np.asarray(cotangents["output"], dtype=w.dtype), w.shape[:-1] + v.shape[-1:])
+    g = dO @ np.swapaxes(v, -1, -2)                                   # (..., H, T, S)
+    if "weights" in cotangents:
+        g = g + np.asarray(cotangents["weights"], dtype=w.dtype)
+    gw = np.sum(g * w, axis=-1)                                       # (..., H, T)
+    dS = w * (g - gw[..., None])
+    c = w.dtype.type(check.scale(scale, q.shape[-1]))
+    ds = dS
+    if softcap is not None:
+        cap = w.dtype.type(check.softcap(softcap))
+        ds = dS * (1 - np.tanh((q @ np.swapaxes(k, -1, -2)) * c / cap) ** 2)
+    grads = {"q": _unbroadcast(c * (ds @ k), q.shape),
+             "k": _unbroadcast(c * (np.swapaxes(ds, -1, -2) @ q), k.shape),
+             "v": _unbroadcast(np.swapaxes(w, -1, -2) @ dO, v.shape)}
+    if num_kv_heads is not None:
+        for name, x in (("k", k_in), ("v", v_in)):
+            gr = grads[name]
+            kv = np.shape(x)[-3]
+            grads[name] = gr.reshape(gr.shape[:-3] + (kv, gr.shape[-3] // kv) + gr.shape[-2:]).sum(-3)
+    if bias is not None:
+        grads["bias"] = _unbroadcast(dS, np.shape(bias))
+    dp = -p * gw                                                      # (..., H, T)
+    grads["sinks"] = np.sum(dp.reshape(-1, *dp.shape[-2:]), axis=(0, 2))  # (H,)
+    return grads, {}

@@ -243,3 +243,29 @@ def merge_attention_states(outputs, lses):
     used = tf.broadcast_to(w != 0, check.shape(o))
     terms = w * tf.where(used, o, zeros(o))  # an unused part's NaN never meets its weight 0
     return tf.reduce_sum(terms, axis=0), logsumexp(s, tf.ones_like(s, dtype=tf.bool), axis=0)
+
+
+# == attention sinks (issue 22 item 4) =====================================================
+
+def sdpa_sinks(q, k, v, sinks, mask=None, bias=None, *, scale=None, num_kv_heads=None,
+               softcap=None):
+    """W = exp(S) / (exp(sinks[h]) + sum_kept exp(S)) per head h (axis -3), output = W v:
+    the softmax over the scores with the sink column appended (gpt-oss), then dropped. The
+    sink is neither scaled, capped nor biased; a fully masked row gives zeros."""
+    if num_kv_heads is not None:
+        k, v = repeat_kv(q, k, v, num_kv_heads)
+    q, k, v, mask, bias, full = check.attention_inputs(_core, q, k, v, mask, bias)
+    sinks = check.sinks_of(_core, sinks, full, q)
+    c = const(check.scale(scale, check.shape(q)[-1]), q)
+    cap = check.softcap(softcap)
+    scores = tf.matmul(_batched(q, full), _batched(k, full), transpose_b=True) * c  # (..., H, T, S)
+    if cap is not None:
+        scores = _softcap(scores, cap)
+    if bias is not None:
+        scores = scores + bias
+    scores = tf.broadcast_to(scores, full)
+    keep = tf.ones(full, dtype=tf.bool) if mask is None else tf.broadcast_to(mask, full)
+    column = tf.broadcast_to(sinks[:, None, None], full[:-1] + (1,))  # (..., H, T, 1)
+    kept = tf.concat([keep, tf.ones(full[:-1] + (1,), dtype=tf.bool)], axis=-1)
+    weights = softmax(tf.concat([scores, column], axis=-1), kept)[..., :-1]  # (..., H, T, S)
+    return weighted_sum(weights, _batched(v, full)), weights

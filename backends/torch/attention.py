@@ -296,3 +296,30 @@ def merge_attention_states(outputs, lses):
     used = w != 0
     terms = w * torch.where(used, o, 0)  # an unused part's NaN never meets its weight 0
     return terms.sum(dim=0), logsumexp(s, torch.ones_like(s, dtype=torch.bool), dim=0)
+
+
+# == attention sinks (issue 22 item 4) =====================================================
+
+def sdpa_sinks(q, k, v, sinks, mask=None, bias=None, *, scale=None, num_kv_heads=None,
+               softcap=None):
+    """W = exp(S) / (exp(sinks[h]) + sum_kept exp(S)) per head h (axis -3), output = W v:
+    the softmax over the scores with the sink column appended (gpt-oss), then dropped. The
+    sink is neither scaled, capped nor biased; a fully masked row gives zeros."""
+    if num_kv_heads is not None:
+        k, v = repeat_kv(q, k, v, num_kv_heads)
+    q, k, v, mask, bias, full = check.attention_inputs(_core, q, k, v, mask, bias)
+    sinks = check.sinks_of(_core, sinks, full, q)
+    c = check.scale(scale, q.shape[-1])
+    cap = check.softcap(softcap)
+    scores = (q @ k.transpose(-1, -2)) * c  # (..., H, T, S)
+    if cap is not None:
+        scores = cap * torch.tanh(scores / cap)
+    if bias is not None:
+        scores = scores + bias
+    scores = scores.expand(full)
+    keep = torch.ones(full, dtype=torch.bool, device=q.device) if mask is None else mask.expand(full)
+    column = sinks[:, None, None].expand(*full[:-1], 1)  # (..., H, T, 1)
+    kept = torch.cat([keep, torch.ones_like(column, dtype=torch.bool)], dim=-1)
+    weights = softmax(torch.cat([scores, column], dim=-1), kept)[..., :-1]  # (..., H, T, S)
+    paths.note("explicit")
+    return weighted_sum(weights, v), weights
