@@ -18,7 +18,9 @@ NAME = "attention_sinks"
 
 
 def heads(rng, b, h, h_kv, t, s, k=4, v=3, lo=-2.0, hi=2.0):
-    return {"q": rng.uniform((b, h, t, k), lo, hi), "k": rng.uniform((b, h_kv, s, k), lo, hi),
+    step = 2.0 ** -6 if max(-lo, hi) <= 4 else 2.0 ** -4  # exact in bfloat16
+    return {"q": rng.uniform((b, h, t, k), lo, hi, step),
+            "k": rng.uniform((b, h_kv, s, k), lo, hi, step),
             "v": rng.uniform((b, h_kv, s, v))}
 
 
@@ -61,8 +63,8 @@ def cases(rng):
                 flags=["edge", "non-finite"])
     yield value(f"{NAME}/defaults-001", "sdpa_sinks",
                 "Every attribute left out (scale 1/sqrt(4), no grouping, no cap), q, k in "
-                "[-4, 4]: a default scale of 1 fails.",
-                inputs={**heads(Rng(f"{NAME}/defaults"), 1, 2, 2, 3, 4, lo=-4.0, hi=4.0),
+                "[-8, 8] (scores up to 128): a default scale of 1 or a default cap fails.",
+                inputs={**heads(Rng(f"{NAME}/defaults"), 1, 2, 2, 3, 4, lo=-8.0, hi=8.0),
                         "sinks": np.array([0.5, 1.5])}, flags=["defaults"], omit_defaults=True)
 
     x = heads(rng, 1, 2, 2, 3, 4)
