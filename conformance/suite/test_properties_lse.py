@@ -115,3 +115,40 @@ def test_merge_attention_states_of_a_merge_and_the_other_parts_is_the_merge_of_a
     want = ops.merge_attention_states(outputs=outputs, lses=lses)
     for g, w in zip(got, want):
         ops.assert_close(g, w, scale=8)
+
+
+# -- attention sinks -------------------------------------------------------------------------
+
+
+@st.composite
+def with_heads(draw):
+    """q (B, H, T, K), k, v (B, H, S, .), a (T, S) mask and sinks (H,)."""
+    b, h, t, s = (draw(st.integers(1, n)) for n in (2, 3, 4, 6))
+    kw, vw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    q, k, v = (draw(arrays((b, h) + shape)) for shape in ((t, kw), (s, kw), (s, vw)))
+    mask = draw(hnp.arrays(np.bool_, (t, s)))
+    sinks = draw(hnp.arrays(np.float64, (h,), elements=exact.map(lambda x: 2 * x)))
+    return q, k, v, mask, sinks
+
+
+@given(x=with_heads())
+def test_sdpa_sinks_is_sdpa_times_the_sigmoid_of_its_lse_minus_the_sink(ops, x):
+    """output = O sigmoid(lse - sink_h) and weights = W sigmoid(lse - sink_h): the merge of
+    sdpa with a part whose output is 0 and whose lse is the sink."""
+    q, k, v, mask, sinks = x
+    output, weights = ops.sdpa_sinks(q=q, k=k, v=v, sinks=sinks, mask=mask)
+    plain, lse = ops.sdpa_lse(q=q, k=k, v=v, mask=mask)
+    _, plain_weights = ops.sdpa(q=q, k=k, v=v, mask=mask)
+    with np.errstate(over="ignore"):
+        share = 1 / (1 + np.exp(sinks[:, None] - lse))  # (B, H, T); 0 where lse = -inf
+    ops.assert_close(output, plain * share[..., None], scale=8)
+    ops.assert_close(weights, plain_weights * share[..., None], scale=8)
+
+
+@given(x=with_heads())
+def test_sdpa_sinks_with_every_sink_minus_inf_is_sdpa(ops, x):
+    q, k, v, mask, sinks = x
+    got = ops.sdpa_sinks(q=q, k=k, v=v, sinks=np.full(sinks.shape, -np.inf), mask=mask)
+    want = ops.sdpa(q=q, k=k, v=v, mask=mask)
+    for g, w in zip(got, want):
+        ops.assert_close(g, w, scale=4)
