@@ -120,6 +120,32 @@ def attention_inputs(a, q, k, v, mask, bias) -> tuple:
     return q, k, v, mask, bias, full
 
 
+def attention_states(a, outputs, lses) -> tuple:
+    """merge_attention_states' arrays checked: floating outputs (N, ..., V) with N >= 1 and
+    lses (N, ...) = outputs.shape[:-1], of outputs' dtype and device."""
+    outputs = a.floating("outputs", outputs)
+    lses = like(a, "lses", a.floating("lses", lses), "outputs", outputs)
+    so = rank("outputs", outputs, min_rank=2)
+    if so[0] < 1:
+        raise ShapeError(f"outputs needs at least one part on axis 0, got shape {so}")
+    if shape(lses) != so[:-1]:
+        raise ShapeError(f"lses must have shape outputs.shape[:-1] = {so[:-1]}, got lses of "
+                         f"shape {shape(lses)} for outputs of shape {so}")
+    return outputs, lses
+
+
+def sinks_of(a, sinks, scores_shape: tuple, q):
+    """Attention sinks: floating (H,) of q's dtype and device, H = the scores' axis -3."""
+    sinks = like(a, "sinks", a.floating("sinks", sinks), "q", q)
+    if len(scores_shape) < 3:
+        raise ShapeError(f"sinks need a head axis (-3) in the scores, but q has shape "
+                         f"{shape(q)} (scores {scores_shape})")
+    if shape(sinks) != (scores_shape[-3],):
+        raise ShapeError(f"sinks must have shape ({scores_shape[-3]},), one per head on axis "
+                         f"-3, got sinks of shape {shape(sinks)}")
+    return sinks
+
+
 def alignment_inputs(a, query, keys, values, mask) -> tuple:
     """Additive and Luong attention's arrays checked: query (B, T, Dq), keys (B, S, Dk),
     values (B, S, Dv) (None: the keys), floating, of query's dtype and device; mask

@@ -28,6 +28,12 @@ WRONG = [
     ("sdpa", {"scale": 1.0}),
     ("sdpa", {"num_kv_heads": 1}),  # every query head on one kv head: a plain sdpa fails
     ("sdpa", {"softcap": 50.0}),  # Gemma 2's attention cap where none is asked
+    ("sdpa_lse", {"scale": 1.0}),
+    ("sdpa_lse", {"num_kv_heads": 1}),
+    ("sdpa_lse", {"softcap": 50.0}),
+    ("sdpa_sinks", {"scale": 1.0}),
+    ("sdpa_sinks", {"num_kv_heads": 1}),
+    ("sdpa_sinks", {"softcap": 50.0}),
     ("mha", {"num_kv_heads": 1}),  # multi-query by default: w_k, w_v read as the wrong shapes
     ("topk_attention", {"scale": 1.0}),
     ("topk_attention", {"ties": "keep_all"}),

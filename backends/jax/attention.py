@@ -250,3 +250,84 @@ def _entropy(w, axis):
     positive = w > 0
     terms = jnp.where(positive, w * jnp.log(jnp.where(positive, w, 1)), 0)
     return -jnp.sum(terms, axis=axis)
+
+
+# == log-sum-exp output and merging attention states (issue 22) ==========================
+
+def _logsumexp_core(x, keep, axis: int):
+    """ln sum_j exp(x_j) over the kept entries (keep and x_j != -inf), inside a jit; none kept
+    -> -inf, a kept +inf -> +inf, a kept NaN -> NaN. The maximum m of the finite kept entries
+    is subtracted first (and held constant: its gradient cancels); an empty row's log is
+    taken of 1, then replaced, so no NaN reaches the gradient."""
+    kept = keep & (x != -jnp.inf)
+    nan = jnp.any(kept & jnp.isnan(x), axis=axis)
+    top = jnp.any(kept & (x == jnp.inf), axis=axis)
+    live = kept & jnp.isfinite(x)
+    m = jnp.max(jnp.where(live, x, -jnp.inf), axis=axis, keepdims=True, initial=-jnp.inf)
+    m = jax.lax.stop_gradient(jnp.where(jnp.isfinite(m), m, 0))
+    total = jnp.sum(jnp.where(live, jnp.exp(jnp.where(live, x - m, 0)), 0), axis=axis)
+    some = total > 0
+    lse = jnp.where(some, jnp.squeeze(m, axis) + jnp.log(jnp.where(some, total, 1)), -jnp.inf)
+    lse = jnp.where(top, jnp.inf, lse)
+    return jnp.where(nan, jnp.nan, lse).astype(x.dtype)
+
+
+@functools.partial(jax.jit, static_argnames="full")
+def _sdpa_lse(q, k, v, mask, bias, c, full, cap=None):
+    scores = _scores(q, k, c, bias, full, cap)  # (..., T, S)
+    keep = jnp.broadcast_to(True if mask is None else mask, full)
+    output = weighted_sum(_softmax_core(scores, keep, -1), v)  # (..., T, V)
+    return output, _logsumexp_core(scores, keep, -1)  # (..., T)
+
+
+def sdpa_lse(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, softcap=None):
+    """sdpa's output and lse[..., i] = ln sum_j exp(scores[..., i, j]) over the kept keys
+    (natural log; -inf for a row with nothing kept, whose output is 0). Compiled per shape
+    (no buckets: padded keys would be masked, but the lse's shape is the exact one)."""
+    if num_kv_heads is not None:
+        q, k, v = floating("q", q), floating("k", k), floating("v", v)
+        k, v = repeat_kv(q, k, v, num_kv_heads)
+    q, k, v, mask, bias, full = check.attention_inputs(_core, q, k, v, mask, bias)
+    cap = None if softcap is None else const(q, check.softcap(softcap))
+    c = const(q, check.scale(scale, q.shape[-1]))
+    return _sdpa_lse(q, k, v, mask, bias, c, full, cap)
+
+
+@jax.jit
+def _merge(o, s):
+    w = _softmax_core(s, True, 0)[..., None]  # (N, ..., 1)
+    terms = w * jnp.where(w != 0, o, 0)  # an unused part's NaN never meets its weight 0
+    return jnp.sum(terms, axis=0), _logsumexp_core(s, True, 0)  # (..., V), (...)
+
+
+def merge_attention_states(outputs, lses):
+    """w = softmax over the parts (axis 0) of lses (a -inf part gets weight 0; all -inf: 0),
+    output = sum_n w_n outputs_n over the parts with w_n != 0, lse = ln sum_n exp(lses_n)."""
+    return _merge(*check.attention_states(_core, outputs, lses))
+
+
+# == attention sinks (issue 22 item 4) =====================================================
+
+@functools.partial(jax.jit, static_argnames="full")
+def _sdpa_sinks(q, k, v, sinks, mask, bias, c, full, cap=None):
+    scores = _scores(q, k, c, bias, full, cap)  # (..., H, T, S)
+    keep = jnp.broadcast_to(True if mask is None else mask, full)
+    column = jnp.broadcast_to(sinks[:, None, None], full[:-1] + (1,))  # (..., H, T, 1)
+    kept = jnp.concatenate([keep, jnp.ones(full[:-1] + (1,), bool)], axis=-1)
+    weights = _softmax_core(jnp.concatenate([scores, column], axis=-1), kept, -1)[..., :-1]
+    return weighted_sum(weights, v), weights  # (..., H, T, V), (..., H, T, S)
+
+
+def sdpa_sinks(q, k, v, sinks, mask=None, bias=None, *, scale=None, num_kv_heads=None,
+               softcap=None):
+    """W = exp(S) / (exp(sinks[h]) + sum_kept exp(S)) per head h (axis -3), output = W v:
+    the softmax over the scores with the sink column appended (gpt-oss), then dropped. The
+    sink is neither scaled, capped nor biased; a fully masked row gives zeros."""
+    if num_kv_heads is not None:
+        q, k, v = floating("q", q), floating("k", k), floating("v", v)
+        k, v = repeat_kv(q, k, v, num_kv_heads)
+    q, k, v, mask, bias, full = check.attention_inputs(_core, q, k, v, mask, bias)
+    sinks = check.sinks_of(_core, sinks, full, q)
+    cap = None if softcap is None else const(q, check.softcap(softcap))
+    c = const(q, check.scale(scale, q.shape[-1]))
+    return _sdpa_sinks(q, k, v, sinks, mask, bias, c, full, cap)

@@ -264,3 +264,160 @@ def attention_entropy_vjp(cotangents, weights, *, axis=-1):
     positive = w > 0
     return {"weights": np.where(positive, -dh * (np.log(np.where(positive, w, 1)) + 1),
                                 w.dtype.type(0))}, {}
+
+
+# == log-sum-exp output and merging attention states (issue 22) ==========================
+
+def logsumexp(x, keep, axis: int = -1):
+    """ln sum_j exp(x_j) over the kept entries (keep and x_j != -inf); none kept -> -inf,
+    a kept +inf -> +inf, a kept NaN -> NaN. The maximum m of the finite kept entries is
+    subtracted first: m + ln sum_j exp(x_j - m)."""
+    kept = keep & (x != -np.inf)
+    nan = np.any(kept & np.isnan(x), axis=axis)
+    top = np.any(kept & (x == np.inf), axis=axis)
+    live = kept & np.isfinite(x)
+    m = np.max(np.where(live, x, -np.inf), axis=axis, keepdims=True, initial=-np.inf)
+    m = np.where(np.isfinite(m), m, 0)
+    total = np.sum(np.where(live, np.exp(np.where(live, x - m, 0)), 0), axis=axis)
+    with np.errstate(divide="ignore"):
+        lse = np.squeeze(m, axis=axis) + np.log(total)  # log 0 = -inf: nothing kept
+    lse = np.where(top, x.dtype.type(np.inf), lse)
+    return np.where(nan, x.dtype.type(np.nan), lse).astype(x.dtype)
+
+
+def _lse_scores(q, k, v, mask, bias, scale, num_kv_heads, softcap):
+    """sdpa's checked arrays: (v, scores (..., T, S), keep (..., T, S))."""
+    if num_kv_heads is not None:
+        k, v = repeat_kv(q, k, v, num_kv_heads)
+    q, k, v, mask, bias, full = check.attention_inputs(_core, q, k, v, mask, bias)
+    c = q.dtype.type(check.scale(scale, q.shape[-1]))
+    cap = check.softcap(softcap)
+    scores = (q @ np.swapaxes(k, -1, -2)) * c  # (..., T, S)
+    if cap is not None:
+        scores = _softcap(scores, cap)
+    if bias is not None:
+        scores = scores + bias
+    keep = np.ones(full, dtype=bool) if mask is None else np.broadcast_to(mask, full)
+    return v, np.broadcast_to(scores, full), keep
+
+
+def sdpa_lse(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, softcap=None):
+    """sdpa's output and lse[..., i] = ln sum_j exp(scores[..., i, j]) over the kept keys
+    (natural log; -inf for a row with nothing kept, whose output is 0)."""
+    v, scores, keep = _lse_scores(q, k, v, mask, bias, scale, num_kv_heads, softcap)
+    weights = softmax(scores, keep)  # (..., T, S)
+    return weighted_sum(weights, v), logsumexp(scores, keep)  # (..., T, V), (..., T)
+
+
+def merge_attention_states(outputs, lses):
+    """w = softmax over the parts (axis 0) of lses (a -inf part gets weight 0; all -inf: 0),
+    output = sum_n w_n outputs_n over the parts with w_n != 0, lse = ln sum_n exp(lses_n)."""
+    o, s = check.attention_states(_core, outputs, lses)  # (N, ..., V), (N, ...)
+    w = softmax(s, axis=0)[..., None]  # (N, ..., 1)
+    with np.errstate(invalid="ignore"):
+        terms = np.where(w != 0, w * o, 0)
+    return np.sum(terms, axis=0), logsumexp(s, True, axis=0)  # (..., V), (...)
+
+
+# W = softmax(S) over the kept keys, O = W v, lse = ln sum_j exp(S_j), so d lse / dS = W:
+#   dS = W * (dO v^T - rowsum(dO v^T * W)) + W dlse,  ds = dS * (1 - tanh^2(s / C)),
+#   dq = c ds k,  dk = c ds^T q,  dv = W^T dO,  dbias = dS   (each summed to its input's shape)
+def sdpa_lse_vjp(cotangents, q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None,
+                 softcap=None):
+    k_in, v_in = k, v
+    if num_kv_heads is not None:
+        k, v = repeat_kv(q, k, v, num_kv_heads)                       # (..., H, S, .)
+    output, w = sdpa(q, k, v, mask, bias, scale=scale, softcap=softcap)  # (..., T, V), (..., T, S)
+    dO = np.broadcast_to(np.asarray(cotangents.get("output", 0), dtype=w.dtype), output.shape)
+    dlse = np.broadcast_to(np.asarray(cotangents.get("lse", 0), dtype=w.dtype), w.shape[:-1])
+    dS = softmax_backward(w, dO @ np.swapaxes(v, -1, -2)) + w * dlse[..., None]  # (..., T, S)
+    c = w.dtype.type(check.scale(scale, q.shape[-1]))
+    ds = dS
+    if softcap is not None:
+        cap = w.dtype.type(check.softcap(softcap))
+        ds = dS * (1 - np.tanh((q @ np.swapaxes(k, -1, -2)) * c / cap) ** 2)
+    grads = {"q": _unbroadcast(c * (ds @ k), q.shape),                 # (..., T, K)
+             "k": _unbroadcast(c * (np.swapaxes(ds, -1, -2) @ q), k.shape),  # (..., S, K)
+             "v": _unbroadcast(np.swapaxes(w, -1, -2) @ dO, v.shape)}  # (..., S, V)
+    if num_kv_heads is not None:
+        for name, x in (("k", k_in), ("v", v_in)):  # (..., H, S, .) -> (..., H_kv, S, .)
+            g = grads[name]
+            kv = np.shape(x)[-3]
+            grads[name] = g.reshape(g.shape[:-3] + (kv, g.shape[-3] // kv) + g.shape[-2:]).sum(-3)
+    if bias is not None:
+        grads["bias"] = _unbroadcast(dS, np.shape(bias))
+    return grads, {}
+
+
+# w = softmax_n(lses), O = sum_n w_n o_n, L = ln sum_n exp(lses_n):
+#   doutputs_n = w_n dO,  dlses_n = w_n (dO . (o_n - O) + dL)   (0 for a part of weight 0)
+def merge_attention_states_vjp(cotangents, outputs, lses):
+    merged, _ = merge_attention_states(outputs, lses)                # (..., V)
+    o, s = np.asarray(outputs), np.asarray(lses)
+    w = softmax(s, axis=0)                                           # (N, ...)
+    dO = np.broadcast_to(np.asarray(cotangents.get("output", 0), dtype=o.dtype), merged.shape)
+    dL = np.broadcast_to(np.asarray(cotangents.get("lse", 0), dtype=o.dtype), s.shape[1:])
+    used = w != 0
+    with np.errstate(invalid="ignore"):
+        dot = np.sum(dO * np.where(used[..., None], o - merged, 0), axis=-1)  # (N, ...)
+    return {"outputs": w[..., None] * dO, "lses": np.where(used, w * (dot + dL), 0)}, {}
+
+
+# == attention sinks (issue 22 item 4) =====================================================
+
+def _sink_weights(scores, keep, sinks):
+    """softmax over [kept scores..., sink_h] with the sink column dropped: (..., H, T, S)."""
+    column = np.broadcast_to(sinks[:, None, None], scores.shape[:-1] + (1,))  # (..., H, T, 1)
+    x = np.concatenate([scores, column.astype(scores.dtype)], axis=-1)  # (..., H, T, S + 1)
+    kept = np.concatenate([keep, np.ones(column.shape, dtype=bool)], axis=-1)
+    return softmax(x, kept)  # (..., H, T, S + 1)
+
+
+def sdpa_sinks(q, k, v, sinks, mask=None, bias=None, *, scale=None, num_kv_heads=None,
+               softcap=None):
+    """W = exp(S) / (exp(sinks[h]) + sum_kept exp(S)) per head h (axis -3), output = W v.
+
+    S are sdpa's scores; the sink is a logit with no value, neither scaled, capped nor
+    biased (gpt-oss). A fully masked row gives zero weights and a zero output."""
+    v, scores, keep = _lse_scores(q, k, v, mask, bias, scale, num_kv_heads, softcap)
+    sinks = check.sinks_of(_core, sinks, scores.shape, q)
+    weights = _sink_weights(scores, keep, sinks)[..., :-1]  # (..., H, T, S)
+    return weighted_sum(weights, v), weights  # (..., H, T, V), (..., H, T, S)
+
+
+# P = softmax([S, sink]), W = P[..., :S], p = P[..., S]; g = dO v^T + dW:
+#   dS = W * (g - rowsum(g * W)),  dsink_h = -sum over every row of head h of p * rowsum(g * W)
+# then sdpa's backward from dS (tanh' of the cap, scale, GQA group sums, dbias = dS).
+def sdpa_sinks_vjp(cotangents, q, k, v, sinks, mask=None, bias=None, *, scale=None,
+                   num_kv_heads=None, softcap=None):
+    k_in, v_in = k, v
+    if num_kv_heads is not None:
+        k, v = repeat_kv(q, k, v, num_kv_heads)                       # (..., H, S, .)
+    v, scores, keep = _lse_scores(q, k, v, mask, bias, scale, None, softcap)
+    sinks = check.sinks_of(_core, sinks, scores.shape, q)
+    p_all = _sink_weights(scores, keep, sinks)
+    w, p = p_all[..., :-1], p_all[..., -1]                           # (..., H, T, S), (..., H, T)
+    dO = np.broadcast_to(np.asarray(cotangents["output"], dtype=w.dtype), w.shape[:-1] + v.shape[-1:])
+    g = dO @ np.swapaxes(v, -1, -2)                                   # (..., H, T, S)
+    if "weights" in cotangents:
+        g = g + np.asarray(cotangents["weights"], dtype=w.dtype)
+    gw = np.sum(g * w, axis=-1)                                       # (..., H, T)
+    dS = w * (g - gw[..., None])
+    c = w.dtype.type(check.scale(scale, q.shape[-1]))
+    ds = dS
+    if softcap is not None:
+        cap = w.dtype.type(check.softcap(softcap))
+        ds = dS * (1 - np.tanh((q @ np.swapaxes(k, -1, -2)) * c / cap) ** 2)
+    grads = {"q": _unbroadcast(c * (ds @ k), q.shape),
+             "k": _unbroadcast(c * (np.swapaxes(ds, -1, -2) @ q), k.shape),
+             "v": _unbroadcast(np.swapaxes(w, -1, -2) @ dO, v.shape)}
+    if num_kv_heads is not None:
+        for name, x in (("k", k_in), ("v", v_in)):
+            gr = grads[name]
+            kv = np.shape(x)[-3]
+            grads[name] = gr.reshape(gr.shape[:-3] + (kv, gr.shape[-3] // kv) + gr.shape[-2:]).sum(-3)
+    if bias is not None:
+        grads["bias"] = _unbroadcast(dS, np.shape(bias))
+    dp = -p * gw                                                      # (..., H, T)
+    grads["sinks"] = np.sum(dp.reshape(-1, *dp.shape[-2:]), axis=(0, 2))  # (H,)
+    return grads, {}

@@ -191,3 +191,81 @@ def attention_entropy(weights, *, axis=-1):
     positive = w > 0
     terms = tf.where(positive, w * tf.math.log(tf.where(positive, w, const(1, w))), zeros(w))
     return -tf.reduce_sum(terms, axis=axis)
+
+
+# == log-sum-exp output and merging attention states (issue 22) ==========================
+
+def logsumexp(x, keep, axis: int = -1):
+    """ln sum_j exp(x_j) over the kept entries (keep and x_j != -inf); none kept -> -inf,
+    a kept +inf -> +inf, a kept NaN -> NaN. The maximum m of the finite kept entries is
+    subtracted first (and held constant: its gradient cancels); an empty row's log is taken
+    of 1, then replaced, so no NaN reaches the gradient."""
+    kept = keep & (x != -np.inf)
+    nan = tf.reduce_any(kept & tf.math.is_nan(x), axis=axis)
+    top = tf.reduce_any(kept & (x == np.inf), axis=axis)
+    live = kept & tf.math.is_finite(x)
+    m = tf.stop_gradient(tf.reduce_max(tf.where(live, x, const(-np.inf, x)), axis=axis,
+                                       keepdims=True))
+    m = tf.where(tf.math.is_finite(m), m, zeros(m))
+    e = tf.where(live, tf.exp(tf.where(live, x - m, zeros(x))), zeros(x))
+    total = tf.reduce_sum(e, axis=axis)
+    some = total > 0
+    lse = tf.squeeze(m, axis=axis) + tf.math.log(tf.where(some, total, const(1, total)))
+    lse = tf.where(some, lse, const(-np.inf, lse))
+    lse = tf.where(top, const(np.inf, lse), lse)
+    return tf.where(nan, const(np.nan, lse), lse)
+
+
+def sdpa_lse(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, softcap=None):
+    """sdpa's output and lse[..., i] = ln sum_j exp(scores[..., i, j]) over the kept keys
+    (natural log; -inf for a row with nothing kept, whose output is 0)."""
+    if num_kv_heads is not None:
+        k, v = repeat_kv(q, k, v, num_kv_heads)
+    q, k, v, mask, bias, full = check.attention_inputs(_core, q, k, v, mask, bias)
+    c = const(check.scale(scale, check.shape(q)[-1]), q)
+    cap = check.softcap(softcap)
+    scores = tf.matmul(_batched(q, full), _batched(k, full), transpose_b=True) * c  # (..., T, S)
+    if cap is not None:
+        scores = _softcap(scores, cap)
+    if bias is not None:
+        scores = scores + bias
+    scores = tf.broadcast_to(scores, full)
+    keep = tf.ones(full, dtype=tf.bool) if mask is None else tf.broadcast_to(mask, full)
+    output = weighted_sum(softmax(scores, keep), _batched(v, full))  # (..., T, V)
+    return output, logsumexp(scores, keep)  # (..., T)
+
+
+def merge_attention_states(outputs, lses):
+    """w = softmax over the parts (axis 0) of lses (a -inf part gets weight 0; all -inf: 0),
+    output = sum_n w_n outputs_n over the parts with w_n != 0, lse = ln sum_n exp(lses_n)."""
+    o, s = check.attention_states(_core, outputs, lses)  # (N, ..., V), (N, ...)
+    w = softmax(s, axis=0)[..., None]  # (N, ..., 1)
+    used = tf.broadcast_to(w != 0, check.shape(o))
+    terms = w * tf.where(used, o, zeros(o))  # an unused part's NaN never meets its weight 0
+    return tf.reduce_sum(terms, axis=0), logsumexp(s, tf.ones_like(s, dtype=tf.bool), axis=0)
+
+
+# == attention sinks (issue 22 item 4) =====================================================
+
+def sdpa_sinks(q, k, v, sinks, mask=None, bias=None, *, scale=None, num_kv_heads=None,
+               softcap=None):
+    """W = exp(S) / (exp(sinks[h]) + sum_kept exp(S)) per head h (axis -3), output = W v:
+    the softmax over the scores with the sink column appended (gpt-oss), then dropped. The
+    sink is neither scaled, capped nor biased; a fully masked row gives zeros."""
+    if num_kv_heads is not None:
+        k, v = repeat_kv(q, k, v, num_kv_heads)
+    q, k, v, mask, bias, full = check.attention_inputs(_core, q, k, v, mask, bias)
+    sinks = check.sinks_of(_core, sinks, full, q)
+    c = const(check.scale(scale, check.shape(q)[-1]), q)
+    cap = check.softcap(softcap)
+    scores = tf.matmul(_batched(q, full), _batched(k, full), transpose_b=True) * c  # (..., H, T, S)
+    if cap is not None:
+        scores = _softcap(scores, cap)
+    if bias is not None:
+        scores = scores + bias
+    scores = tf.broadcast_to(scores, full)
+    keep = tf.ones(full, dtype=tf.bool) if mask is None else tf.broadcast_to(mask, full)
+    column = tf.broadcast_to(sinks[:, None, None], full[:-1] + (1,))  # (..., H, T, 1)
+    kept = tf.concat([keep, tf.ones(full[:-1] + (1,), dtype=tf.bool)], axis=-1)
+    weights = softmax(tf.concat([scores, column], axis=-1), kept)[..., :-1]  # (..., H, T, S)
+    return weighted_sum(weights, _batched(v, full)), weights

@@ -244,3 +244,82 @@ def attention_entropy(weights, *, axis=-1):
     positive = w > 0
     terms = torch.where(positive, w * torch.log(torch.where(positive, w, 1)), 0)
     return -torch.sum(terms, dim=axis)
+
+
+# == log-sum-exp output and merging attention states (issue 22) ==========================
+
+def logsumexp(x, keep, dim: int = -1):
+    """ln sum_j exp(x_j) over the kept entries (keep and x_j != -inf); none kept -> -inf,
+    a kept +inf -> +inf, a kept NaN -> NaN. The maximum m of the finite kept entries is
+    subtracted first (and held constant: its gradient cancels); an empty row's log is taken
+    of 1, then replaced, so no NaN reaches the gradient."""
+    if x.shape[dim] == 0:  # an empty sum (amax refuses an empty axis)
+        return torch.full(x.sum(dim=dim).shape, -math.inf, dtype=x.dtype, device=x.device)
+    kept = keep & (x != -math.inf)
+    nan = (kept & torch.isnan(x)).any(dim=dim)
+    top = (kept & (x == math.inf)).any(dim=dim)
+    live = kept & torch.isfinite(x)
+    m = torch.where(live, x, -math.inf).amax(dim=dim, keepdim=True).detach()
+    m = torch.where(torch.isfinite(m), m, 0)
+    total = torch.where(live, torch.exp(torch.where(live, x - m, 0)), 0).sum(dim=dim)
+    some = total > 0
+    lse = torch.where(some, m.squeeze(dim) + torch.log(torch.where(some, total, 1)), -math.inf)
+    lse = torch.where(top, math.inf, lse)
+    return torch.where(nan, math.nan, lse)
+
+
+def sdpa_lse(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, softcap=None):
+    """sdpa's output and lse[..., i] = ln sum_j exp(scores[..., i, j]) over the kept keys
+    (natural log; -inf for a row with nothing kept, whose output is 0). Always the explicit
+    path: PyTorch's public kernel returns no log-sum-exp."""
+    if num_kv_heads is not None:
+        k, v = repeat_kv(q, k, v, num_kv_heads)
+    q, k, v, mask, bias, full = check.attention_inputs(_core, q, k, v, mask, bias)
+    c = check.scale(scale, q.shape[-1])
+    cap = check.softcap(softcap)
+    scores = (q @ k.transpose(-1, -2)) * c  # (..., T, S)
+    if cap is not None:
+        scores = cap * torch.tanh(scores / cap)
+    if bias is not None:
+        scores = scores + bias
+    scores = scores.expand(full)
+    keep = torch.ones(full, dtype=torch.bool, device=q.device) if mask is None else mask.expand(full)
+    paths.note("explicit")
+    return weighted_sum(softmax(scores, keep), v), logsumexp(scores, keep)  # (..., T, V), (..., T)
+
+
+def merge_attention_states(outputs, lses):
+    """w = softmax over the parts (axis 0) of lses (a -inf part gets weight 0; all -inf: 0),
+    output = sum_n w_n outputs_n over the parts with w_n != 0, lse = ln sum_n exp(lses_n)."""
+    o, s = check.attention_states(_core, outputs, lses)  # (N, ..., V), (N, ...)
+    w = softmax(s, axis=0)[..., None]  # (N, ..., 1)
+    used = w != 0
+    terms = w * torch.where(used, o, 0)  # an unused part's NaN never meets its weight 0
+    return terms.sum(dim=0), logsumexp(s, torch.ones_like(s, dtype=torch.bool), dim=0)
+
+
+# == attention sinks (issue 22 item 4) =====================================================
+
+def sdpa_sinks(q, k, v, sinks, mask=None, bias=None, *, scale=None, num_kv_heads=None,
+               softcap=None):
+    """W = exp(S) / (exp(sinks[h]) + sum_kept exp(S)) per head h (axis -3), output = W v:
+    the softmax over the scores with the sink column appended (gpt-oss), then dropped. The
+    sink is neither scaled, capped nor biased; a fully masked row gives zeros."""
+    if num_kv_heads is not None:
+        k, v = repeat_kv(q, k, v, num_kv_heads)
+    q, k, v, mask, bias, full = check.attention_inputs(_core, q, k, v, mask, bias)
+    sinks = check.sinks_of(_core, sinks, full, q)
+    c = check.scale(scale, q.shape[-1])
+    cap = check.softcap(softcap)
+    scores = (q @ k.transpose(-1, -2)) * c  # (..., H, T, S)
+    if cap is not None:
+        scores = cap * torch.tanh(scores / cap)
+    if bias is not None:
+        scores = scores + bias
+    scores = scores.expand(full)
+    keep = torch.ones(full, dtype=torch.bool, device=q.device) if mask is None else mask.expand(full)
+    column = sinks[:, None, None].expand(*full[:-1], 1)  # (..., H, T, 1)
+    kept = torch.cat([keep, torch.ones_like(column, dtype=torch.bool)], dim=-1)
+    weights = softmax(torch.cat([scores, column], dim=-1), kept)[..., :-1]  # (..., H, T, S)
+    paths.note("explicit")
+    return weighted_sum(weights, v), weights
