@@ -3,5 +3,5 @@
 Importing this package is cheap: it imports neither mpmath nor any framework.
 """
 
-SPEC_VERSION = "1.3.0"
+SPEC_VERSION = "1.4.0"
 __version__ = SPEC_VERSION

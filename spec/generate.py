@@ -144,7 +144,7 @@ def _resolve(component: str, built: list, frozen: dict, derived: dict, default: 
         released = v
         if content_hash(v) != frozen[case.id]["sha256"] and "gradients" in v:
             released = _released_content(component, v, frozen[case.id])
-        chain = [released] + _released_revisions(released, frozen, yielded)
+        chain = [released] + _released_revisions(released, frozen, yielded, v)
         last = chain[-1]
         stem = REVISION_RE.match(case.id).group(1)
         given = derived.get(last["id"], derived.get(case.id, derived.get(stem)))
@@ -204,12 +204,20 @@ def _same_gradients(a: dict, b: dict) -> bool:
     return True
 
 
-def _released_revisions(v: dict, frozen: dict, yielded: set) -> list[dict]:
-    """Automatic revisions of ``v`` already released (rebuilt from its case)."""
+def _released_revisions(v: dict, frozen: dict, yielded: set, fresh: dict | None = None) -> list[dict]:
+    """Automatic revisions of ``v`` already released (rebuilt from its case): each one a
+    copy of the one before with new tolerances, or, where that is not what was released, a
+    copy of ``fresh`` (the case built now: a revision that stored exact zeros for the
+    residues of the one before)."""
     stem, n = REVISION_RE.match(v["id"]).groups()
     out, prev, k = [], v, int(n or 1) + 1
     while f"{stem}r{k}" in frozen and f"{stem}r{k}" not in yielded:
-        prev = _revision(prev, _tolerances(None, frozen[f"{stem}r{k}"]["tolerances"]))
+        entry = frozen[f"{stem}r{k}"]
+        tolerances = _tolerances(None, entry["tolerances"])
+        tried = [_revision(prev, tolerances)]
+        if fresh is not None and fresh is not v:
+            tried.append(_revision(fresh, tolerances, prev["id"]))
+        prev = next((c for c in tried if content_hash(c) == entry["sha256"]), tried[0])
         out.append(prev)
         k += 1
     return out
