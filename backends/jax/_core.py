@@ -109,6 +109,17 @@ def skip_weights() -> bool:
     return _skip_weights.get()
 
 
+@contextlib.contextmanager
+def skipping_weights():
+    """sdpa inside returns no weights and takes jax.nn.dot_product_attention where it agrees
+    with the spec (what the composites do under the fused path)."""
+    token = _skip_weights.set(True)
+    try:
+        yield
+    finally:
+        _skip_weights.reset(token)
+
+
 def no_weights_unless_traced(fn):
     """A bound composite: under the fused path and with no ``trace`` asked for, nothing
     above the attention reads its weights, so sdpa returns none."""
@@ -116,9 +127,6 @@ def no_weights_unless_traced(fn):
     def composite(*args, **kwargs):
         if _attention.get() != "fused" or kwargs.get("trace") is not None:
             return fn(*args, **kwargs)
-        token = _skip_weights.set(True)
-        try:
+        with skipping_weights():
             return fn(*args, **kwargs)
-        finally:
-            _skip_weights.reset(token)
     return composite
