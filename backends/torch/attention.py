@@ -153,8 +153,10 @@ def _weights(q, k, mask, bias, c: float, full: tuple, cap: float | None = None):
 
 def _fusable(q, k, v, bias) -> bool:
     """PyTorch's kernel multiplies masked keys by weight 0 (0 * NaN = NaN) and gives NaN
-    for +inf scores, so it runs only on finite q, k, v and a bias without NaN or +inf."""
-    ok = torch.isfinite(q).all() & torch.isfinite(k).all() & torch.isfinite(v).all()
+    for +inf scores, so it runs only on finite q, k, v and a bias without NaN or +inf.
+    A sum is finite only if every term is (an overflowing sum of finite terms just sends
+    the call to the explicit path): one read of each array, no (.., T, K) temporaries."""
+    ok = torch.isfinite(q.sum()) & torch.isfinite(k.sum()) & torch.isfinite(v.sum())
     if bias is not None:
         ok = ok & ~(torch.isnan(bias) | (bias == math.inf)).any()
     return bool(ok)  # one device sync
