@@ -6,9 +6,11 @@ sdpa and MHA (B=8, T=128, D=256, H=8).
 The built-in is ``jax.nn.dot_product_attention`` (layout (B, T, H, K)), jitted; for MHA it
 is wrapped in the same projections, all in one ``jax.jit``. attnspec's functions are called
 as a user calls them (argument checks in Python, then the jitted kernel), and they also
-return the attention weights, which the built-in does not. Prints, for each, the first
-call (compilation included: nearly all of what a conformance run spends), the median of
-the later calls, the ratio attnspec / built-in and the largest difference.
+return the attention weights, which the built-in does not; "sdpa fused" is sdpa with no
+weights asked for (as the composites call it under ``attention=fused``): the built-in itself.
+Prints, for each, the first call (compilation included: nearly all of what a conformance
+run spends), the median of the later calls, the ratio attnspec / built-in and the largest
+difference.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from attnspec.backends import jax as spec_jax
+from attnspec.backends.jax._core import skipping_weights
 
 B, T, D, H = 8, 128, 256, 8
 K = D // H
@@ -57,7 +60,7 @@ def builtin_mha(x, p):
 
 def report(name, ours, theirs, err):
     (f1, t1), (f2, t2) = ours, theirs
-    print(f"{name:5s} attnspec {t1 * 1e3:8.3f} ms (first {f1 * 1e3:6.0f} ms)  "
+    print(f"{name:10s} attnspec {t1 * 1e3:8.3f} ms (first {f1 * 1e3:6.0f} ms)  "
           f"jax.nn {t2 * 1e3:8.3f} ms (first {f2 * 1e3:6.0f} ms)  ratio {t1 / t2:.3f}  "
           f"max|diff| {err:.2e}")
 
@@ -80,6 +83,9 @@ def main(argv=None):
     print(f"device={args.device} float32 B={B} T={T} D={D} H={H} jax {jax.__version__} "
           f"({backend.compile_note})")
     report("sdpa", (f1, t1), (f2, t2), float(jnp.max(jnp.abs(ours - theirs))))
+    with skipping_weights():  # no weights asked for: the fused path of the composites
+        f1, t1, (fused, _) = timed(lambda: sdpa(q, k, v), args.repeat)
+    report("sdpa fused", (f1, t1), (f2, t2), float(jnp.max(jnp.abs(fused - theirs))))
 
     x = put(rng.normal(size=(B, T, D)))
     p = {f"w_{n}": put(rng.normal(size=(D, D)) / np.sqrt(D)) for n in "qkvo"}

@@ -25,6 +25,12 @@ Devices: ``cpu``, and ``gpu`` (alias ``cuda``) when JAX sees a GPU (install
                        (benchmarks/bench_jax.py). The spec's arrays are tiny, so compiling is
                        nearly all of a suite run's time. default: XLA as configured (for
                        timing kernels).
+  attention=explicit|fused  explicit (the default): softmax(q k^T) v written out. fused: the
+                       composites (layers, models, decoding) called without a trace compute
+                       no weights, and their attention runs jax.nn.dot_product_attention
+                       (is_causal for a causal mask) where it agrees with the spec (finite
+                       inputs, rank 4, no bias or soft-cap; a row with no key is set to 0).
+                       Outside a backend: ``with attention_path("fused"): ...``.
   buckets=on|off       on (the default; also ATTNSPEC_JAX_BUCKETS; process-wide, the last
                        backend made decides): a kernel called on concrete CPU arrays
                        compiles once per shape bucket, not once per shape (buckets.py);
@@ -55,6 +61,8 @@ from . import buckets
 jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402  (after x64 is on)
+
+from ._core import attention_path  # noqa: E402  (public)
 
 # No flag here reassociates or approximates floating-point arithmetic (no fast-math): the
 # conformance suite passes with and without them. XLA aborts the process on a flag it does
@@ -172,10 +180,14 @@ class JaxBackend(Backend):
 
     def __init__(self, **options):
         super().__init__(**options)
-        unknown = set(options) - {"device", "compile_cache", "compile", "buckets"}
+        unknown = set(options) - {"device", "compile_cache", "compile", "buckets", "attention"}
         if unknown:
             raise ConfigError(f"unknown jax backend option(s) {sorted(unknown)}; known: device, "
-                              f"compile_cache, compile, buckets")
+                              f"compile_cache, compile, buckets, attention")
+        self.attention = options.get("attention", "explicit")
+        if self.attention not in ("explicit", "fused"):
+            raise ConfigError(f"jax backend option attention={self.attention!r}: expected "
+                              f"explicit or fused")
         # every option is checked before any process-wide setting changes
         on = _option(options, "buckets", "ATTNSPEC_JAX_BUCKETS", "on")
         if on not in ("on", "off"):
@@ -281,7 +293,8 @@ class JaxBackend(Backend):
         @functools.wraps(fn)
         def on_device(*args, **kwargs):
             _bound_compiled_executables()
-            with jax.default_device(self._device(self.default_device)):
+            with jax.default_device(self._device(self.default_device)), \
+                    attention_path(self.attention):
                 return fn(*args, **kwargs)
         return on_device
 

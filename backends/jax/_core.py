@@ -8,10 +8,14 @@ without complaint). NumPy arrays are accepted and become JAX arrays.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+from contextvars import ContextVar
+
 import jax
 import jax.numpy as jnp
 import numpy as np
-from attnspec.spec.errors import DTypeError
+from attnspec.spec.errors import ConfigError, DTypeError
 
 from .. import _checks as check
 
@@ -77,3 +81,52 @@ def weighted_sum(weights, v):
 
 def same_device(name: str, x, like) -> None:
     """Every array of this backend is on its one device: nothing to check."""
+
+
+# -- the attention path -----------------------------------------------------------------------
+# "explicit" (default): softmax(q k^T) v written out, weights returned. "fused": the
+# composites called without a trace compute no weights, and sdpa then runs
+# jax.nn.dot_product_attention (attention.py, _fused) where it agrees with the spec.
+_attention: ContextVar[str] = ContextVar("attnspec_jax_attention", default="explicit")
+_skip_weights: ContextVar[bool] = ContextVar("attnspec_jax_skip_weights", default=False)
+
+
+@contextlib.contextmanager
+def attention_path(attention: str = "fused"):
+    """Public: the attention path of the functions called inside (a context variable: per
+    thread and per asyncio task)."""
+    if attention not in ("explicit", "fused"):
+        raise ConfigError(f"attention_path: attention must be 'explicit' or 'fused', "
+                          f"got {attention!r}")
+    token = _attention.set(attention)
+    try:
+        yield attention
+    finally:
+        _attention.reset(token)
+
+
+def skip_weights() -> bool:
+    return _skip_weights.get()
+
+
+@contextlib.contextmanager
+def skipping_weights():
+    """sdpa inside returns no weights and takes jax.nn.dot_product_attention where it agrees
+    with the spec (what the composites do under the fused path)."""
+    token = _skip_weights.set(True)
+    try:
+        yield
+    finally:
+        _skip_weights.reset(token)
+
+
+def no_weights_unless_traced(fn):
+    """A bound composite: under the fused path and with no ``trace`` asked for, nothing
+    above the attention reads its weights, so sdpa returns none."""
+    @functools.wraps(fn)
+    def composite(*args, **kwargs):
+        if _attention.get() != "fused" or kwargs.get("trace") is not None:
+            return fn(*args, **kwargs)
+        with skipping_weights():
+            return fn(*args, **kwargs)
+    return composite

@@ -163,13 +163,53 @@ def sdpa(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, softca
     With softcap = c, cap(s) = c tanh(s / c), before the bias and the mask (Gemma 2);
     None: cap(s) = s.
     """
+    k_kv, v_kv = k, v
     if num_kv_heads is not None:
         q, k, v = floating("q", q), floating("k", k), floating("v", v)
+        k_kv, v_kv = k, v
         k, v = repeat_kv(q, k, v, num_kv_heads)
     q, k, v, mask, bias, full = check.attention_inputs(_core, q, k, v, mask, bias)
     cap = None if softcap is None else const(q, check.softcap(softcap))
     c = const(q, check.scale(scale, q.shape[-1]))
+    if _core.skip_weights() and cap is None and bias is None and _fusable(q, k_kv, v_kv, mask):
+        return _fused(q, k_kv, v_kv, mask, c, _is_causal(mask, full)), None
     return _bucketed(_sdpa, q, k, v, mask, full, {"bias": bias}, c=c, cap=cap)
+
+
+def _fusable(q, k, v, mask) -> bool:
+    """Where jax.nn.dot_product_attention agrees with the spec: rank-4 (B, H, T, K) arrays
+    (the composites'), a mask of rank <= 4, not float64 (its XLA version takes the logits
+    in float32), finite q, k, v (its weights multiply a masked key's value by 0, so a NaN
+    there would reach the output, and +inf scores give NaN)."""
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4 or (mask is not None and mask.ndim > 4):
+        return False
+    if q.dtype == jnp.float64:
+        return False
+    # a sum is finite only if every term is (one that overflows: the explicit path)
+    return bool(jnp.isfinite(q.sum() + k.sum() + v.sum()))
+
+
+def _is_causal(mask, full) -> bool:
+    """Whether mask is exactly the causal (T, T) mask (jax's is_causal is top-left aligned,
+    the spec's bottom-right: the same when T = S)."""
+    t, s = full[-2:]
+    if mask is None or t != s or math.prod(mask.shape) != t * s or mask.shape[-2:] != (t, s):
+        return False
+    return bool(np.array_equal(np.asarray(mask).reshape(t, s), np.tri(t, s, dtype=bool)))
+
+
+@functools.partial(jax.jit, static_argnames="causal")
+def _fused(q, k, v, mask, c, causal: bool):
+    """sdpa's output through jax.nn.dot_product_attention ((B, T, H, K) layout; k, v may
+    have H_kv heads, grouped-query attention). Its masked logits are a large negative
+    number, not -inf: a row with no key left would average every value; the spec's is 0."""
+    swap = lambda x: jnp.swapaxes(x, 1, 2)  # noqa: E731  (B, H, T, K) <-> (B, T, H, K)
+    keep = None if mask is None or causal else mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
+    out = swap(jax.nn.dot_product_attention(swap(q), swap(k), swap(v), mask=keep, scale=c,
+                                            is_causal=causal))  # (B, H, T, V)
+    if keep is None:
+        return out
+    return jnp.where(keep.any(axis=-1, keepdims=True), out, 0)
 
 
 def _bucketed(kernel, q, k, v, mask, full, scores_like: dict, **rest):

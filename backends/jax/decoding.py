@@ -1,6 +1,8 @@
-"""Greedy and cached decoding: the shared composites (backends/composite/decoding.py)."""
+"""Greedy and cached decoding: the shared composites (backends/composite/decoding.py);
+under ``attention=fused`` their attention computes no weights."""
 
 from ..composite.decoding import Decoding
+from ._core import no_weights_unless_traced as _fast
 
 (greedy_decode, decoder_only_init_cache, decoder_only_step, llama_init_cache,
- llama_step) = Decoding.bind(__package__)
+ llama_step) = map(_fast, Decoding.bind(__package__))

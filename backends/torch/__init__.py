@@ -6,8 +6,13 @@ Importing this package imports torch; nothing else in attnspec does.
 
 Backend options (``--backend-option KEY=VALUE``):
   attention=explicit  (default) softmax(q k^T) v written out;
-  attention=fused     outputs of attention through F.scaled_dot_product_attention
-                      (weights, which the spec functions return, still computed explicitly).
+  attention=fused     outputs of attention through F.scaled_dot_product_attention; sdpa and
+                      mha, which return the weights, still compute them explicitly, but the
+                      composites (layers, stacks, models, decoding) called without a trace
+                      compute none: a causal mask becomes is_causal=True, any other mask
+                      stays compact, so memory is linear in T.
+  Outside a backend: ``with attention_path("fused"): layers.llama_layer(...)``; the
+  nn.Modules take the fused kernels whenever no weights are asked for (need_weights=False).
   threads=N           torch.set_num_threads(N) (default 1: the vectors are tiny; 0 leaves
                       torch's default).
   device=NAME         device for functions without tensor inputs (default: the last device
@@ -24,7 +29,7 @@ import torch
 from attnspec.spec.errors import ConfigError
 
 from ..base import Backend, returns_of
-from ._core import Paths, using
+from ._core import Paths, attention_path, using  # noqa: F401  (attention_path: public)
 
 TORCH_DTYPES = {"float64": torch.float64, "float32": torch.float32,
                 "float16": torch.float16, "bfloat16": torch.bfloat16}

@@ -8,12 +8,13 @@ raise its own RuntimeError. Nothing is ever moved between devices silently.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from contextvars import ContextVar
 
 import numpy as np
 import torch
-from attnspec.spec.errors import DeviceError, DTypeError
+from attnspec.spec.errors import ConfigError, DeviceError, DTypeError
 
 from .. import _checks as check
 
@@ -141,3 +142,27 @@ def fused() -> bool:
 
 def note(path: str) -> None:
     current().note(path)
+
+
+@contextlib.contextmanager
+def attention_path(attention: str = "fused"):
+    """Public: run the component functions called directly (outside a backend) with this
+    attention path; ``"fused"`` makes the composites (layers, stacks, models, decoding)
+    call PyTorch's fused kernels without the weights they do not return (linear memory)."""
+    if attention not in ("explicit", "fused"):
+        raise ConfigError(f"attention_path: attention must be 'explicit' or 'fused', "
+                          f"got {attention!r}")
+    with using(Paths(attention)) as p:
+        yield p
+
+
+def no_weights_unless_traced(fn):
+    """A bound composite: under the fused path and with no ``trace`` asked for, nothing
+    above the attention reads its weights, so sdpa returns none (F.sdpa, linear memory)."""
+    @functools.wraps(fn)
+    def composite(*args, **kwargs):
+        if current().attention != "fused" or kwargs.get("trace") is not None:
+            return fn(*args, **kwargs)
+        with skipping_weights(True):
+            return fn(*args, **kwargs)
+    return composite

@@ -153,8 +153,10 @@ def _weights(q, k, mask, bias, c: float, full: tuple, cap: float | None = None):
 
 def _fusable(q, k, v, bias) -> bool:
     """PyTorch's kernel multiplies masked keys by weight 0 (0 * NaN = NaN) and gives NaN
-    for +inf scores, so it runs only on finite q, k, v and a bias without NaN or +inf."""
-    ok = torch.isfinite(q).all() & torch.isfinite(k).all() & torch.isfinite(v).all()
+    for +inf scores, so it runs only on finite q, k, v and a bias without NaN or +inf.
+    A sum is finite only if every term is (an overflowing sum of finite terms just sends
+    the call to the explicit path): one read of each array, no (.., T, K) temporaries."""
+    ok = torch.isfinite(q.sum()) & torch.isfinite(k.sum()) & torch.isfinite(v.sum())
     if bias is not None:
         ok = ok & ~(torch.isnan(bias) | (bias == math.inf)).any()
     return bool(ok)  # one device sync
@@ -165,6 +167,9 @@ def fused_sdpa(q, k, v, mask=None, bias=None, *, scale, enable_gqa=False):
 
     Same mask polarity (True = may attend); a bias becomes a float mask with -inf where
     masked; rows with nothing to attend to are set to 0 (PyTorch gives NaN there).
+    The mask is handed over compact (never expanded to the scores' shape): a causal (T, T)
+    mask becomes ``is_causal=True`` (no mask at all), any other one keeps its own shape, so
+    memory stays linear in T where the mask is (or is no more than the mask itself).
     enable_gqa: k, v have H_kv heads on axis -3 (grouped-query attention, checked), and
     PyTorch's kernel maps query head h to kv head h // (H / H_kv).
     Inputs are assumed checked (this is the fast path of ``sdpa`` and the modules); inputs
@@ -181,23 +186,42 @@ def fused_sdpa(q, k, v, mask=None, bias=None, *, scale, enable_gqa=False):
     paths.note("fused")
     lead = -3 if enable_gqa else -2  # the head axis differs between q and k, v under GQA
     batch = torch.broadcast_shapes(q.shape[:lead], k.shape[:lead], v.shape[:lead])
-    q, k, v = (x.expand(*batch, *x.shape[lead:]) for x in (q, k, v))
-    full = (*batch, *q.shape[lead:-2], q.shape[-2], k.shape[-2])  # (..., [H,] T, S)
-    # the spec's masks broadcast from any rank (a (S,) key mask); PyTorch's needs (..., T, S)
-    mask, bias = (None if m is None else m.expand(full) for m in (mask, bias))
-    keep = mask
-    if bias is not None:
-        finite = bias != -math.inf
-        keep = finite if keep is None else keep & finite
-        attn = bias if mask is None else bias.masked_fill(~mask, -math.inf)
-    else:
-        attn = mask
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn, scale=scale,
+    q, k, v = (x.expand(*batch, *x.shape[lead:]) for x in (q, k, v))  # views
+    t, s = q.shape[-2], k.shape[-2]
+    causal = bias is None and _is_causal(mask, t, s)
+    keep, attn = (None, None) if causal else _compact_mask(mask, bias)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn, is_causal=causal, scale=scale,
                                          enable_gqa=enable_gqa)  # (..., T, V)
     if keep is None:
         return out
-    any_key = keep.any(dim=-1, keepdim=True)  # (..., T, 1)
+    any_key = keep.any(dim=-1, keepdim=True)  # (..., T, 1) at the mask's own batch shape
     return torch.where(any_key, out, 0)
+
+
+def _at_least_2d(m):
+    """The spec's masks broadcast from any rank (a (S,) key mask); PyTorch's needs (.., T, S)."""
+    return m if m is None or m.dim() >= 2 else m.reshape((1,) * (2 - m.dim()) + tuple(m.shape))
+
+
+def _is_causal(mask, t: int, s: int) -> bool:
+    """Whether mask, broadcast, is exactly the causal (T, T) mask: then PyTorch's
+    ``is_causal`` (top-left aligned, the same as the spec's bottom-right one when T = S)."""
+    if mask is None or t != s or mask.shape[-2:] != (t, s) or mask.numel() != t * s:
+        return False
+    causal = torch.ones(t, s, dtype=torch.bool, device=mask.device).tril_()  # (T, S)
+    return torch.equal(mask.reshape(t, s), causal)
+
+
+def _compact_mask(mask, bias) -> tuple:
+    """(keep, attn_mask): the kept keys and the mask for PyTorch, both at the broadcast
+    shape of mask and bias only (a (T, S) mask stays (T, S))."""
+    mask, bias = _at_least_2d(mask), _at_least_2d(bias)
+    if bias is None:
+        return mask, mask
+    keep = bias != -math.inf
+    if mask is None:
+        return keep, bias
+    return keep & mask, torch.where(mask, bias, -math.inf)
 
 
 TIES = ("lower_index", "keep_all")

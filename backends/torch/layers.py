@@ -1,5 +1,7 @@
-"""Transformer layers and stacks: the shared composites (backends/composite/layers.py)."""
+"""Transformer layers and stacks: the shared composites (backends/composite/layers.py);
+under ``attention=fused`` and without a trace, their attention computes no weights."""
 
 from ..composite.layers import Layers
+from ._core import no_weights_unless_traced as _fast
 
-encoder_layer, decoder_layer, encoder, decoder, llama_layer = Layers.bind(__package__)
+encoder_layer, decoder_layer, encoder, decoder, llama_layer = map(_fast, Layers.bind(__package__))
