@@ -13,15 +13,13 @@ import mpmath
 import numpy as np
 
 from .core import (
-    fsum_axes,
     matmul,
     mpa,
     softmax_row,
     transpose_last,
-    unbroadcast,
     weighted_sum,
 )
-from .sdpa import batch_shape, repeat_kv, scores_of
+from .sdpa import batch_shape, repeat_kv, scores_backward
 from .sdpa_lse import masked_scores
 
 
@@ -70,24 +68,8 @@ def sdpa_sinks_vjp(cot, q, k, v, sinks, mask=None, bias=None, scale=None, num_kv
         s = mpmath.fsum(gj * wj for gj, wj in zip(g[idx], w[idx]))
         dS[idx] = [wj * (gj - s) for gj, wj in zip(g[idx], w[idx])]
         dp[idx] = -p[idx] * s
-    ds = dS
-    if softcap is not None:
-        cap = mpmath.mpf(softcap)
-        raw = np.broadcast_to(scores_of(q, k, scale), w.shape)
-        ds = dS * np.vectorize(lambda e: 1 - mpmath.tanh(e / cap) ** 2, otypes=[object])(raw)
-    c = 1 / mpmath.sqrt(q.shape[-1]) if scale is None else mpmath.mpf(scale)
-    kb = np.broadcast_to(k, full + k.shape[-2:])
-    qb = np.broadcast_to(q, full + q.shape[-2:])
-    grads = {"q": unbroadcast(matmul(ds, kb) * c, q.shape),
-             "k": unbroadcast(matmul(transpose_last(ds), qb) * c, k.shape),
-             "v": unbroadcast(matmul(transpose_last(w), dO), v.shape)}
-    if num_kv_heads is not None:
-        for name, x in (("k", k_in), ("v", v_in)):
-            gr = grads[name]
-            gr = gr.reshape(gr.shape[:-3] + (x.shape[-3], gr.shape[-3] // x.shape[-3]) + gr.shape[-2:])
-            grads[name] = fsum_axes(gr, (-3,))
-    if bias is not None:
-        grads["bias"] = unbroadcast(dS, np.shape(bias))
+    grads = scores_backward(dS, w, dO, q, k, v, (k_in, v_in), bias=bias, scale=scale,
+                            num_kv_heads=num_kv_heads, softcap=softcap)
     dsinks = np.empty(np.shape(sinks), dtype=object)
     for h in range(dsinks.shape[0]):
         dsinks[h] = mpmath.fsum(dp[..., h, :].ravel())

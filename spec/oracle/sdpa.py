@@ -96,6 +96,18 @@ def sdpa_vjp(cot, q, k, v, mask=None, bias=None, scale=None, num_kv_heads=None, 
     dS = np.empty(w.shape, dtype=object)
     for idx, row in rows(w):
         dS[idx] = softmax_backward_row(row, list(dWt[idx]))
+    return scores_backward(dS, w, dO, q, k, v, (k_in, v_in), bias=bias, scale=scale,
+                           num_kv_heads=num_kv_heads, softcap=softcap), {}
+
+
+def scores_backward(dS, w, dO, q, k, v, kv_in, *, bias, scale, num_kv_heads, softcap) -> dict:
+    """From dS (the gradient of the capped, biased scores) and dO to the input gradients,
+    shared by every attention whose weights W multiply v (sdpa, sdpa_lse, sdpa_sinks):
+        ds = dS * (1 - tanh^2(s / C)) (no cap: ds = dS),
+        dq = c ds k,  dk = c ds^T q,  dv = W^T dO,  dbias = dS (summed to bias's shape);
+    k and v are the repeated ones under GQA, ``kv_in`` the given ones (dk, dv of a kv head
+    summed over its group of query heads)."""
+    full = batch_shape(q, k, v)
     ds = dS
     if softcap is not None:
         cap = mpmath.mpf(softcap)
@@ -108,13 +120,13 @@ def sdpa_vjp(cot, q, k, v, mask=None, bias=None, scale=None, num_kv_heads=None, 
              "k": unbroadcast(matmul(transpose_last(ds), qb) * c, k.shape),  # (..., S, K)
              "v": unbroadcast(matmul(transpose_last(w), dO), v.shape)}       # (..., S, V)
     if num_kv_heads is not None:
-        for name, x in (("k", k_in), ("v", v_in)):  # (..., H, S, .) -> (..., H_kv, S, .)
+        for name, x in zip(("k", "v"), kv_in):  # (..., H, S, .) -> (..., H_kv, S, .)
             g = grads[name]
             g = g.reshape(g.shape[:-3] + (x.shape[-3], g.shape[-3] // x.shape[-3]) + g.shape[-2:])
             grads[name] = fsum_axes(g, (-3,))
     if bias is not None:
         grads["bias"] = unbroadcast(dS, np.shape(bias))
-    return grads, {}
+    return grads
 
 
 VJPS = {"sdpa": sdpa_vjp}

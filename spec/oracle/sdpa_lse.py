@@ -14,15 +14,13 @@ import numpy as np
 from .core import (
     add,
     cotangent,
-    fsum_axes,
     matmul,
     mpa,
     rows,
     softmax_backward_row,
     transpose_last,
-    unbroadcast,
 )
-from .sdpa import batch_shape, repeat_kv, scores_of
+from .sdpa import batch_shape, repeat_kv, scores_backward, scores_of
 from .sdpa import sdpa as sdpa_oracle
 from .softcap import softcap as capped
 
@@ -96,25 +94,8 @@ def sdpa_lse_vjp(cot, q, k, v, mask=None, bias=None, scale=None, num_kv_heads=No
     for idx, row in rows(w):
         dS[idx] = [a + wj * dlse[idx] for a, wj in
                    zip(softmax_backward_row(row, list(dWt[idx])), row)]
-    ds = dS
-    if softcap is not None:
-        cap = mpmath.mpf(softcap)
-        s = np.broadcast_to(scores_of(q, k, scale), w.shape)
-        ds = dS * np.vectorize(lambda e: 1 - mpmath.tanh(e / cap) ** 2, otypes=[object])(s)
-    c = 1 / mpmath.sqrt(q.shape[-1]) if scale is None else mpmath.mpf(scale)
-    kb = np.broadcast_to(k, full + k.shape[-2:])
-    qb = np.broadcast_to(q, full + q.shape[-2:])
-    grads = {"q": unbroadcast(matmul(ds, kb) * c, q.shape),                 # (..., T, K)
-             "k": unbroadcast(matmul(transpose_last(ds), qb) * c, k.shape),  # (..., S, K)
-             "v": unbroadcast(matmul(transpose_last(w), dO), v.shape)}       # (..., S, V)
-    if num_kv_heads is not None:
-        for name, x in (("k", k_in), ("v", v_in)):  # (..., H, S, .) -> (..., H_kv, S, .)
-            g = grads[name]
-            g = g.reshape(g.shape[:-3] + (x.shape[-3], g.shape[-3] // x.shape[-3]) + g.shape[-2:])
-            grads[name] = fsum_axes(g, (-3,))
-    if bias is not None:
-        grads["bias"] = unbroadcast(dS, np.shape(bias))
-    return grads, {}
+    return scores_backward(dS, w, dO, q, k, v, (k_in, v_in), bias=bias, scale=scale,
+                           num_kv_heads=num_kv_heads, softcap=softcap), {}
 
 
 VJPS = {"sdpa_lse": sdpa_lse_vjp}
