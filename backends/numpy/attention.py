@@ -220,6 +220,13 @@ def sdpa_vjp(cotangents, q, k, v, mask=None, bias=None, *, scale=None, num_kv_he
     if "weights" in cotangents:
         dW = dW + np.asarray(cotangents["weights"], dtype=w.dtype)
     dS = softmax_backward(w, dW)                                       # (..., T, S)
+    return _scores_backward(dS, w, dO, q, k, v, (k_in, v_in), bias, scale, softcap, num_kv_heads), {}
+
+
+# From dS (the gradient of the capped, biased scores) and dO to the input gradients, shared
+# by sdpa, sdpa_lse and sdpa_sinks (k, v repeated under GQA; kv_in the given ones):
+#   ds = dS * (1 - tanh^2(s / C)),  dq = c ds k,  dk = c ds^T q,  dv = W^T dO,  dbias = dS
+def _scores_backward(dS, w, dO, q, k, v, kv_in, bias, scale, softcap, num_kv_heads) -> dict:
     c = w.dtype.type(check.scale(scale, q.shape[-1]))
     ds = dS
     if softcap is not None:
@@ -229,13 +236,13 @@ def sdpa_vjp(cotangents, q, k, v, mask=None, bias=None, *, scale=None, num_kv_he
              "k": _unbroadcast(c * (np.swapaxes(ds, -1, -2) @ q), k.shape),  # (..., S, K)
              "v": _unbroadcast(np.swapaxes(w, -1, -2) @ dO, v.shape)}  # (..., S, V)
     if num_kv_heads is not None:
-        for name, x in (("k", k_in), ("v", v_in)):  # (..., H, S, .) -> (..., H_kv, S, .)
+        for name, x in zip(("k", "v"), kv_in):  # (..., H, S, .) -> (..., H_kv, S, .)
             g = grads[name]
             kv = np.shape(x)[-3]
             grads[name] = g.reshape(g.shape[:-3] + (kv, g.shape[-3] // kv) + g.shape[-2:]).sum(-3)
     if bias is not None:
         grads["bias"] = _unbroadcast(dS, np.shape(bias))
-    return grads, {}
+    return grads
 
 
 # The kept set is held fixed at the forward pass's choice (the selection and its ties are
@@ -331,22 +338,7 @@ def sdpa_lse_vjp(cotangents, q, k, v, mask=None, bias=None, *, scale=None, num_k
     dO = np.broadcast_to(np.asarray(cotangents.get("output", 0), dtype=w.dtype), output.shape)
     dlse = np.broadcast_to(np.asarray(cotangents.get("lse", 0), dtype=w.dtype), w.shape[:-1])
     dS = softmax_backward(w, dO @ np.swapaxes(v, -1, -2)) + w * dlse[..., None]  # (..., T, S)
-    c = w.dtype.type(check.scale(scale, q.shape[-1]))
-    ds = dS
-    if softcap is not None:
-        cap = w.dtype.type(check.softcap(softcap))
-        ds = dS * (1 - np.tanh((q @ np.swapaxes(k, -1, -2)) * c / cap) ** 2)
-    grads = {"q": _unbroadcast(c * (ds @ k), q.shape),                 # (..., T, K)
-             "k": _unbroadcast(c * (np.swapaxes(ds, -1, -2) @ q), k.shape),  # (..., S, K)
-             "v": _unbroadcast(np.swapaxes(w, -1, -2) @ dO, v.shape)}  # (..., S, V)
-    if num_kv_heads is not None:
-        for name, x in (("k", k_in), ("v", v_in)):  # (..., H, S, .) -> (..., H_kv, S, .)
-            g = grads[name]
-            kv = np.shape(x)[-3]
-            grads[name] = g.reshape(g.shape[:-3] + (kv, g.shape[-3] // kv) + g.shape[-2:]).sum(-3)
-    if bias is not None:
-        grads["bias"] = _unbroadcast(dS, np.shape(bias))
-    return grads, {}
+    return _scores_backward(dS, w, dO, q, k, v, (k_in, v_in), bias, scale, softcap, num_kv_heads), {}
 
 
 # w = softmax_n(lses), O = sum_n w_n o_n, L = ln sum_n exp(lses_n):
@@ -403,21 +395,7 @@ def sdpa_sinks_vjp(cotangents, q, k, v, sinks, mask=None, bias=None, *, scale=No
         g = g + np.asarray(cotangents["weights"], dtype=w.dtype)
     gw = np.sum(g * w, axis=-1)                                       # (..., H, T)
     dS = w * (g - gw[..., None])
-    c = w.dtype.type(check.scale(scale, q.shape[-1]))
-    ds = dS
-    if softcap is not None:
-        cap = w.dtype.type(check.softcap(softcap))
-        ds = dS * (1 - np.tanh((q @ np.swapaxes(k, -1, -2)) * c / cap) ** 2)
-    grads = {"q": _unbroadcast(c * (ds @ k), q.shape),
-             "k": _unbroadcast(c * (np.swapaxes(ds, -1, -2) @ q), k.shape),
-             "v": _unbroadcast(np.swapaxes(w, -1, -2) @ dO, v.shape)}
-    if num_kv_heads is not None:
-        for name, x in (("k", k_in), ("v", v_in)):
-            gr = grads[name]
-            kv = np.shape(x)[-3]
-            grads[name] = gr.reshape(gr.shape[:-3] + (kv, gr.shape[-3] // kv) + gr.shape[-2:]).sum(-3)
-    if bias is not None:
-        grads["bias"] = _unbroadcast(dS, np.shape(bias))
+    grads = _scores_backward(dS, w, dO, q, k, v, (k_in, v_in), bias, scale, softcap, num_kv_heads)
     dp = -p * gw                                                      # (..., H, T)
     grads["sinks"] = np.sum(dp.reshape(-1, *dp.shape[-2:]), axis=(0, 2))  # (H,)
     return grads, {}
