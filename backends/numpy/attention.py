@@ -118,6 +118,14 @@ def sdpa(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, softca
     attention), axis -3 holds the heads and query head h reads kv head h // (H / H_kv).
     With softcap = c, cap(s) = c tanh(s / c), before the bias and the mask (Gemma 2, ONNX).
     """
+    v, scores, mask, _ = _scores(q, k, v, mask, bias, scale, num_kv_heads, softcap)
+    weights = softmax(scores, mask)  # (..., T, S)
+    return weighted_sum(weights, v), weights  # (..., T, V), (..., T, S)
+
+
+def _scores(q, k, v, mask, bias, scale, num_kv_heads, softcap):
+    """The checked arrays and the scaled, capped, biased scores of sdpa and its variants:
+    (v, scores (..., T, S), mask, the broadcast batch shape (..., T, S))."""
     if num_kv_heads is not None:
         k, v = repeat_kv(q, k, v, num_kv_heads)
     q, k, v, mask, bias, full = check.attention_inputs(_core, q, k, v, mask, bias)
@@ -128,8 +136,7 @@ def sdpa(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, softca
         scores = _softcap(scores, cap)
     if bias is not None:
         scores = scores + bias
-    weights = softmax(np.broadcast_to(scores, full), mask)  # (..., T, S)
-    return weighted_sum(weights, v), weights  # (..., T, V), (..., T, S)
+    return v, np.broadcast_to(scores, full), mask, full
 
 
 TIES = ("lower_index", "keep_all")
@@ -294,18 +301,9 @@ def logsumexp(x, keep, axis: int = -1):
 
 def _lse_scores(q, k, v, mask, bias, scale, num_kv_heads, softcap):
     """sdpa's checked arrays: (v, scores (..., T, S), keep (..., T, S))."""
-    if num_kv_heads is not None:
-        k, v = repeat_kv(q, k, v, num_kv_heads)
-    q, k, v, mask, bias, full = check.attention_inputs(_core, q, k, v, mask, bias)
-    c = q.dtype.type(check.scale(scale, q.shape[-1]))
-    cap = check.softcap(softcap)
-    scores = (q @ np.swapaxes(k, -1, -2)) * c  # (..., T, S)
-    if cap is not None:
-        scores = _softcap(scores, cap)
-    if bias is not None:
-        scores = scores + bias
+    v, scores, mask, full = _scores(q, k, v, mask, bias, scale, num_kv_heads, softcap)
     keep = np.ones(full, dtype=bool) if mask is None else np.broadcast_to(mask, full)
-    return v, np.broadcast_to(scores, full), keep
+    return v, scores, keep
 
 
 def sdpa_lse(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, softcap=None):

@@ -219,6 +219,14 @@ def logsumexp(x, keep, axis: int = -1):
 def sdpa_lse(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, softcap=None):
     """sdpa's output and lse[..., i] = ln sum_j exp(scores[..., i, j]) over the kept keys
     (natural log; -inf for a row with nothing kept, whose output is 0)."""
+    q, v, scores, keep, full = _kept_scores(q, k, v, mask, bias, scale, num_kv_heads, softcap)
+    output = weighted_sum(softmax(scores, keep), _batched(v, full))  # (..., T, V)
+    return output, logsumexp(scores, keep)  # (..., T)
+
+
+def _kept_scores(q, k, v, mask, bias, scale, num_kv_heads, softcap):
+    """The checked arrays, the scaled, capped, biased scores and the kept keys, written out
+    (sdpa_lse, sdpa_sinks): (q, v, scores (..., T, S), keep (..., T, S), that shape)."""
     if num_kv_heads is not None:
         k, v = repeat_kv(q, k, v, num_kv_heads)
     q, k, v, mask, bias, full = check.attention_inputs(_core, q, k, v, mask, bias)
@@ -229,10 +237,8 @@ def sdpa_lse(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, so
         scores = _softcap(scores, cap)
     if bias is not None:
         scores = scores + bias
-    scores = tf.broadcast_to(scores, full)
     keep = tf.ones(full, dtype=tf.bool) if mask is None else tf.broadcast_to(mask, full)
-    output = weighted_sum(softmax(scores, keep), _batched(v, full))  # (..., T, V)
-    return output, logsumexp(scores, keep)  # (..., T)
+    return q, v, tf.broadcast_to(scores, full), keep, full
 
 
 def merge_attention_states(outputs, lses):
@@ -252,19 +258,8 @@ def sdpa_sinks(q, k, v, sinks, mask=None, bias=None, *, scale=None, num_kv_heads
     """W = exp(S) / (exp(sinks[h]) + sum_kept exp(S)) per head h (axis -3), output = W v:
     the softmax over the scores with the sink column appended (gpt-oss), then dropped. The
     sink is neither scaled, capped nor biased; a fully masked row gives zeros."""
-    if num_kv_heads is not None:
-        k, v = repeat_kv(q, k, v, num_kv_heads)
-    q, k, v, mask, bias, full = check.attention_inputs(_core, q, k, v, mask, bias)
-    sinks = check.sinks_of(_core, sinks, full, q)
-    c = const(check.scale(scale, check.shape(q)[-1]), q)
-    cap = check.softcap(softcap)
-    scores = tf.matmul(_batched(q, full), _batched(k, full), transpose_b=True) * c  # (..., H, T, S)
-    if cap is not None:
-        scores = _softcap(scores, cap)
-    if bias is not None:
-        scores = scores + bias
-    scores = tf.broadcast_to(scores, full)
-    keep = tf.ones(full, dtype=tf.bool) if mask is None else tf.broadcast_to(mask, full)
+    q, v, scores, keep, full = _kept_scores(q, k, v, mask, bias, scale, num_kv_heads, softcap)
+    sinks = check.sinks_of(_core, sinks, full, q)  # (..., H, T, S) scores
     column = tf.broadcast_to(sinks[:, None, None], full[:-1] + (1,))  # (..., H, T, 1)
     kept = tf.concat([keep, tf.ones(full[:-1] + (1,), dtype=tf.bool)], axis=-1)
     weights = softmax(tf.concat([scores, column], axis=-1), kept)[..., :-1]  # (..., H, T, S)

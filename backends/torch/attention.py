@@ -296,6 +296,14 @@ def sdpa_lse(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, so
     """sdpa's output and lse[..., i] = ln sum_j exp(scores[..., i, j]) over the kept keys
     (natural log; -inf for a row with nothing kept, whose output is 0). Always the explicit
     path: PyTorch's public kernel returns no log-sum-exp."""
+    q, v, scores, keep, _ = _kept_scores(q, k, v, mask, bias, scale, num_kv_heads, softcap)
+    paths.note("explicit")
+    return weighted_sum(softmax(scores, keep), v), logsumexp(scores, keep)  # (..., T, V), (..., T)
+
+
+def _kept_scores(q, k, v, mask, bias, scale, num_kv_heads, softcap):
+    """The checked arrays, the scaled, capped, biased scores and the kept keys, written out
+    (sdpa_lse, sdpa_sinks): (q, v, scores (..., T, S), keep (..., T, S), that shape)."""
     if num_kv_heads is not None:
         k, v = repeat_kv(q, k, v, num_kv_heads)
     q, k, v, mask, bias, full = check.attention_inputs(_core, q, k, v, mask, bias)
@@ -306,10 +314,8 @@ def sdpa_lse(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, so
         scores = cap * torch.tanh(scores / cap)
     if bias is not None:
         scores = scores + bias
-    scores = scores.expand(full)
     keep = torch.ones(full, dtype=torch.bool, device=q.device) if mask is None else mask.expand(full)
-    paths.note("explicit")
-    return weighted_sum(softmax(scores, keep), v), logsumexp(scores, keep)  # (..., T, V), (..., T)
+    return q, v, scores.expand(full), keep, full
 
 
 def merge_attention_states(outputs, lses):
@@ -329,19 +335,8 @@ def sdpa_sinks(q, k, v, sinks, mask=None, bias=None, *, scale=None, num_kv_heads
     """W = exp(S) / (exp(sinks[h]) + sum_kept exp(S)) per head h (axis -3), output = W v:
     the softmax over the scores with the sink column appended (gpt-oss), then dropped. The
     sink is neither scaled, capped nor biased; a fully masked row gives zeros."""
-    if num_kv_heads is not None:
-        k, v = repeat_kv(q, k, v, num_kv_heads)
-    q, k, v, mask, bias, full = check.attention_inputs(_core, q, k, v, mask, bias)
-    sinks = check.sinks_of(_core, sinks, full, q)
-    c = check.scale(scale, q.shape[-1])
-    cap = check.softcap(softcap)
-    scores = (q @ k.transpose(-1, -2)) * c  # (..., H, T, S)
-    if cap is not None:
-        scores = cap * torch.tanh(scores / cap)
-    if bias is not None:
-        scores = scores + bias
-    scores = scores.expand(full)
-    keep = torch.ones(full, dtype=torch.bool, device=q.device) if mask is None else mask.expand(full)
+    q, v, scores, keep, full = _kept_scores(q, k, v, mask, bias, scale, num_kv_heads, softcap)
+    sinks = check.sinks_of(_core, sinks, full, q)  # (..., H, T, S) scores
     column = sinks[:, None, None].expand(*full[:-1], 1)  # (..., H, T, 1)
     kept = torch.cat([keep, torch.ones_like(column, dtype=torch.bool)], dim=-1)
     weights = softmax(torch.cat([scores, column], dim=-1), kept)[..., :-1]  # (..., H, T, S)
