@@ -6,6 +6,7 @@ an error before any test runs, never a silent skip."""
 import importlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -27,3 +28,27 @@ def vectors(tmp_path) -> Path:
         (d / name).write_bytes((VECTORS_DIR / name).read_bytes())
     (d / MANIFEST).write_text(json.dumps({"spec_version": "1.1.0", "files": keep}))
     return d
+
+
+@pytest.fixture
+def derived_tree(tmp_path, monkeypatch) -> Path:
+    """A copy of the checkout's derived files, the current folder for the test (the vector
+    files linked, never written): what `attnspec generate --check --text-only` reads."""
+    root = Path(__file__).resolve().parent.parent
+    shutil.copy(root / "README.md", tmp_path / "README.md")
+    shutil.copytree(root / "spec" / "components", tmp_path / "spec" / "components")
+    shutil.copy(root / "spec" / "FUNCTIONS.md", tmp_path / "spec" / "FUNCTIONS.md")
+    (tmp_path / "tests" / "kernels").mkdir(parents=True)  # README's kernel table reads it
+    shutil.copy(root / "tests" / "kernels" / "verdicts.json", tmp_path / "tests" / "kernels")
+    (tmp_path / "spec" / "vectors").symlink_to(VECTORS_DIR)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def generate_check(capsys) -> tuple[int, str]:
+    """`attnspec generate --check --text-only` in the current folder: (exit code, output)."""
+    from attnspec.conformance.cli import main
+
+    rc = main(["generate", "--check", "--text-only"])
+    out = capsys.readouterr()
+    return rc, out.out + out.err

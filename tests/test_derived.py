@@ -3,7 +3,6 @@ generated block, `generate` writes it back, and every component page has its nor
 sections (spec/ADDING_A_COMPONENT.md)."""
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -11,27 +10,18 @@ from attnspec.conformance.cli import main
 from attnspec.spec.derived import block_re, generate_derived
 from attnspec.spec.vectors import VECTORS_DIR, load
 
+from .conftest import generate_check
+
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = load(VECTORS_DIR)
 
 
 @pytest.fixture
-def tree(tmp_path, monkeypatch):
-    """A copy of the checkout's derived files (the vector files linked, never written)."""
-    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
-    shutil.copytree(ROOT / "spec" / "components", tmp_path / "spec" / "components")
-    shutil.copy(ROOT / "spec" / "FUNCTIONS.md", tmp_path / "spec" / "FUNCTIONS.md")
-    (tmp_path / "tests" / "kernels").mkdir(parents=True)  # README's kernel table reads it
-    shutil.copy(ROOT / "tests" / "kernels" / "verdicts.json", tmp_path / "tests" / "kernels")
-    (tmp_path / "spec" / "vectors").symlink_to(VECTORS_DIR)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+def tree(derived_tree):
+    return derived_tree
 
 
-def check(capsys) -> tuple[int, str]:
-    rc = main(["generate", "--check", "--text-only"])
-    out = capsys.readouterr()
-    return rc, out.out + out.err
+check = generate_check
 
 
 def edit(path: Path, old: str, new: str) -> None:

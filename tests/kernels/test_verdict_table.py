@@ -5,7 +5,6 @@ stale or hand-edited table and on a malformed file, and rendering imports no ker
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,28 +12,19 @@ from pathlib import Path
 import pytest
 from attnspec.conformance.cli import main
 from attnspec.spec.derived import DerivedError, kernels_block
-from attnspec.spec.vectors import VECTORS_DIR
+
+from ..conftest import generate_check
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path("tests") / "kernels" / "verdicts.json"
 
 
 @pytest.fixture
-def tree(tmp_path, monkeypatch):
-    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
-    shutil.copytree(ROOT / "spec" / "components", tmp_path / "spec" / "components")
-    shutil.copy(ROOT / "spec" / "FUNCTIONS.md", tmp_path / "spec" / "FUNCTIONS.md")
-    (tmp_path / "spec" / "vectors").symlink_to(VECTORS_DIR)
-    (tmp_path / RESULTS).parent.mkdir(parents=True)
-    shutil.copy(ROOT / RESULTS, tmp_path / RESULTS)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+def tree(derived_tree):
+    return derived_tree
 
 
-def check(capsys) -> tuple[int, str]:
-    rc = main(["generate", "--check", "--text-only"])
-    out = capsys.readouterr()
-    return rc, out.out + out.err
+check = generate_check
 
 
 def test_the_committed_table_is_the_rendered_one(tree, capsys):
