@@ -194,16 +194,43 @@ def _timeout(args):
     return getattr(args, "timeout", None) or os.environ.get("ATTNSPEC_TIMEOUT")
 
 
-_SIGNALLED: list[int] = []  # the SIGTERM or SIGHUP that stopped the suite
+_SIGNALLED: list[int] = []  # the signals that stopped the suite
 
 
-def _terminate(signum, frame):
-    """SIGTERM or SIGHUP during the suite: a KeyboardInterrupt, raised as Ctrl-C raises it
-    (pytest, and xdist, which then stops its workers, end the run as for Ctrl-C)."""
+def _stop_between_tests():
+    """Ctrl-C, SIGTERM or SIGHUP during the suite. Raised inside a running test, the
+    KeyboardInterrupt can land in pytest's own capture code, which then prints an internal
+    traceback; so a first signal while a test of this process runs stops the run when that
+    test ends, raised as Ctrl-C raises it (pytest ends the run as for Ctrl-C). Anywhere else
+    (collection, xdist's controller, which then stops its workers), or on a second signal,
+    it is raised at once. Returns the plugin; its ``signalled`` is the signal handler."""
     import signal
 
-    _SIGNALLED.append(signum)
-    signal.default_int_handler(signum, frame)
+    import pytest
+
+    class StopBetweenTests:
+        in_test = False
+        pending = False
+
+        def signalled(self, signum, frame):
+            _SIGNALLED.append(signum)
+            if self.in_test and not self.pending:
+                self.pending = True
+                return
+            signal.default_int_handler(signum, frame)
+
+        @pytest.hookimpl(wrapper=True)
+        def pytest_runtest_protocol(self, item, nextitem):
+            self.in_test = True
+            try:
+                result = yield
+            finally:
+                self.in_test = False
+            if self.pending:
+                raise KeyboardInterrupt
+            return result
+
+    return StopBetweenTests()
 
 
 def run_suite(argv: list[str]):
@@ -220,13 +247,13 @@ def run_suite(argv: list[str]):
         def pytest_configure(self, config):
             self.config = config
 
-    keep = Keep()
+    keep, stop = Keep(), _stop_between_tests()
     here, env = os.getcwd(), {k: os.environ.get(k) for k in SUITE_PLUGIN_ENV}
     os.chdir(SUITE_DIR)  # pytest loads a conftest.py from the current folder
     os.environ.update(SUITE_PLUGIN_ENV)  # xdist's workers inherit it
     try:
-        with handling(_terminate):
-            code = pytest.main(argv, plugins=[keep])
+        with handling(stop.signalled, names=("SIGINT", "SIGTERM", "SIGHUP")):
+            code = pytest.main(argv, plugins=[keep, stop])
     finally:
         os.chdir(here)
         for k, v in env.items():
