@@ -714,8 +714,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--preflight", action="store_true", help=argparse.SUPPRESS)
     s.add_argument("--hypothesis-profile", default=os.environ.get("ATTNSPEC_HYPOTHESIS_PROFILE"),
                    metavar="NAME", help="the property tests' hypothesis profile: ci "
-                   "(reproducible, 20 examples) or thorough (500, random); env "
-                   "ATTNSPEC_HYPOTHESIS_PROFILE; default ci")
+                   "(reproducible, 20 examples), thorough (500, random) or quick (reproducible, 3: "
+                   "for iterating); env ATTNSPEC_HYPOTHESIS_PROFILE; default ci")
     s.set_defaults(func=cmd_verify)
 
     s = sub.add_parser("generate", help="regenerate the vector files from the oracle, then the "

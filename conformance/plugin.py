@@ -28,8 +28,8 @@ worker. Under xdist each worker ships its vector results to the controller with 
 test reports; the controller judges known failures gone stale, decides the exit status
 and writes the JSON.
 
-Hypothesis: the suite's tests use attnspec's profile ``ci`` (or ``thorough``, from
-ATTNSPEC_HYPOTHESIS_PROFILE) unless ``--hypothesis-profile`` is given; no other
+Hypothesis: the suite's tests use attnspec's profile ``ci`` (or ``thorough`` or ``quick``,
+from ATTNSPEC_HYPOTHESIS_PROFILE) unless ``--hypothesis-profile`` is given; no other
 test's settings change.
 
 The suite is ``attnspec.conformance.suite``; run it with ``attnspec verify`` or
@@ -71,6 +71,10 @@ HYPOTHESIS_PROFILES = {
                print_blob=True),
     # For local hunting: many more examples, random seeds, the example database.
     "thorough": dict(max_examples=500, deadline=None, print_blob=True),
+    # For iterating on a backend, and for tests of the runner itself: reproducible, three
+    # examples per property (the vectors still all run).
+    "quick": dict(derandomize=True, max_examples=3, deadline=None, database=None,
+                  print_blob=True),
 }
 
 # option dest -> environment variable

@@ -52,3 +52,16 @@ def generate_check(capsys) -> tuple[int, str]:
     rc = main(["generate", "--check", "--text-only"])
     out = capsys.readouterr()
     return rc, out.out + out.err
+
+
+# Under pytest-xdist's --dist loadfile a file is one unit of work, handed out in collection
+# order: these files take minutes each (the tolerance derivation alone ~2.5 min), so they go
+# first and the other files fill the second process around them instead of running after.
+LONGEST_FIRST = ("test_tolerances.py", "test_shards.py", "test_new_backend.py")
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item):
+        name = item.path.name
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+    items.sort(key=rank)  # stable: the order within a file and among the rest is kept

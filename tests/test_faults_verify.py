@@ -41,21 +41,21 @@ def test_a_timeout_out_of_range_is_one_line(value):
                          ids=["env", "option"])
 def test_an_unknown_hypothesis_profile_is_one_line(args, env):
     one_clear_line(verify("-k", QUICK, *args, env=env), "--hypothesis-profile 'nosuch'",
-                   "ci, thorough")
+                   "ci, thorough, quick")
 
 
 def test_verify_takes_the_hypothesis_profile_the_readme_names(tmp_path):
     """``-k`` picks one property test; under ``thorough`` hypothesis draws 500 examples, under
-    ``ci`` 20 (its statistics count them)."""
+    ``ci`` 20, under ``quick`` 3 (its statistics count them)."""
     k = "test_softmax_rows_sum_to_one"
     counts = {}
-    for profile in ("ci", "thorough"):
+    for profile in ("ci", "thorough", "quick"):
         p = verify("-k", k, "--hypothesis-profile", profile, "--jobs", "1",
                    env={"PYTEST_ADDOPTS": "--hypothesis-show-statistics"})
         assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
         counts[profile] = p.stdout
     # hypothesis' statistics: "- 20 passing examples" (6.155), "- 20 passing, 0 failing" (6.170)
-    for profile, n in (("ci", 20), ("thorough", 500)):
+    for profile, n in (("ci", 20), ("thorough", 500), ("quick", 3)):
         assert re.search(rf"- {n} passing( examples|,)", counts[profile]), counts[profile][-2000:]
 
 

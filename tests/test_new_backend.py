@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import venv
 from pathlib import Path
 
@@ -127,9 +128,10 @@ def test_scaffold_installs_and_is_discovered(tmp_path):
     assert main(["new-backend", "stubby", "--path", str(tmp_path)]) == 0
     pkg = tmp_path / "attnspec-stubby"
     env = tmp_path / "venv"
-    venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env)
+    venv.EnvBuilder(system_site_packages=True).create(env)  # no ensurepip: ~10 s
     py = env / "bin" / "python"
-    pip = [str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    pip = [sys.executable, "-m", "pip", "--python", str(py), "install", "--quiet",
+           "--disable-pip-version-check"]
     # Build offline when the base interpreter can (setuptools>=69 and wheel); otherwise pip
     # fetches the build requirements into an isolated build environment.
     can_build = _run([str(py), "-c", "import setuptools, wheel, sys; "
