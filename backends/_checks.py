@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from numbers import Real
 
 import numpy as np
-from attnspec.spec.errors import ConfigError, DTypeError, ParameterError, ShapeError
+from attnspec.spec.errors import ConfigError, DomainError, DTypeError, ParameterError, ShapeError
 
 
 def shape(x) -> tuple:
@@ -452,3 +452,101 @@ def cross_entropy_args(logits_shape: tuple, targets_shape: tuple, targets_kind: 
     if not _real(label_smoothing) or not 0 <= label_smoothing <= 1:
         raise ConfigError(f"label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
     return ignore_index, float(label_smoothing), choice("reduction", reduction, REDUCTIONS)
+
+
+# == paged KV cache (issue 22 item 3) ======================================================
+# The block table and the lengths are read as values (as the host-side metadata of vLLM and
+# flash-attn is): np.asarray of a CPU array, concrete even under jax.vjp and tf.GradientTape.
+
+def _table(name: str, x, rank_: int) -> np.ndarray:
+    x = np.asarray(x)
+    if x.dtype.kind not in "iu":
+        raise DTypeError(f"{name} must hold integers, got {x.dtype} with shape {x.shape}")
+    if x.ndim != rank_:
+        raise ShapeError(f"{name} must have rank {rank_}, got shape {x.shape}")
+    return x.astype(np.int64)
+
+
+def _pages(a, k_cache, v_cache, like_name: str, other) -> tuple:
+    """k_cache (N, P, H_kv, K) and v_cache (N, P, H_kv, V), floating, of ``other``'s dtype."""
+    k_cache = like(a, "k_cache", a.floating("k_cache", k_cache), like_name, other)
+    v_cache = like(a, "v_cache", a.floating("v_cache", v_cache), like_name, other)
+    kc, vc = rank("k_cache", k_cache, min_rank=4, max_rank=4), rank("v_cache", v_cache,
+                                                                     min_rank=4, max_rank=4)
+    if kc[:3] != vc[:3]:
+        raise ShapeError(f"k_cache {kc} and v_cache {vc} must agree on (num_blocks, page_size, "
+                         f"H_kv)")
+    if kc[1] < 1:
+        raise ShapeError(f"k_cache's page_size (axis 1) must be >= 1, got shape {kc}")
+    return k_cache, v_cache, kc, vc
+
+
+def _tables(block_table, seq_lens, batch: int, extra: int, kc: tuple) -> tuple:
+    """block_table (B, M) and seq_lens (B,) as int64, each length in [0, M*P - extra] and each
+    block-table entry the first ceil((L_b + extra) / P) of a row holds in [0, num_blocks)."""
+    table, lens = _table("block_table", block_table, 2), _table("seq_lens", seq_lens, 1)
+    if table.shape[0] != batch or lens.shape[0] != batch:
+        raise ShapeError(f"block_table {table.shape} and seq_lens {lens.shape} must have "
+                         f"B = {batch} rows")
+    n, page = kc[0], kc[1]
+    room = table.shape[1] * page - extra
+    for b, length in enumerate(lens.tolist()):
+        if not 0 <= length <= room:
+            raise DomainError(f"seq_lens[{b}] = {length} must be in [0, {room}]: block_table "
+                              f"{table.shape} holds {table.shape[1]} pages of page_size {page}"
+                              + (f", {extra} of them to append" if extra else ""))
+        for m in range(-(-(length + extra) // page)):
+            if not 0 <= table[b, m] < n:
+                raise DomainError(f"block_table[{b}, {m}] = {table[b, m]} is out of range "
+                                  f"[0, {n}) (k_cache {kc} has {n} blocks)")
+    return table, lens
+
+
+def paged_attention_plan(a, q, k_cache, v_cache, block_table, seq_lens, causal) -> tuple:
+    """The checked arrays, then the gather and the mask, both NumPy:
+    index (B, M*P) int64, the flat slot block * P + offset of key j (0 where unused),
+    keep (B, T, M*P) bool: j < L_b and, if causal, j <= L_b - T + t."""
+    q = a.floating("q", q)
+    qs = rank("q", q, min_rank=4, max_rank=4)  # (B, T, H, K)
+    k_cache, v_cache, kc, vc = _pages(a, k_cache, v_cache, "q", q)
+    if kc[3] != qs[3]:
+        raise ShapeError(f"k_cache.shape[-1] = {kc[3]} must equal q's K = {qs[3]} (q {qs})")
+    if qs[2] % kc[2]:
+        raise ConfigError(f"k_cache's H_kv = {kc[2]} does not divide q's H = {qs[2]} "
+                          f"(q {qs}, k_cache {kc})")
+    table, lens = _tables(block_table, seq_lens, qs[0], 0, kc)
+    page, s = kc[1], table.shape[1] * kc[1]
+    j = np.arange(s)  # (S,)
+    index = np.where(j < lens[:, None], table[:, j // page] * page + j % page, 0)  # (B, S)
+    keep = np.broadcast_to(j < lens[:, None, None], (qs[0], qs[1], s)).copy()  # (B, T, S)
+    if flag("causal", causal):
+        last = lens[:, None, None] - qs[1] + np.arange(qs[1])[None, :, None]  # (B, T, 1)
+        keep = keep & (j <= last)
+    return q, k_cache, v_cache, index, keep
+
+
+def paged_append_plan(a, k_cache, v_cache, block_table, seq_lens, k, v) -> tuple:
+    """The checked arrays, then where each new row goes: index (B*T,) int64 flat slots of
+    positions L_b .. L_b + T - 1, and the new lengths (of seq_lens' dtype). Two rows written to
+    one slot are refused: a page shared by two sequences is the caller's to copy first."""
+    k = a.floating("k", k)
+    ks = rank("k", k, min_rank=4, max_rank=4)  # (B, T, H_kv, K)
+    v = like(a, "v", a.floating("v", v), "k", k)
+    vs = rank("v", v, min_rank=4, max_rank=4)
+    k_cache, v_cache, kc, vc = _pages(a, k_cache, v_cache, "k", k)
+    if ks[:3] != vs[:3] or ks[2:] != kc[2:] or vs[3] != vc[3]:
+        raise ShapeError(f"k {ks} and v {vs} must be (B, T, H_kv, K) and (B, T, H_kv, V) with "
+                         f"the caches' H_kv, K, V (k_cache {kc}, v_cache {vc})")
+    table, lens = _tables(block_table, seq_lens, ks[0], ks[1], kc)
+    page = kc[1]
+    pos = lens[:, None] + np.arange(ks[1])  # (B, T)
+    index = (np.take_along_axis(table, pos // page, axis=1) * page + pos % page).reshape(-1)
+    slots, counts = np.unique(index, return_counts=True)
+    if np.any(counts > 1):
+        s = int(slots[counts > 1][0])
+        rows = [divmod(int(i), ks[1]) for i in np.flatnonzero(index == s)]
+        raise DomainError(f"block_table writes block {s // page} offset {s % page} twice "
+                          f"((b, t) = {rows}): a page shared by two sequences must be copied "
+                          f"before appending to it")
+    dtype = np.asarray(seq_lens).dtype
+    return k_cache, v_cache, k, v, index, (lens + ks[1]).astype(dtype)  # (B,)

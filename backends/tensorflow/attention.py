@@ -264,3 +264,40 @@ def sdpa_sinks(q, k, v, sinks, mask=None, bias=None, *, scale=None, num_kv_heads
     kept = tf.concat([keep, tf.ones(full[:-1] + (1,), dtype=tf.bool)], axis=-1)
     weights = softmax(tf.concat([scores, column], axis=-1), kept)[..., :-1]  # (..., H, T, S)
     return weighted_sum(weights, _batched(v, full)), weights
+
+
+# == paged KV cache (issue 22 item 3) ======================================================
+
+def _paged_kv(cache, index):
+    """cache (N, P, H_kv, D) read at flat slots index (B, S) -> (B, H_kv, S, D)."""
+    s = check.shape(cache)
+    flat = tf.reshape(cache, (s[0] * s[1],) + s[2:])  # (N*P, H_kv, D)
+    return tf.transpose(tf.gather(flat, index), (0, 2, 1, 3))
+
+
+def paged_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale=None, causal=False):
+    """sdpa of q (B, T, H, K) over the keys and values of each sequence gathered through its
+    block table (key j of sequence b at block_table[b, j // P], offset j % P, j < seq_lens[b]);
+    causal: query t sits at position seq_lens[b] - T + t. Output (B, T, H, V)."""
+    q, kc, vc, index, keep = check.paged_attention_plan(_core, q, k_cache, v_cache, block_table,
+                                                        seq_lens, causal)
+    out, _ = sdpa(tf.transpose(q, (0, 2, 1, 3)), _paged_kv(kc, index), _paged_kv(vc, index),
+                  tf.constant(keep[:, None]), scale=scale,
+                  num_kv_heads=check.shape(kc)[2])  # (B, H, T, V)
+    return tf.transpose(out, (0, 2, 1, 3))
+
+
+def _written(cache, index, new):
+    """A copy of cache (N, P, H_kv, D) with flat slots index (B*T,) set to new (B, T, H_kv, D)."""
+    s, n = check.shape(cache), check.shape(new)
+    flat = tf.reshape(cache, (s[0] * s[1],) + s[2:])  # (N*P, H_kv, D)
+    flat = tf.tensor_scatter_nd_update(flat, index[:, None], tf.reshape(new, (-1,) + n[2:]))
+    return tf.reshape(flat, s)
+
+
+def paged_kv_append(k_cache, v_cache, block_table, seq_lens, k, v):
+    """The caches with k, v (B, T, H_kv, .) written at positions seq_lens[b] .. + T - 1 through
+    the block table, and seq_lens + T; the inputs are not modified."""
+    kc, vc, k, v, index, lens = check.paged_append_plan(_core, k_cache, v_cache, block_table,
+                                                        seq_lens, k, v)
+    return _written(kc, index, k), _written(vc, index, v), tf.constant(lens)
