@@ -92,3 +92,26 @@ def test_paged_kv_append_leaves_its_inputs_unchanged():
     for a, b in zip((kc, vc, lens), before):
         assert np.array_equal(a, b)
     assert not np.array_equal(k2, kc) and list(lens2) == [2, 1]
+
+
+def _permutation_property(backend):
+    from attnspec.conformance.suite import test_properties_paged as props
+
+    class Reversed:  # the data object's draw: the block permutation i -> N - 1 - i
+        @staticmethod
+        def draw(strategy):
+            return list(range(6))[::-1]
+
+    props.test_permuting_the_physical_pages_and_the_block_table_changes_nothing.hypothesis \
+        .inner_test(ops=_ops(backend), x=_example(True), data=Reversed())
+
+
+def test_the_permutation_property_holds_for_the_reference():
+    _permutation_property(mutant())
+
+
+@pytest.mark.parametrize("bug", ["block_after_the_right_one"])
+def test_the_permutation_property_catches_a_planted_paged_bug(bug):
+    """A bug that reads a block by its physical neighbour changes when the pages move."""
+    with np.errstate(all="ignore"), pytest.raises(AssertionError):
+        _permutation_property(mutant(paged_attention=PAGED_BUGS[bug]))
