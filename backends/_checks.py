@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from numbers import Real
 
 import numpy as np
-from attnspec.spec.errors import ConfigError, DTypeError, ParameterError, ShapeError
+from attnspec.spec.errors import ConfigError, DomainError, DTypeError, ParameterError, ShapeError
 
 
 def shape(x) -> tuple:
@@ -452,3 +452,140 @@ def cross_entropy_args(logits_shape: tuple, targets_shape: tuple, targets_kind: 
     if not _real(label_smoothing) or not 0 <= label_smoothing <= 1:
         raise ConfigError(f"label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
     return ignore_index, float(label_smoothing), choice("reduction", reduction, REDUCTIONS)
+
+
+# == paged KV cache (issue 22 item 3) ======================================================
+# The block table and the lengths are checked by dtype and shape like any array; their
+# values (the pages read, the room left) by paged_problem on NumPy copies: the eager
+# backends read them with np.asarray (concrete even under jax.vjp and tf.GradientTape), a
+# graph backend computes the same conditions in its own ops and takes the message from here.
+
+def _table(name: str, x, rank_: int) -> tuple:
+    kind = dtype_name(x)
+    if not kind.startswith(("int", "uint")):
+        raise DTypeError(f"{name} must hold integers, got {kind} with shape {shape(x)}")
+    return rank(name, x, min_rank=rank_, max_rank=rank_)
+
+
+def _pages(a, k_cache, v_cache, like_name: str, other) -> tuple:
+    """k_cache (N, P, H_kv, K) and v_cache (N, P, H_kv, V), floating, of ``other``'s dtype."""
+    k_cache = like(a, "k_cache", a.floating("k_cache", k_cache), like_name, other)
+    v_cache = like(a, "v_cache", a.floating("v_cache", v_cache), like_name, other)
+    kc, vc = rank("k_cache", k_cache, min_rank=4, max_rank=4), rank("v_cache", v_cache,
+                                                                     min_rank=4, max_rank=4)
+    if kc[:3] != vc[:3]:
+        raise ShapeError(f"k_cache {kc} and v_cache {vc} must agree on (num_blocks, page_size, "
+                         f"H_kv)")
+    if kc[1] < 1:
+        raise ShapeError(f"k_cache's page_size (axis 1) must be >= 1, got shape {kc}")
+    return k_cache, v_cache, kc, vc
+
+
+def _tables(block_table, seq_lens, batch: int) -> tuple:
+    """block_table (B, M) and seq_lens (B,): integer, B rows."""
+    ts, ls = _table("block_table", block_table, 2), _table("seq_lens", seq_lens, 1)
+    if ts[0] != batch or ls[0] != batch:
+        raise ShapeError(f"block_table {ts} and seq_lens {ls} must have B = {batch} rows")
+    return ts
+
+
+def paged_problem(table, lens, kc: tuple, extra: int = 0, writes=None) -> str | None:
+    """The first value problem of a block table (B, M) and lengths (B,), NumPy, as its
+    DomainError message, or None: each length in [0, M*P - extra]; each entry of the first
+    ceil((L_b + extra) / P) of a row in [0, num_blocks); with ``writes`` (the flat slots
+    written, (B*T,)), no slot written twice."""
+    n, page = kc[0], kc[1]
+    room = table.shape[1] * page - extra
+    for b, length in enumerate(lens.tolist()):
+        if not 0 <= length <= room:
+            return (f"seq_lens[{b}] = {length} must be in [0, {room}]: block_table "
+                    f"{table.shape} holds {table.shape[1]} pages of page_size {page}"
+                    + (f", {extra} of them to append" if extra else ""))
+        for m in range(-(-(length + extra) // page)):
+            if not 0 <= table[b, m] < n:
+                return (f"block_table[{b}, {m}] = {table[b, m]} is out of range [0, {n}) "
+                        f"(k_cache {kc} has {n} blocks)")
+    if writes is None:
+        return None
+    slots, counts = np.unique(writes, return_counts=True)
+    if np.any(counts > 1):
+        s = int(slots[counts > 1][0])
+        rows = [divmod(int(i), extra) for i in np.flatnonzero(writes == s)]
+        return (f"block_table writes block {s // page} offset {s % page} twice "
+                f"((b, t) = {rows}): a page shared by two sequences must be copied "
+                f"before appending to it")
+    return None
+
+
+def _write_slots(table, lens, t: int, page: int):
+    """The flat slots of positions L_b .. L_b + T - 1, (B*T,) (columns clipped into the
+    table: only read once paged_problem has passed, or by the message)."""
+    pos = lens[:, None] + np.arange(t)  # (B, T)
+    col = np.clip(pos // page, 0, max(table.shape[1] - 1, 0))
+    return (np.take_along_axis(table, col, axis=1) * page + pos % page).reshape(-1)
+
+
+def paged_attention_arrays(a, q, k_cache, v_cache, block_table, seq_lens, causal) -> tuple:
+    """q (B, T, H, K) and the caches checked, the tables' dtypes and shapes: (q, k_cache,
+    v_cache, causal)."""
+    q = a.floating("q", q)
+    qs = rank("q", q, min_rank=4, max_rank=4)  # (B, T, H, K)
+    k_cache, v_cache, kc, vc = _pages(a, k_cache, v_cache, "q", q)
+    if kc[3] != qs[3]:
+        raise ShapeError(f"k_cache.shape[-1] = {kc[3]} must equal q's K = {qs[3]} (q {qs})")
+    if qs[2] % kc[2]:
+        raise ConfigError(f"k_cache's H_kv = {kc[2]} does not divide q's H = {qs[2]} "
+                          f"(q {qs}, k_cache {kc})")
+    _tables(block_table, seq_lens, qs[0])
+    return q, k_cache, v_cache, flag("causal", causal)
+
+
+def paged_attention_plan(a, q, k_cache, v_cache, block_table, seq_lens, causal) -> tuple:
+    """The checked arrays, then the gather and the mask, both NumPy:
+    index (B, M*P) int64, the flat slot block * P + offset of key j (0 where unused),
+    keep (B, T, M*P) bool: j < L_b and, if causal, j <= L_b - T + t."""
+    q, k_cache, v_cache, causal = paged_attention_arrays(a, q, k_cache, v_cache, block_table,
+                                                         seq_lens, causal)
+    qs, kc = shape(q), shape(k_cache)
+    table, lens = np.asarray(block_table).astype(np.int64), np.asarray(seq_lens).astype(np.int64)
+    problem = paged_problem(table, lens, kc)
+    if problem:
+        raise DomainError(problem)
+    page, s = kc[1], table.shape[1] * kc[1]
+    j = np.arange(s)  # (S,)
+    index = np.where(j < lens[:, None], table[:, j // page] * page + j % page, 0)  # (B, S)
+    keep = np.broadcast_to(j < lens[:, None, None], (qs[0], qs[1], s)).copy()  # (B, T, S)
+    if causal:
+        last = lens[:, None, None] - qs[1] + np.arange(qs[1])[None, :, None]  # (B, T, 1)
+        keep = keep & (j <= last)
+    return q, k_cache, v_cache, index, keep
+
+
+def paged_append_arrays(a, k_cache, v_cache, block_table, seq_lens, k, v) -> tuple:
+    """k (B, T, H_kv, K), v (B, T, H_kv, V) and the caches checked, the tables' dtypes and
+    shapes: (k_cache, v_cache, k, v)."""
+    k = a.floating("k", k)
+    ks = rank("k", k, min_rank=4, max_rank=4)  # (B, T, H_kv, K)
+    v = like(a, "v", a.floating("v", v), "k", k)
+    vs = rank("v", v, min_rank=4, max_rank=4)
+    k_cache, v_cache, kc, vc = _pages(a, k_cache, v_cache, "k", k)
+    if ks[:3] != vs[:3] or ks[2:] != kc[2:] or vs[3] != vc[3]:
+        raise ShapeError(f"k {ks} and v {vs} must be (B, T, H_kv, K) and (B, T, H_kv, V) with "
+                         f"the caches' H_kv, K, V (k_cache {kc}, v_cache {vc})")
+    _tables(block_table, seq_lens, ks[0])
+    return k_cache, v_cache, k, v
+
+
+def paged_append_plan(a, k_cache, v_cache, block_table, seq_lens, k, v) -> tuple:
+    """The checked arrays, then where each new row goes: index (B*T,) int64 flat slots of
+    positions L_b .. L_b + T - 1, and the new lengths (of seq_lens' dtype). Two rows written to
+    one slot are refused: a page shared by two sequences is the caller's to copy first."""
+    k_cache, v_cache, k, v = paged_append_arrays(a, k_cache, v_cache, block_table, seq_lens, k, v)
+    t, kc = shape(k)[1], shape(k_cache)
+    table, lens = np.asarray(block_table).astype(np.int64), np.asarray(seq_lens).astype(np.int64)
+    index = _write_slots(table, lens, t, kc[1])
+    problem = paged_problem(table, lens, kc, t, index)
+    if problem:
+        raise DomainError(problem)
+    dtype = np.asarray(seq_lens).dtype
+    return k_cache, v_cache, k, v, index, (lens + t).astype(dtype)  # (B,)

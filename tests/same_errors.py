@@ -20,6 +20,9 @@ def _cases():
     align = {"w_q": (np.ones((4, 5)), F64), "w_k": (np.ones((4, 5)), F64),
              "v": (np.ones(5), F64)}
     mha_p = {n: (np.eye(4), F64) for n in ("w_q", "w_k", "w_v", "w_o")}
+    cache = np.ones((3, 2, 1, 4))  # (N, P, H_kv, K)
+    paged = {"q": (np.ones((1, 1, 2, 4)), F64), "k_cache": (cache, F64), "v_cache": (cache, F64),
+             "block_table": (np.array([[0, 1]]), None), "seq_lens": (np.array([3]), None)}
     return {
         "sdpa-bias-float32": ("sdpa", "attention", {"q": (q, F64), "k": (k, F64), "v": (k, F64),
                                                     "bias": (np.zeros((2, 3)), F32)}, {}),
@@ -64,6 +67,18 @@ def _cases():
         "sinks-rank": ("sdpa_sinks", "attention", {"q": (q[0], F64), "k": (k[0], F64),
                                                    "v": (k[0], F64), "sinks": (np.zeros(1), F64)},
                        {}),
+        "paged-k_cache-float32": ("paged_attention", "attention", {**paged, "k_cache": (cache, F32)},
+                                  {}),
+        "paged-table-float": ("paged_attention", "attention",
+                              {**paged, "block_table": (np.zeros((1, 2)), F64)}, {}),
+        "paged-block-range": ("paged_attention", "attention",
+                              {**paged, "block_table": (np.array([[0, 3]]), None)}, {}),
+        "append-shared-write": ("paged_kv_append", "attention",
+                                {"k_cache": (cache, F64), "v_cache": (cache, F64),
+                                 "block_table": (np.array([[0, 1], [0, 2]]), None),
+                                 "seq_lens": (np.array([1, 1]), None),
+                                 "k": (np.ones((2, 1, 1, 4)), F64),
+                                 "v": (np.ones((2, 1, 1, 4)), F64)}, {}),
         "additive-keys-float32": ("additive_attention", "alignment",
                                   {"query": (q, F64), "keys": (k, F32)}, {"params": align}),
         "additive-w_q-float32": ("additive_attention", "alignment",

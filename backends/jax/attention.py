@@ -371,3 +371,41 @@ def sdpa_sinks(q, k, v, sinks, mask=None, bias=None, *, scale=None, num_kv_heads
     cap = None if softcap is None else const(q, check.softcap(softcap))
     c = const(q, check.scale(scale, q.shape[-1]))
     return _sdpa_sinks(q, k, v, sinks, mask, bias, c, full, cap)
+
+
+# == paged KV cache (issue 22 item 3) ======================================================
+
+@jax.jit
+def _paged_kv(cache, index):
+    """cache (N, P, H_kv, D) read at flat slots index (B, S) -> (B, H_kv, S, D)."""
+    flat = cache.reshape((-1,) + cache.shape[2:])  # (N*P, H_kv, D)
+    return jnp.swapaxes(jnp.take(flat, index, axis=0), 1, 2)
+
+
+def paged_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale=None, causal=False):
+    """sdpa of q (B, T, H, K) over the keys and values of each sequence gathered through its
+    block table (key j of sequence b at block_table[b, j // P], offset j % P, j < seq_lens[b]);
+    causal: query t sits at position seq_lens[b] - T + t. Output (B, T, H, V)."""
+    q, kc, vc, index, keep = check.paged_attention_plan(_core, q, k_cache, v_cache, block_table,
+                                                        seq_lens, causal)
+    index = jnp.asarray(index)
+    out, _ = sdpa(jnp.swapaxes(q, 1, 2), _paged_kv(kc, index), _paged_kv(vc, index),
+                  jnp.asarray(keep[:, None]), scale=scale, num_kv_heads=kc.shape[2])
+    return jnp.swapaxes(out, 1, 2)  # (B, T, H, V)
+
+
+@jax.jit
+def _written(cache, index, new):
+    """A copy of cache (N, P, H_kv, D) with flat slots index (B*T,) set to new (B, T, H_kv, D)."""
+    flat = cache.reshape((-1,) + cache.shape[2:])  # (N*P, H_kv, D)
+    flat = flat.at[index].set(new.reshape((-1,) + new.shape[2:]))
+    return flat.reshape(cache.shape)
+
+
+def paged_kv_append(k_cache, v_cache, block_table, seq_lens, k, v):
+    """The caches with k, v (B, T, H_kv, .) written at positions seq_lens[b] .. + T - 1 through
+    the block table, and seq_lens + T; the inputs are not modified."""
+    kc, vc, k, v, index, lens = check.paged_append_plan(_core, k_cache, v_cache, block_table,
+                                                        seq_lens, k, v)
+    index = jnp.asarray(index)
+    return _written(kc, index, k), _written(vc, index, v), jnp.asarray(lens)

@@ -397,3 +397,55 @@ def sdpa_sinks_vjp(cotangents, q, k, v, sinks, mask=None, bias=None, *, scale=No
     dp = -p * gw                                                      # (..., H, T)
     grads["sinks"] = np.sum(dp.reshape(-1, *dp.shape[-2:]), axis=(0, 2))  # (H,)
     return grads, {}
+
+
+# == paged KV cache (issue 22 item 3) ======================================================
+
+def _paged_kv(cache, index):
+    """cache (N, P, H_kv, D) read at flat slots index (B, S) -> (B, H_kv, S, D)."""
+    flat = cache.reshape((-1,) + cache.shape[2:])  # (N*P, H_kv, D)
+    return np.swapaxes(flat[index], 1, 2)
+
+
+def paged_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale=None, causal=False):
+    """sdpa of q (B, T, H, K) over the keys and values of each sequence gathered through its
+    block table: key j of sequence b at block_table[b, j // P], offset j % P, j < seq_lens[b];
+    causal: query t sits at position seq_lens[b] - T + t. Output (B, T, H, V)."""
+    q, kc, vc, index, keep = check.paged_attention_plan(_core, q, k_cache, v_cache, block_table,
+                                                        seq_lens, causal)
+    out, _ = sdpa(np.swapaxes(q, 1, 2), _paged_kv(kc, index), _paged_kv(vc, index),
+                  keep[:, None], scale=scale, num_kv_heads=kc.shape[2])  # (B, H, T, V)
+    return np.swapaxes(out, 1, 2)
+
+
+# sdpa's backward on the gathered keys; a slot's gradient is the sum over every (sequence,
+# position) reading it (a shared page gets both), slots never read get zero.
+def paged_attention_vjp(cotangents, q, k_cache, v_cache, block_table, seq_lens, *, scale=None,
+                        causal=False):
+    q, kc, vc, index, keep = check.paged_attention_plan(_core, q, k_cache, v_cache, block_table,
+                                                        seq_lens, causal)
+    dO = np.swapaxes(np.asarray(cotangents["output"], dtype=q.dtype), 1, 2)  # (B, H, T, V)
+    g, _ = sdpa_vjp({"output": dO}, np.swapaxes(q, 1, 2), _paged_kv(kc, index),
+                    _paged_kv(vc, index), keep[:, None], scale=scale, num_kv_heads=kc.shape[2])
+    used = keep.any(axis=1)  # (B, S): j < L_b
+    grads = {"q": np.swapaxes(g["q"], 1, 2)}
+    for name, cache in (("k_cache", kc), ("v_cache", vc)):
+        flat = np.zeros((cache.shape[0] * cache.shape[1],) + cache.shape[2:], dtype=q.dtype)
+        np.add.at(flat, index[used], np.swapaxes(g[name[0]], 1, 2)[used])
+        grads[name] = flat.reshape(cache.shape)
+    return grads, {}
+
+
+def _written(cache, index, new):
+    """A copy of cache (N, P, H_kv, D) with flat slots index (B*T,) set to new (B, T, H_kv, D)."""
+    flat = cache.reshape((-1,) + cache.shape[2:]).copy()  # (N*P, H_kv, D)
+    flat[index] = new.reshape((-1,) + new.shape[2:])
+    return flat.reshape(cache.shape)
+
+
+def paged_kv_append(k_cache, v_cache, block_table, seq_lens, k, v):
+    """The caches with k, v (B, T, H_kv, .) written at positions seq_lens[b] .. + T - 1 through
+    the block table, and seq_lens + T; the inputs are not modified."""
+    kc, vc, k, v, index, lens = check.paged_append_plan(_core, k_cache, v_cache, block_table,
+                                                        seq_lens, k, v)
+    return _written(kc, index, k), _written(vc, index, v), lens

@@ -264,3 +264,85 @@ def sdpa_sinks(q, k, v, sinks, mask=None, bias=None, *, scale=None, num_kv_heads
     kept = tf.concat([keep, tf.ones(full[:-1] + (1,), dtype=tf.bool)], axis=-1)
     weights = softmax(tf.concat([scores, column], axis=-1), kept)[..., :-1]  # (..., H, T, S)
     return weighted_sum(weights, _batched(v, full)), weights
+
+
+# == paged KV cache (issue 22 item 3) ======================================================
+# The tables are tensors (symbolic under tf.function): the gather index, the mask and the
+# value checks are TensorFlow ops; a failed check raises the message NumPy's plan gives.
+
+def _paged_values(block_table, seq_lens, kc: tuple, extra: int, writes=None):
+    """DomainError (through value_check) unless every length and every entry read or written
+    is in range and, with writes (B*T,), no slot is written twice. Returns the tables int64."""
+    table, lens = tf.cast(block_table, tf.int64), tf.cast(seq_lens, tf.int64)
+    m = check.shape(block_table)[1]
+    page = kc[1]
+    needed = tf.range(m, dtype=tf.int64)[None, :] < (lens[:, None] + extra + page - 1) // page
+    ok = tf.reduce_all((lens >= 0) & (lens <= m * page - extra)) & tf.reduce_all(
+        ~needed | ((table >= 0) & (table < kc[0])))
+    if writes is not None:
+        n_w = check.shape(writes)[0]
+        same = tf.equal(writes[:, None], writes[None, :]) & ~tf.eye(n_w, dtype=tf.bool)
+        ok = ok & ~tf.reduce_any(same)
+
+    def message(t, lens_):
+        w = None if writes is None else check._write_slots(t.astype(np.int64),
+                                                            lens_.astype(np.int64), extra, page)
+        return check.paged_problem(t.astype(np.int64), lens_.astype(np.int64), kc, extra, w)
+
+    value_check(ok, message, block_table, seq_lens)
+    return table, lens
+
+
+def _paged_kv(cache, index):
+    """cache (N, P, H_kv, D) read at flat slots index (B, S) -> (B, H_kv, S, D)."""
+    s = check.shape(cache)
+    flat = tf.reshape(cache, (s[0] * s[1],) + s[2:])  # (N*P, H_kv, D)
+    return tf.transpose(tf.gather(flat, index), (0, 2, 1, 3))
+
+
+def paged_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale=None, causal=False):
+    """sdpa of q (B, T, H, K) over the keys and values of each sequence gathered through its
+    block table (key j of sequence b at block_table[b, j // P], offset j % P, j < seq_lens[b]);
+    causal: query t sits at position seq_lens[b] - T + t. Output (B, T, H, V)."""
+    q, kc, vc, causal = check.paged_attention_arrays(_core, q, k_cache, v_cache, block_table,
+                                                     seq_lens, causal)
+    b, t = check.shape(q)[:2]
+    n, page, h_kv = check.shape(kc)[:3]
+    table, lens = _paged_values(block_table, seq_lens, check.shape(kc), 0)
+    j = tf.range(check.shape(block_table)[1] * page, dtype=tf.int64)  # (S,)
+    used = j[None, :] < lens[:, None]  # (B, S)
+    blocks = tf.clip_by_value(tf.gather(table, j // page, axis=1), 0, n - 1)  # (B, S)
+    index = tf.where(used, blocks * page + j % page, tf.zeros_like(blocks))
+    keep = tf.broadcast_to(used[:, None, :], (b, t, check.shape(j)[0]))  # (B, T, S)
+    if causal:
+        last = lens[:, None, None] - t + tf.range(t, dtype=tf.int64)[None, :, None]
+        keep = keep & (j[None, None, :] <= last)
+    out, _ = sdpa(tf.transpose(q, (0, 2, 1, 3)), _paged_kv(kc, index), _paged_kv(vc, index),
+                  keep[:, None], scale=scale, num_kv_heads=h_kv)  # (B, H, T, V)
+    return tf.transpose(out, (0, 2, 1, 3))
+
+
+def _written(cache, index, new):
+    """A copy of cache (N, P, H_kv, D) with flat slots index (B*T,) set to new (B, T, H_kv, D)."""
+    s, n = check.shape(cache), check.shape(new)
+    flat = tf.reshape(cache, (s[0] * s[1],) + s[2:])  # (N*P, H_kv, D)
+    flat = tf.tensor_scatter_nd_update(flat, index[:, None], tf.reshape(new, (-1,) + n[2:]))
+    return tf.reshape(flat, s)
+
+
+def paged_kv_append(k_cache, v_cache, block_table, seq_lens, k, v):
+    """The caches with k, v (B, T, H_kv, .) written at positions seq_lens[b] .. + T - 1 through
+    the block table, and seq_lens + T; the inputs are not modified."""
+    kc, vc, k, v = check.paged_append_arrays(_core, k_cache, v_cache, block_table, seq_lens, k, v)
+    n, page = check.shape(kc)[:2]
+    t, m = check.shape(k)[1], check.shape(block_table)[1]
+    table, lens = tf.cast(block_table, tf.int64), tf.cast(seq_lens, tf.int64)
+    pos = lens[:, None] + tf.range(t, dtype=tf.int64)[None, :]  # (B, T)
+    col = tf.clip_by_value(pos // page, 0, max(m - 1, 0))
+    blocks = tf.clip_by_value(tf.gather(table, col, batch_dims=1), 0, n - 1)
+    index = tf.reshape(blocks * page + pos % page, (-1,))  # (B*T,)
+    raw = tf.reshape(tf.gather(table, col, batch_dims=1) * page + pos % page, (-1,))
+    _paged_values(block_table, seq_lens, check.shape(kc), t, raw)
+    seq_lens = tf.convert_to_tensor(seq_lens)
+    new_lens = seq_lens + tf.cast(t, seq_lens.dtype)
+    return _written(kc, index, k), _written(vc, index, v), new_lens

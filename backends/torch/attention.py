@@ -342,3 +342,38 @@ def sdpa_sinks(q, k, v, sinks, mask=None, bias=None, *, scale=None, num_kv_heads
     weights = softmax(torch.cat([scores, column], dim=-1), kept)[..., :-1]  # (..., H, T, S)
     paths.note("explicit")
     return weighted_sum(weights, v), weights
+
+
+# == paged KV cache (issue 22 item 3) ======================================================
+
+def _paged_kv(cache, index):
+    """cache (N, P, H_kv, D) read at flat slots index (B, S) -> (B, H_kv, S, D)."""
+    return cache.reshape((-1,) + tuple(cache.shape[2:]))[index].transpose(1, 2)
+
+
+def paged_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale=None, causal=False):
+    """sdpa of q (B, T, H, K) over the keys and values of each sequence gathered through its
+    block table (key j of sequence b at block_table[b, j // P], offset j % P, j < seq_lens[b]);
+    causal: query t sits at position seq_lens[b] - T + t. Output (B, T, H, V)."""
+    q, kc, vc, index, keep = check.paged_attention_plan(_core, q, k_cache, v_cache, block_table,
+                                                        seq_lens, causal)
+    index = torch.as_tensor(index, device=q.device)
+    keep = torch.as_tensor(keep, device=q.device)
+    out, _ = sdpa(q.transpose(1, 2), _paged_kv(kc, index), _paged_kv(vc, index), keep[:, None],
+                  scale=scale, num_kv_heads=kc.shape[2])  # (B, H, T, V)
+    return out.transpose(1, 2)
+
+
+def _written(cache, index, new):
+    """A copy of cache (N, P, H_kv, D) with flat slots index (B*T,) set to new (B, T, H_kv, D)."""
+    flat = cache.reshape((-1,) + tuple(cache.shape[2:])).clone()  # (N*P, H_kv, D)
+    flat[torch.as_tensor(index, device=cache.device)] = new.reshape((-1,) + tuple(new.shape[2:]))
+    return flat.reshape(cache.shape)
+
+
+def paged_kv_append(k_cache, v_cache, block_table, seq_lens, k, v):
+    """The caches with k, v (B, T, H_kv, .) written at positions seq_lens[b] .. + T - 1 through
+    the block table, and seq_lens + T; the inputs are not modified."""
+    kc, vc, k, v, index, lens = check.paged_append_plan(_core, k_cache, v_cache, block_table,
+                                                        seq_lens, k, v)
+    return _written(kc, index, k), _written(vc, index, v), torch.as_tensor(lens, device=kc.device)
