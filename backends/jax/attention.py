@@ -212,27 +212,33 @@ def _fused(q, k, v, mask, c, causal: bool):
     return jnp.where(keep.any(axis=-1, keepdims=True), out, 0)
 
 
-def _bucketed(kernel, q, k, v, mask, full, scores_like: dict, **rest):
-    """``kernel(q=, k=, v=, mask=, full=, **scores_like, **rest)`` at bucket sizes
+def _bucketed(kernel, q, k, v, mask, full, scores_like: dict, columns: dict | None = None,
+              lse: bool = False, **rest):
+    """``kernel(q=, k=, v=, mask=, full=, **scores_like, **columns, **rest)`` at bucket sizes
     (buckets.py): the batch flattened to N; queries, keys and both widths padded, padded keys
     masked out; the mask, and each array of scores_like (broadcastable to full; None: zeros),
-    always given. At the exact shapes where bucketing does not apply."""
+    always given; each array of columns broadcastable to (*full[:-1], 1). The second output
+    is the weights (..., T, S), or with lse the (..., T) log-sum-exp. At the exact shapes
+    where bucketing does not apply."""
+    columns = columns or {}
     *batch, t, s = full
     n, kw, vw = math.prod(batch), q.shape[-1], v.shape[-1]
     N, T, S, K, V = (buckets.size(d) for d in (n, t, s, kw, vw))
-    if not (buckets.applies(q, k, v, mask, *scores_like.values())
+    if not (buckets.applies(q, k, v, mask, *scores_like.values(), *columns.values())
             and buckets.small((N, T, S), (N, S, max(K, V)))):
-        return kernel(q=q, k=k, v=v, mask=mask, full=full, **scores_like, **rest)
+        return kernel(q=q, k=k, v=v, mask=mask, full=full, **scores_like, **columns, **rest)
     scores_like = {name: buckets.flat(np.zeros((), q.dtype) if x is None else x, batch, (t, s),
                                       (N, T, S)) for name, x in scores_like.items()}
+    scores_like.update({name: buckets.flat(x, batch, (t, 1), (N, T, 1)) for name, x in columns.items()})
     inputs = (buckets.flat(q, batch, (t, kw), (N, T, K)), buckets.flat(k, batch, (s, kw), (N, S, K)),
               buckets.flat(v, batch, (s, vw), (N, S, V)),
               buckets.flat(True if mask is None else mask, batch, (t, s), (N, T, S), False))
     q, k, v, mask = buckets.on_device(*inputs)
-    out, weights = kernel(q=q, k=k, v=v, mask=mask, full=(N, T, S), **rest,
-                          **dict(zip(scores_like, buckets.on_device(*scores_like.values()))))
-    return (buckets.cut(np.asarray(out)[:n, :t, :vw].reshape(*batch, t, vw), ...),
-            buckets.cut(np.asarray(weights)[:n, :t, :s].reshape(full), ...))
+    out, second = kernel(q=q, k=k, v=v, mask=mask, full=(N, T, S), **rest,
+                         **dict(zip(scores_like, buckets.on_device(*scores_like.values()))))
+    second = (np.asarray(second)[:n, :t].reshape(*batch, t) if lse
+              else np.asarray(second)[:n, :t, :s].reshape(full))
+    return buckets.cut(np.asarray(out)[:n, :t, :vw].reshape(*batch, t, vw), ...), buckets.cut(second, ...)
 
 
 TIES = ("lower_index", "keep_all")
@@ -322,15 +328,15 @@ def _sdpa_lse(q, k, v, mask, bias, c, full, cap=None):
 
 def sdpa_lse(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, softcap=None):
     """sdpa's output and lse[..., i] = ln sum_j exp(scores[..., i, j]) over the kept keys
-    (natural log; -inf for a row with nothing kept, whose output is 0). Compiled per shape
-    (no buckets: padded keys would be masked, but the lse's shape is the exact one)."""
+    (natural log; -inf for a row with nothing kept, whose output is 0). Bucketed as sdpa
+    (padded keys are masked out, so they add nothing to the lse; padded rows are cut)."""
     if num_kv_heads is not None:
         q, k, v = floating("q", q), floating("k", k), floating("v", v)
         k, v = repeat_kv(q, k, v, num_kv_heads)
     q, k, v, mask, bias, full = check.attention_inputs(_core, q, k, v, mask, bias)
     cap = None if softcap is None else const(q, check.softcap(softcap))
     c = const(q, check.scale(scale, q.shape[-1]))
-    return _sdpa_lse(q, k, v, mask, bias, c, full, cap)
+    return _bucketed(_sdpa_lse, q, k, v, mask, full, {"bias": bias}, lse=True, c=c, cap=cap)
 
 
 @jax.jit
@@ -343,19 +349,36 @@ def _merge(o, s):
 def merge_attention_states(outputs, lses):
     """w = softmax over the parts (axis 0) of lses (a -inf part gets weight 0; all -inf: 0),
     output = sum_n w_n outputs_n over the parts with w_n != 0, lse = ln sum_n exp(lses_n)."""
-    return _merge(*check.attention_states(_core, outputs, lses))
+    outputs, lses = check.attention_states(_core, outputs, lses)
+    parts, *rows, width = outputs.shape
+    n = math.prod(rows)
+    P, N, V = buckets.size(parts), buckets.size(n), buckets.size(width)
+    if not (buckets.applies(outputs, lses) and buckets.small((P, N, V))):
+        return _merge(outputs, lses)
+    # padded parts have lse -inf: weight 0, left out of the sum and of the lse
+    o = buckets.pad(np.asarray(outputs).reshape(parts, n, width), (P, N, V))  # (P, N, V)
+    s = buckets.pad(np.asarray(lses).reshape(parts, n), (P, N), -np.inf)  # (P, N)
+    out, lse = (np.asarray(y) for y in _merge(*buckets.on_device(o, s)))
+    return buckets.cut(out[:n, :width].reshape(*rows, width), ...), buckets.cut(lse[:n].reshape(rows), ...)
 
 
 # == attention sinks (issue 22 item 4) =====================================================
 
 @functools.partial(jax.jit, static_argnames="full")
 def _sdpa_sinks(q, k, v, sinks, mask, bias, c, full, cap=None):
-    scores = _scores(q, k, c, bias, full, cap)  # (..., H, T, S)
-    keep = jnp.broadcast_to(True if mask is None else mask, full)
     column = jnp.broadcast_to(sinks[:, None, None], full[:-1] + (1,))  # (..., H, T, 1)
+    return _sdpa_sink_column(q, k, v, column, mask, bias, c, full, cap)
+
+
+@functools.partial(jax.jit, static_argnames="full")
+def _sdpa_sink_column(q, k, v, column, mask, bias, c, full, cap=None):
+    """_sdpa_sinks with each row's sink given: column (..., T, 1) (bucketed: the heads are
+    flattened into the batch, so each row carries its head's sink)."""
+    scores = _scores(q, k, c, bias, full, cap)  # (..., T, S)
+    keep = jnp.broadcast_to(True if mask is None else mask, full)
     kept = jnp.concatenate([keep, jnp.ones(full[:-1] + (1,), bool)], axis=-1)
     weights = _softmax_core(jnp.concatenate([scores, column], axis=-1), kept, -1)[..., :-1]
-    return weighted_sum(weights, v), weights  # (..., H, T, V), (..., H, T, S)
+    return weighted_sum(weights, v), weights  # (..., T, V), (..., T, S)
 
 
 def sdpa_sinks(q, k, v, sinks, mask=None, bias=None, *, scale=None, num_kv_heads=None,
@@ -370,7 +393,11 @@ def sdpa_sinks(q, k, v, sinks, mask=None, bias=None, *, scale=None, num_kv_heads
     sinks = check.sinks_of(_core, sinks, full, q)
     cap = None if softcap is None else const(q, check.softcap(softcap))
     c = const(q, check.scale(scale, q.shape[-1]))
-    return _sdpa_sinks(q, k, v, sinks, mask, bias, c, full, cap)
+    if not buckets.applies(sinks):
+        return _sdpa_sinks(q, k, v, sinks, mask, bias, c, full, cap)
+    column = np.asarray(sinks)[:, None, None]  # (H, 1, 1): broadcasts to (..., H, T, 1)
+    return _bucketed(_sdpa_sink_column, q, k, v, mask, full, {"bias": bias},
+                     {"column": column}, c=c, cap=cap)
 
 
 # == paged KV cache (issue 22 item 3) ======================================================

@@ -19,10 +19,13 @@ Agreement runs on float64 inputs with the vectors' float32 tolerances (the reaso
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._core import host
 from .attention import sdpa
 from .norm import layer_norm
 
@@ -51,8 +54,31 @@ def _expressible(v) -> bool:
 
 
 def _to_btnh(x, ndim):
-    """(B, H, T, K) -> (B, T, H, K); (B, T, K) -> (B, T, 1, K)."""
-    return jnp.swapaxes(x, 1, 2) if ndim == 4 else x[:, :, None, :]
+    """(B, H, T, K) -> (B, T, H, K); (B, T, K) -> (B, T, 1, K) (on the host)."""
+    return np.swapaxes(x, 1, 2) if ndim == 4 else x[:, :, None, :]
+
+
+@functools.partial(jax.jit, static_argnames="scale")
+def _dot_product_attention(q, k, v, bias, mask, scale):
+    return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, scale=scale)
+
+
+def _jax_nn_output(v):
+    """jax.nn.dot_product_attention on a vector's inputs, laid out on the host (NumPy), so
+    that the one program compiled per shape is JAX's attention, not the glue around it."""
+    x = {n: np.asarray(a) for n, a in v.inputs.items()}
+    q, k, vv = x["q"], x["k"], x["v"]
+    nd = q.ndim
+    batch = np.broadcast_shapes(q.shape[:1], k.shape[:1], vv.shape[:1])
+    q, k, vv = (np.broadcast_to(t, batch + t.shape[1:]) for t in (q, k, vv))
+    full = (batch[0], q.shape[1] if nd == 4 else 1, q.shape[-2], k.shape[-2])
+    mask, bias = x.get("mask"), x.get("bias")
+    mask, bias = (None if a is None else host(np.broadcast_to(a if nd == 4 else a[..., None, :, :], full))
+                  for a in (mask, bias))
+    out = _dot_product_attention(*(host(_to_btnh(t, nd)) for t in (q, k, vv)), bias, mask,
+                                 scale=v.attributes.get("scale"))
+    out = np.asarray(out)
+    return np.swapaxes(out, 1, 2) if nd == 4 else out[:, :, 0, :]
 
 
 def agree_dot_product_attention(device):
@@ -63,22 +89,7 @@ def agree_dot_product_attention(device):
                 if v.function != "sdpa" or v.expect != "value" or v.deprecated \
                         or not _expressible(v):
                     continue
-                x = {n: jnp.asarray(a) for n, a in v.inputs.items()}
-                q, k, vv = x["q"], x["k"], x["v"]
-                nd = q.ndim
-                batch = np.broadcast_shapes(q.shape[:1], k.shape[:1], vv.shape[:1])
-                q, k, vv = (jnp.broadcast_to(t, batch + t.shape[1:]) for t in (q, k, vv))
-                full = (batch[0], q.shape[1] if nd == 4 else 1, q.shape[-2], k.shape[-2])
-                mask, bias = x.get("mask"), x.get("bias")
-                out = jax.nn.dot_product_attention(
-                    _to_btnh(q, nd), _to_btnh(k, nd), _to_btnh(vv, nd),
-                    bias=None if bias is None else jnp.broadcast_to(
-                        bias if nd == 4 else bias[..., None, :, :], full),
-                    mask=None if mask is None else jnp.broadcast_to(
-                        mask if nd == 4 else mask[..., None, :, :], full),
-                    scale=v.attributes.get("scale"))
-                out = jnp.swapaxes(out, 1, 2) if nd == 4 else out[:, :, 0, :]
-                _close("jax.nn.dot_product_attention", out, v, "output")
+                _close("jax.nn.dot_product_attention", _jax_nn_output(v), v, "output")
                 compared += 1
         assert compared, "no sdpa vector could be expressed with jax.nn.dot_product_attention"
     return check

@@ -182,3 +182,48 @@ def test_relative_attention_and_rope(backend):
     for convention in ("interleaved", "half"):
         same(*both(backend, "rope", "positional", dict(x=normal(2, 3, 5, 6)), offset=4,
                    convention=convention))
+
+
+def test_sdpa_lse_and_sinks_with_a_mask_bias_softcap_gqa_and_a_fully_masked_row(backend):
+    q, k, v = normal(2, 4, 3, 5), normal(2, 2, 6, 5), normal(2, 2, 6, 3)
+    mask = RNG.random((3, 6)) < 0.7
+    mask[1] = False  # a fully masked row: lse -inf, output 0
+    inputs = dict(q=q, k=k, v=v, mask=mask, bias=normal(3, 6))
+    on, off = both(backend, "sdpa_lse", "attention", inputs, softcap=2.0, num_kv_heads=2)
+    same(on, off)
+    assert on[1].shape == (2, 4, 3) and (on[1][..., 1] == -np.inf).all()
+    sinks = normal(4)
+    sinks[1] = -np.inf  # head 1: plain sdpa
+    on, off = both(backend, "sdpa_sinks", "attention", dict(inputs, sinks=sinks), num_kv_heads=2)
+    same(on, off)
+    assert on[1].shape == (2, 4, 3, 6) and not np.allclose(on[1][:, 0], on[1][:, 2])
+
+
+def test_merge_attention_states_with_a_nan_an_infinite_and_an_all_minus_inf_row(backend):
+    outputs, lses = normal(3, 2, 5, 4), normal(3, 2, 5)
+    lses[:, 0, 1] = -np.inf  # no part has anything: output 0, lse -inf
+    lses[0, 1, 2], lses[1, 1, 3] = np.inf, np.nan
+    outputs[2, 0, 0, 0] = np.nan  # a part of weight 0 in that row
+    lses[2, 0, 0] = -np.inf
+    on, off = both(backend, "merge_attention_states", "attention", dict(outputs=outputs, lses=lses))
+    same(on, off)
+    assert on[0].shape == (2, 5, 4) and on[1].shape == (2, 5) and np.isfinite(on[0][0, 0]).all()
+
+
+@pytest.mark.parametrize("name", ["_sdpa_lse", "_sdpa_sink_column", "_merge"])
+def test_the_lse_sinks_and_merge_shapes_of_a_bucket_share_one_compilation(backend, name):
+    buckets.enable(True)
+    kernel = getattr(attention, name)
+    before = kernel._cache_size()
+    for t in range(1, 9):
+        for s in range(1, 9, 3):
+            q = backend.asarray(normal(2, t, 3), dtype="float32")
+            k = backend.asarray(normal(2, s, 3), dtype="float32")
+            if name == "_merge":
+                backend.function("merge_attention_states", "attention")(q[..., :s], q[..., 0])
+            elif name == "_sdpa_lse":
+                backend.function("sdpa_lse", "attention")(q, k, k)
+            else:
+                sinks = backend.asarray(normal(2), dtype="float32")
+                backend.function("sdpa_sinks", "attention")(q, k, k, sinks)
+    assert kernel._cache_size() - before <= 1  # 24 shapes, one program
