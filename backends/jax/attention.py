@@ -371,3 +371,9 @@ def sdpa_sinks(q, k, v, sinks, mask=None, bias=None, *, scale=None, num_kv_heads
     cap = None if softcap is None else const(q, check.softcap(softcap))
     c = const(q, check.scale(scale, q.shape[-1]))
     return _sdpa_sinks(q, k, v, sinks, mask, bias, c, full, cap)
+
+
+# sdpa over a packed batch of variable-length sequences: the shared composite over this sdpa.
+from ..composite.varlen import Varlen  # noqa: E402
+
+(sdpa_varlen,) = Varlen.bind(__package__, "sdpa_varlen")

@@ -397,3 +397,9 @@ def sdpa_sinks_vjp(cotangents, q, k, v, sinks, mask=None, bias=None, *, scale=No
     dp = -p * gw                                                      # (..., H, T)
     grads["sinks"] = np.sum(dp.reshape(-1, *dp.shape[-2:]), axis=(0, 2))  # (H,)
     return grads, {}
+
+
+# sdpa over a packed batch of variable-length sequences: the shared composite over this sdpa.
+from ..composite.varlen import Varlen  # noqa: E402
+
+(sdpa_varlen,) = Varlen.bind(__package__, "sdpa_varlen")

@@ -264,3 +264,9 @@ def sdpa_sinks(q, k, v, sinks, mask=None, bias=None, *, scale=None, num_kv_heads
     kept = tf.concat([keep, tf.ones(full[:-1] + (1,), dtype=tf.bool)], axis=-1)
     weights = softmax(tf.concat([scores, column], axis=-1), kept)[..., :-1]  # (..., H, T, S)
     return weighted_sum(weights, _batched(v, full)), weights
+
+
+# sdpa over a packed batch of variable-length sequences: the shared composite over this sdpa.
+from ..composite.varlen import Varlen  # noqa: E402
+
+(sdpa_varlen,) = Varlen.bind(__package__, "sdpa_varlen")

@@ -342,3 +342,9 @@ def sdpa_sinks(q, k, v, sinks, mask=None, bias=None, *, scale=None, num_kv_heads
     weights = softmax(torch.cat([scores, column], dim=-1), kept)[..., :-1]  # (..., H, T, S)
     paths.note("explicit")
     return weighted_sum(weights, v), weights
+
+
+# sdpa over a packed batch of variable-length sequences: the shared composite over this sdpa.
+from ..composite.varlen import Varlen  # noqa: E402
+
+(sdpa_varlen,) = Varlen.bind(__package__, "sdpa_varlen")
