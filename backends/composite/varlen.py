@@ -4,12 +4,12 @@ written once: each sequence's rows are sliced out and run through the backend's 
     q (total_q, H, K), k (total_k, H_kv, K), v (total_k, H_kv, V); sequence b holds the
     query rows cu_seqlens_q[b]:cu_seqlens_q[b + 1] and the key rows cu_seqlens_k[b]:...[b + 1].
 
-The offsets are read on the host (they decide the slices), as flash-attn's max_seqlen_* are.
+The offsets are read on the host with ``int()`` (they decide the slices), so a traced graph
+cannot take them as tensors; flash-attn reads its max_seqlen_* on the host the same way.
 """
 
 from __future__ import annotations
 
-import numpy as np
 from attnspec.spec.errors import ConfigError, DomainError, ShapeError
 
 from .. import _checks as check
@@ -17,9 +17,8 @@ from . import Composite
 
 
 def host_ints(x) -> list[int]:
-    """The offsets as Python ints (copied off the device: torch's ``cpu()``, else NumPy)."""
-    x = x.cpu() if hasattr(x, "cpu") and not isinstance(x, np.ndarray) else x
-    return [int(e) for e in np.asarray(x).reshape(-1)]
+    """The offsets as Python ints (``int()`` of each element: copied off any device)."""
+    return [int(x[i]) for i in range(check.shape(x)[0])]
 
 
 def offsets(name: str, x, total: int, total_name: str) -> list[int]:
