@@ -11,6 +11,11 @@ from hypothesis.extra import numpy as hnp
 
 pytestmark = pytest.mark.properties
 
+# Each example is B sequences of new shapes, one sdpa call each (a compiling backend compiles
+# per shape): a quarter of the profile's examples, as test_differential.py does.
+_PROFILE = settings.default
+_FEWER = settings(_PROFILE, max_examples=max(3, _PROFILE.max_examples // 4))
+
 # multiples of 2**-6 in [-2, 2]: exact at every dtype, so both sides start equal
 exact = st.integers(-128, 128).map(lambda i: i * 2.0**-6)
 
@@ -52,7 +57,7 @@ def _mask(t, s, attrs):
     return j <= p if attrs.get("causal") else None
 
 
-@settings(max_examples=25, deadline=None)
+@_FEWER
 @given(x=packed())
 def test_packed_attention_equals_sdpa_run_on_each_sequence(ops, x):
     q, k, v, tq, tk, attrs = x
@@ -71,7 +76,7 @@ def test_packed_attention_equals_sdpa_run_on_each_sequence(ops, x):
                          what=f"sequence {b}")
 
 
-@settings(max_examples=25, deadline=None)
+@_FEWER
 @given(x=packed(), data=st.data())
 def test_permuting_the_sequences_permutes_the_output_rows(ops, x, data):
     q, k, v, tq, tk, attrs = x
