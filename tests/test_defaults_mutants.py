@@ -36,6 +36,9 @@ WRONG = [
     ("sdpa_sinks", {"softcap": 50.0}),
     ("paged_attention", {"scale": 1.0}),
     ("paged_attention", {"causal": True}),
+    ("sdpa_varlen", {"scale": 1.0}),
+    ("sdpa_varlen", {"causal": True}),
+    ("sdpa_varlen", {"window": 1}),
     ("mha", {"num_kv_heads": 1}),  # multi-query by default: w_k, w_v read as the wrong shapes
     ("topk_attention", {"scale": 1.0}),
     ("topk_attention", {"ties": "keep_all"}),

@@ -69,7 +69,7 @@ MODULES = {
     "decoder_only": "models", "decoder_only_init_cache": "decoding",
     "decoder_only_step": "decoding", "llama_layer": "layers", "llama_decoder_only": "models",
     "llama_init_cache": "decoding", "llama_step": "decoding",
-    "cross_entropy": "losses", "decoder_only_loss": "models",
+    "cross_entropy": "losses", "decoder_only_loss": "models", "sdpa_varlen": "attention",
 }
 
 
@@ -128,8 +128,9 @@ def shared() -> dict[str, type]:
     from .layers import Layers
     from .models import Models
     from .rnn import Seq2Seq
+    from .varlen import Varlen
 
     found = {"residual": Layers}
-    for family in (Layers, Models, Decoding, Seq2Seq):
+    for family in (Layers, Models, Decoding, Seq2Seq, Varlen):
         found.update(dict.fromkeys(family.__dict__["EXPORTS"], family))
     return found

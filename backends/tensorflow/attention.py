@@ -346,3 +346,9 @@ def paged_kv_append(k_cache, v_cache, block_table, seq_lens, k, v):
     seq_lens = tf.convert_to_tensor(seq_lens)
     new_lens = seq_lens + tf.cast(t, seq_lens.dtype)
     return _written(kc, index, k), _written(vc, index, v), new_lens
+
+
+# sdpa over a packed batch of variable-length sequences: the shared composite over this sdpa.
+from ..composite.varlen import Varlen  # noqa: E402
+
+(sdpa_varlen,) = Varlen.bind(__package__, "sdpa_varlen")

@@ -377,3 +377,9 @@ def paged_kv_append(k_cache, v_cache, block_table, seq_lens, k, v):
     kc, vc, k, v, index, lens = check.paged_append_plan(_core, k_cache, v_cache, block_table,
                                                         seq_lens, k, v)
     return _written(kc, index, k), _written(vc, index, v), torch.as_tensor(lens, device=kc.device)
+
+
+# sdpa over a packed batch of variable-length sequences: the shared composite over this sdpa.
+from ..composite.varlen import Varlen  # noqa: E402
+
+(sdpa_varlen,) = Varlen.bind(__package__, "sdpa_varlen")
