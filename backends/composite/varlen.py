@@ -59,10 +59,12 @@ class Varlen(Composite):
             raise ShapeError(f"k of shape {ks} and v of shape {vs} must share (total_k, H_kv), "
                              f"k.shape[-1] must be q's {qs[2]}")
         check.kv_divides(qs[1], ks[1])
-        cq = offsets("cu_seqlens_q", self.ops.integers("cu_seqlens_q", cu_seqlens_q), qs[0],
-                     f"q of shape {qs}")
-        ck = offsets("cu_seqlens_k", self.ops.integers("cu_seqlens_k", cu_seqlens_k), ks[0],
-                     f"k of shape {ks}")
+        # the dtype checked by the backend; the values read from the argument as given (a
+        # host array where a traced graph takes them as part of its key: TensorFlow's modes)
+        self.ops.integers("cu_seqlens_q", cu_seqlens_q)
+        self.ops.integers("cu_seqlens_k", cu_seqlens_k)
+        cq = offsets("cu_seqlens_q", cu_seqlens_q, qs[0], f"q of shape {qs}")
+        ck = offsets("cu_seqlens_k", cu_seqlens_k, ks[0], f"k of shape {ks}")
         if len(cq) != len(ck):
             raise ShapeError(f"cu_seqlens_q of shape ({len(cq)},) and cu_seqlens_k of shape "
                              f"({len(ck)},) must hold the same number of sequences")

@@ -23,7 +23,7 @@ import tensorflow as tf
 from attnspec.spec.errors import ConfigError, DTypeError
 
 from ..base import Backend, returns_of
-from ._modes import MODES, ModeFunction
+from ._modes import MODES, ModeFunction, host_integers
 
 DTYPES = {"float64": tf.float64, "float32": tf.float32, "float16": tf.float16,
           "bfloat16": tf.bfloat16}
@@ -131,6 +131,7 @@ class TensorFlowBackend(Backend):
         floats = {k: a for k, a in call.items()
                   if isinstance(a, (tf.Tensor, tf.Variable)) and a.dtype.is_floating}
         rest = {k: a for k, a in call.items() if k not in floats and k != "params"}
+        rest.update(host_integers(rest))  # shapes' values stay on the host (_modes.py)
         has_params = "params" in call
 
         def forward_backward(inputs, params, cot):

@@ -46,7 +46,20 @@ def _device_of(tensors: list, default: str) -> str:
     return next(iter(found), default)
 
 
+# Integer inputs whose values are shapes (sdpa_varlen's offsets decide its slices): in
+# graph and XLA modes they are host values, part of the trace's key, traced once per value.
+HOST_INTEGERS = frozenset({"cu_seqlens_q", "cu_seqlens_k"})
+
+
+def host_integers(arrays: dict) -> dict:
+    """The HOST_INTEGERS among ``arrays`` that hold integers, as NumPy arrays."""
+    return {k: np.asarray(v) for k, v in arrays.items()
+            if k in HOST_INTEGERS and _is_array(v) and tf.as_dtype(v.dtype).is_integer}
+
+
 def _hashable(v):
+    if isinstance(v, np.ndarray):
+        return ("ndarray", v.dtype.str, v.shape, v.tobytes())
     if isinstance(v, (list, tuple)):
         return tuple(_hashable(x) for x in v)
     try:
@@ -74,7 +87,9 @@ class ModeFunction:
         params = arguments.pop("params", None) if "params" in arguments else None
         has_params = "params" in self.signature.parameters
         tensors = {k: v for k, v in arguments.items() if _is_array(v)}
-        static = {k: v for k, v in arguments.items() if k not in tensors}
+        host = host_integers(tensors) if self.mode != "eager" else {}
+        tensors = {k: v for k, v in tensors.items() if k not in host}
+        static = {k: host.get(k, v) for k, v in arguments.items() if k not in tensors}
         store, prefix = _flat_params(params) if has_params else ({}, "")
         device = _device_of(list(tensors.items()) + list(store.items()), self.default_device())
         with tf.device(f"/{device.upper()}:0"):
