@@ -49,12 +49,6 @@ PAGED_BUGS = {
 }
 
 
-@pytest.mark.parametrize("bug", sorted(PAGED_BUGS))
-def test_paged_attention_mutant_is_rejected(bug):
-    with np.errstate(all="ignore"):
-        assert_rejected(mutant(paged_attention=PAGED_BUGS[bug]), "paged_attention")
-
-
 def _append(*, back=0, roll=0, same_lens=False):
     """paged_kv_append writing at seq_lens - back through rows rolled by roll; same_lens: the
     lengths returned unchanged."""
@@ -73,10 +67,12 @@ APPEND_BUGS = {
 }
 
 
-@pytest.mark.parametrize("bug", sorted(APPEND_BUGS))
-def test_paged_kv_append_mutant_is_rejected(bug):
+@pytest.mark.parametrize("function,bug", [("paged_attention", b) for b in sorted(PAGED_BUGS)]
+                         + [("paged_kv_append", b) for b in sorted(APPEND_BUGS)])
+def test_paged_mutant_is_rejected(function, bug):
+    bugs = PAGED_BUGS if function == "paged_attention" else APPEND_BUGS
     with np.errstate(all="ignore"):
-        assert_rejected(mutant(paged_kv_append=APPEND_BUGS[bug]), "paged_kv_append")
+        assert_rejected(mutant(**{function: bugs[bug]}), function)
 
 
 def _vjp(*, assign=False, shift=0):
