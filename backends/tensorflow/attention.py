@@ -118,14 +118,9 @@ def repeat_kv(q, k, v, num_kv_heads):
     return tf.repeat(k, group, axis=-3), tf.repeat(v, group, axis=-3)
 
 
-def sdpa(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, softcap=None):
-    """weights = softmax(cap(scale * q k^T) + bias, masked), output = weights v.
-
-    scale defaults to 1/sqrt(K); masked keys get weight 0 and a row with no key
-    left gives zero weights and a zero output. With num_kv_heads (grouped-query
-    attention), axis -3 holds the heads and query head h reads kv head h // (H / H_kv).
-    With softcap = c, cap(s) = c tanh(s / c), before the bias and the mask (Gemma 2, ONNX).
-    """
+def _scores(q, k, v, mask, bias, scale, num_kv_heads, softcap):
+    """The checked q, v, mask, bias and the scaled, capped, biased scores (..., T, S), with
+    the broadcast shape (sdpa and its lse and sink variants)."""
     if num_kv_heads is not None:
         k, v = repeat_kv(q, k, v, num_kv_heads)
     q, k, v, mask, bias, full = check.attention_inputs(_core, q, k, v, mask, bias)
@@ -136,6 +131,18 @@ def sdpa(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, softca
         scores = _softcap(scores, cap)
     if bias is not None:
         scores = scores + bias
+    return q, v, mask, bias, scores, full
+
+
+def sdpa(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, softcap=None):
+    """weights = softmax(cap(scale * q k^T) + bias, masked), output = weights v.
+
+    scale defaults to 1/sqrt(K); masked keys get weight 0 and a row with no key
+    left gives zero weights and a zero output. With num_kv_heads (grouped-query
+    attention), axis -3 holds the heads and query head h reads kv head h // (H / H_kv).
+    With softcap = c, cap(s) = c tanh(s / c), before the bias and the mask (Gemma 2, ONNX).
+    """
+    q, v, mask, bias, scores, full = _scores(q, k, v, mask, bias, scale, num_kv_heads, softcap)
     if mask is None and bias is None:  # finite scores: the fused kernel, nothing to zero
         weights = tf.cond(tf.reduce_all(tf.math.is_finite(scores)),
                           lambda: tf.nn.softmax(scores), lambda: softmax(scores))
@@ -227,16 +234,7 @@ def sdpa_lse(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, so
 def _kept_scores(q, k, v, mask, bias, scale, num_kv_heads, softcap):
     """The checked arrays, the scaled, capped, biased scores and the kept keys, written out
     (sdpa_lse, sdpa_sinks): (q, v, scores (..., T, S), keep (..., T, S), that shape)."""
-    if num_kv_heads is not None:
-        k, v = repeat_kv(q, k, v, num_kv_heads)
-    q, k, v, mask, bias, full = check.attention_inputs(_core, q, k, v, mask, bias)
-    c = const(check.scale(scale, check.shape(q)[-1]), q)
-    cap = check.softcap(softcap)
-    scores = tf.matmul(_batched(q, full), _batched(k, full), transpose_b=True) * c  # (..., T, S)
-    if cap is not None:
-        scores = _softcap(scores, cap)
-    if bias is not None:
-        scores = scores + bias
+    q, v, mask, _, scores, full = _scores(q, k, v, mask, bias, scale, num_kv_heads, softcap)
     keep = tf.ones(full, dtype=tf.bool) if mask is None else tf.broadcast_to(mask, full)
     return q, v, tf.broadcast_to(scores, full), keep, full
 
