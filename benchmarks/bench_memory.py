@@ -1,6 +1,6 @@
 """Time and peak memory of attnspec's fused torch paths against the built-ins, against T.
 
-    python benchmarks/bench_memory.py [--ts 256,1024,4096] [--rounds 3] [--threads 1]
+    python benchmarks/bench_memory.py [--ts 256,1024,4096] [--rounds 3] [--threads 1] [--plot FILE]
 
 Issue 27 item 2. float32, CPU, eval, no grad, one process per memory measurement:
 
@@ -19,7 +19,8 @@ and reports VmHWM - VmRSS before it (so the inputs, weights and one-time buffers
 counted; no tracemalloc, which cannot see torch's allocations). glibc's malloc runs with
 MALLOC_MMAP_THRESHOLD_=65536, so every freed tensor goes back to the kernel and the second
 forward's peak is its own. Linux only. ``--threads`` (default 1: the shared 2-core machine)
-is torch's thread count in every process.
+is torch's thread count in every process. ``--plot FILE`` (.png or .svg; the ``plot`` extra)
+draws time and peak memory against T, ours and the built-in, one line per case.
 """
 
 from __future__ import annotations
@@ -159,6 +160,7 @@ def main() -> None:
     ap.add_argument("--ts", default="256,1024,4096")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--plot", metavar="FILE", help="draw time and memory against T (.png/.svg)")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -178,6 +180,7 @@ def main() -> None:
         ms, ms_b, ratio = timed(ours, theirs, 2 * a.rounds)
         print(f"{case:22} {'B8T128':>5} {ms:9.2f} {ms_b:11.2f} {ratio:6.2f} {'':9} {'':12} "
               f"{'':9}  {verdict(case, None, ratio, None)} (D=256)")
+    rows = []
     for t in (int(s) for s in a.ts.split(",")):
         for case, make in CASES.items():
             if case.endswith("explicit") and t > 256:
@@ -192,8 +195,40 @@ def main() -> None:
             mr = mem / max(mem_b, 1e-9)
             print(f"{case:22} {t:5} {ms:9.2f} {ms_b:11.2f} {ratio:6.2f} {mem:9.1f} "
                   f"{mem_b:12.1f} {mr:9.2f}  {verdict(case, t, ratio, mr)}", flush=True)
+            rows.append((case, t, ms, ms_b, mem, mem_b))
     print("ratio: median over rounds of ours / built-in timed in alternation; memory: peak RSS "
           "above the inputs of one forward, a fresh process per cell")
+    if a.plot:
+        plot(rows, a.plot, f"torch {torch.__version__}, float32, CPU, {a.threads} thread(s), "
+                           f"B=1, D={D}, H={H}")
+        print(f"plot: {a.plot}")
+
+
+def plot(rows: list, path: str, title: str) -> None:
+    """Time (ms) and peak memory (MiB) against T, log-log: a colour per case, solid for
+    attnspec and dashed for the built-in."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    cases = sorted({r[0] for r in rows}, key=[r[0] for r in rows].index)
+    for i, case in enumerate(cases):
+        mine = [r for r in rows if r[0] == case]
+        ts = [r[1] for r in mine]
+        for ax, (ours, theirs), unit in ((axes[0], (2, 3), "ms"), (axes[1], (4, 5), "MiB")):
+            ax.plot(ts, [r[ours] for r in mine], "-o", color=f"C{i}", label=f"{case} (attnspec)")
+            ax.plot(ts, [r[theirs] for r in mine], "--s", color=f"C{i}", label=f"{case} (built-in)")
+            ax.set(xscale="log", yscale="log", xlabel="T", ylabel=unit)
+            ax.set_xticks(ts, [str(t) for t in ts], minor=False)
+            ax.set_xticks([], minor=True)
+    axes[0].set_title("time of one forward")
+    axes[1].set_title("peak memory above the inputs")
+    axes[1].legend(fontsize=7, loc="upper left")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
 
 
 if __name__ == "__main__":
