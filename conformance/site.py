@@ -26,7 +26,6 @@ from pathlib import Path
 
 import attnspec.spec
 import numpy as np
-
 from attnspec.spec.errors import ConfigError
 
 # The published site; `attnspec cite --base-url` or ATTNSPEC_SITE_URL name another.
@@ -123,7 +122,8 @@ def _tolerances(v) -> str:
 
 def _stress(v) -> str:
     rec = v.raw
-    shapes = "".join(f"| `inputs.{k}` | {tuple(r.get('shape', ()))} | `{rec['digests'].get('inputs.' + k, '')}` |\n"
+    digests = rec["digests"]
+    shapes = "".join(f"| `inputs.{k}` | {tuple(r.get('shape', ()))} | `{digests.get('inputs.' + k, '')}` |\n"
                      for k, r in rec["recipes"].get("inputs", {}).items())
     shapes += "".join(f"| `{a['name']}` | {tuple(a['shape'])} | (in `{rec['data']['file']}`, "
                       f"sha256 `{rec['data']['sha256']}`) |\n" for a in rec["data"]["arrays"])
