@@ -160,6 +160,25 @@ def vector_page(v, version: str) -> tuple[str, dict[str, str]]:
     return "".join(body), files
 
 
+def display_math(text: str) -> str:
+    """Blank lines around each ``$$`` block, as arithmatex needs (GitHub renders two blocks
+    with no line between them, the site would leave them raw); code blocks left alone."""
+    out, fenced, inside = [], False, False
+    for line in text.split("\n"):
+        bare = line.strip()
+        fenced ^= bare.startswith("```")
+        if bare == "$$" and not fenced:
+            if not inside and out and out[-1].strip():
+                out.append("")
+            out.append(line)
+            if inside:
+                out.append("")
+            inside = not inside
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
 def component_vectors(spec, component: str, vectors: list) -> str:
     rows = "".join(f"| [`{v.id}`](../{vector_path(spec.version, v.id)}index.md) | {v.expect} | "
                    f"{', '.join(v.flags)} |\n" for v in vectors)
@@ -184,9 +203,10 @@ def write_pages(spec, docs: Path, config_dir: Path) -> int:
     shutil.copytree(config_dir / "assets", docs / "assets")
     (docs / "index.md").write_text(index_page(spec, by), encoding="utf-8")
     for p in SPEC_PAGES:
-        shutil.copy(SPEC_DIR / f"{p}.md", docs / f"{p}.md")
+        (docs / f"{p}.md").write_text(display_math((SPEC_DIR / f"{p}.md").read_text(encoding="utf-8")),
+                                      encoding="utf-8")
     for page in sorted((SPEC_DIR / "components").glob("*.md")):
-        text = page.read_text(encoding="utf-8")
+        text = display_math(page.read_text(encoding="utf-8"))
         if page.stem in by:
             text += component_vectors(spec, page.stem, by[page.stem])
         (docs / "components" / page.name).write_text(text, encoding="utf-8")
