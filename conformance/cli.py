@@ -532,7 +532,7 @@ def cmd_cite(args) -> int:
 def _site_url(spec, args) -> str:
     """The target's page on the site (docs/site.md): --base-url, ATTNSPEC_SITE_URL or the
     published one."""
-    from .site import SITE_URL, vector_url
+    from .sitepages import SITE_URL, vector_url
 
     base = (args.base_url or os.environ.get("ATTNSPEC_SITE_URL") or SITE_URL).rstrip("/")
     if "/" in args.id:

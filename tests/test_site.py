@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
-from attnspec.conformance.site import SITE_URL, heatmap_svg, vector_page, vector_url
+from attnspec.conformance.sitepages import SITE_URL, heatmap_svg, vector_page, vector_url
 from attnspec.spec.vectors import content_hash, default_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,11 +82,3 @@ def test_the_heatmap_draws_each_weight_in_its_cell():
 
 def test_vector_urls_keep_the_ids_slash():
     assert vector_url("mha/padding-001", "1.4.0", "http://h/x/") == "http://h/x/1.4.0/vectors/mha/padding-001/"
-
-
-def test_a_missing_config_is_one_clear_error(tmp_path):
-    pytest.importorskip("mkdocs")
-    p = subprocess.run([sys.executable, "-m", "attnspec.conformance.site", "--config",
-                        str(tmp_path / "nope.yml"), "--out", str(tmp_path / "out")],
-                       capture_output=True, text=True)
-    assert p.returncode == 2 and "nope.yml: no such file" in p.stderr

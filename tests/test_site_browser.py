@@ -133,3 +133,10 @@ def test_cite_urls_resolve_on_the_built_site(server, browser):
         out = subprocess.run([sys.executable, "-m", "attnspec.conformance.cli", "cite", v.id,
                               "--base-url", server], capture_output=True, text=True, check=True).stdout
         shows_vector(browser, out.splitlines()[1], v)
+
+
+def test_a_missing_config_is_one_clear_error(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "attnspec.conformance.site", "--config",
+                        str(tmp_path / "nope.yml"), "--out", str(tmp_path / "out")],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "nope.yml: no such file" in p.stderr
