@@ -123,7 +123,8 @@ def test_each_sampled_vector_url_shows_its_vector(server, browser):
     version = default_spec().version
     for v in sampled_vectors():
         shows_vector(browser, f"{server}/{version}/vectors/{v.id}/", v)
-        if v.expect == "value" and np.size(v.outputs.get("weights", ())):
+        stress = v.file.startswith("stress")  # its page shows shapes and hashes, no arrays
+        if v.expect == "value" and not stress and np.size(v.outputs.get("weights", ())):
             img = browser.find_element(By.CSS_SELECTOR, "img[src$='weights.svg']")
             assert browser.execute_script("return arguments[0].naturalWidth", img) > 0
 
