@@ -105,7 +105,8 @@ def _facts(v, version: str, download: str) -> str:
             ("citation", f"`{v.citation(version)}`"), ("file", f"`{v.file}`"),
             ("record", f"[{download}]({download})")]
     if v.deprecated:
-        rows.append(("deprecated", f"superseded by `{v.superseded_by}`" if v.superseded_by else "yes"))
+        rows.append(("deprecated", f"superseded by [`{v.superseded_by}`](../../{v.superseded_by}/index.md)"
+                     if v.superseded_by else "yes"))
     return "| | |\n|---|---|\n" + "".join(f"| {k} | {val} |\n" for k, val in rows)
 
 
@@ -133,7 +134,7 @@ def vector_page(v, version: str) -> tuple[str, dict[str, str]]:
     stress = v.file.startswith("stress")
     body = [f"---\nsearch:\n  exclude: true\n---\n\n# {v.id}\n",
             f'<div class="attnspec-vector" data-id="{v.id}" data-sha256="{v.sha256}" markdown>\n',
-            f"{v.description}\n\n{_facts(v, version, download)}\n</div>\n"]
+            f"{v.description}\n\n{_facts(v, version, download)}\n</div>\n\n"]
     if v.attributes:
         rows = "".join(f"| `{k}` | `{json.dumps(a)}` |\n" for k, a in v.attributes.items())
         body.append(f"## Attributes\n\n| attribute | value |\n|---|---|\n{rows}\n")
