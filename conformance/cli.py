@@ -4,7 +4,7 @@
   attnspec verify [--backend numpy] [--device cpu] [--dtype ...] [--json PATH] [--jobs N]
   attnspec generate [--check]            regenerate the vector files, then the derived text
   attnspec show ID                       a vector, readably
-  attnspec cite ID [--format text|bibtex]   (or: attnspec cite --verify "CITATION LINE")
+  attnspec cite ID [--format text|bibtex] [--base-url URL]   (or: attnspec cite --verify "LINE")
   attnspec check FILE.py:NAME --component C [--framework numpy] [--dtype float64] [-k EXPR]
                                          [--grad: NAME is a backward function]
   attnspec export ID [--format npz|json]
@@ -521,8 +521,23 @@ def cmd_cite(args) -> int:
     elif args.id not in (*spec.components, "attnspec"):
         raise CommandError(f"{args.id!r} is neither a vector id (component/case-NNN), a "
                            f"component ({', '.join(spec.components)}) nor 'attnspec'")
-    print(cite(spec, args.id, args.format))
+    text, url = cite(spec, args.id, args.format), _site_url(spec, args)
+    if args.format == "bibtex":
+        print(f"{text[:-2]},\n  url          = {{{url}}}\n}}")
+    else:
+        print(f"{text}\n{url}")
     return 0
+
+
+def _site_url(spec, args) -> str:
+    """The target's page on the site (docs/site.md): --base-url, ATTNSPEC_SITE_URL or the
+    published one."""
+    from .sitepages import SITE_URL, vector_url
+
+    base = (args.base_url or os.environ.get("ATTNSPEC_SITE_URL") or SITE_URL).rstrip("/")
+    if "/" in args.id:
+        return vector_url(args.id, spec.version, base)
+    return f"{base}/components/{args.id}/" if args.id in spec.components else f"{base}/"
 
 
 def cmd_check(args) -> int:
@@ -746,6 +761,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="check a citation line from any release, e.g. 'attnspec 1.0.0 · "
                         "sdpa/fully-masked-001 · sha256:78ec253a0fae': valid (unchanged or "
                         "superseded, and by what) or invalid (exit 1)")
+    s.add_argument("--base-url", metavar="URL",
+                   help="the site whose page of ID to print (default: ATTNSPEC_SITE_URL, else "
+                        "the published site; a local build: docs/site.md)")
     s.set_defaults(func=cmd_cite)
 
     s = sub.add_parser("check", help="check your own function or class against a component",

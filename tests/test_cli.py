@@ -26,7 +26,7 @@ def test_list_json_has_every_vector():
 
 def test_cite_prints_the_design_citation_line():
     v = default_spec().vectors[0]
-    out = attnspec("cite", v.id, check=True).stdout.strip()
+    out = attnspec("cite", v.id, check=True).stdout.splitlines()[0]  # then its URL: test_site.py
     assert out == f"attnspec {default_spec().version} · {v.id} · sha256:{v.sha256[:12]}"
     bib = attnspec("cite", v.id, "--format", "bibtex", check=True).stdout
     assert bib.startswith("@misc{") and v.id in bib
