@@ -3,8 +3,14 @@ masks."""
 
 import numpy as np
 
-from ..oracle.masks import (causal_mask, chunked_mask, combined_mask, local_window_mask, padding_mask,
-                            sliding_window_mask)
+from ..oracle.masks import (
+    causal_mask,
+    chunked_mask,
+    combined_mask,
+    local_window_mask,
+    padding_mask,
+    sliding_window_mask,
+)
 from ._build import Component, Fn, Rng, error, value
 
 COMPONENT = Component("masks", {
