@@ -157,3 +157,41 @@ def test_the_reference_masks_pass_every_masks_vector():
         return _chunks(t, s, chunk, causal)
     fails = rejections(mutant(local_window_mask=local, chunked_mask=chunked), "masks")
     assert not any(fails.values()), fails
+
+
+# -- attnspec check knows both functions ---------------------------------------------
+
+
+USER_CODE = '''import numpy as np
+
+def local(*, t, s, left, right):
+    p, j = np.arange(t)[:, None] + s - t, np.arange(s)[None, :]
+    keep = np.ones((t, s), dtype=bool)
+    if left is not None:
+        keep &= j >= p - left
+    if right is not None:
+        keep &= j <= p + right
+    return keep
+
+def local_top_left(*, t, s, left, right):
+    p, j = np.arange(t)[:, None], np.arange(s)[None, :]
+    return (j >= p - (left if left is not None else t + s)) & (j <= p + (right if right is not None else s))
+
+def chunked(*, t, s, chunk, causal=True):
+    p, j = np.arange(t)[:, None] + s - t, np.arange(s)[None, :]
+    keep = j // chunk == p // chunk
+    return keep & (j <= p) if causal else keep
+'''
+
+
+@pytest.mark.parametrize("target,function,rc", [("local", "local_window_mask", 0),
+                                                ("local_top_left", "local_window_mask", 1),
+                                                ("chunked", "chunked_mask", 0)])
+def test_attnspec_check_runs_the_window_and_chunk_vectors(tmp_path, capsys, target, function, rc):
+    from attnspec.conformance.cli import main
+
+    path = tmp_path / "user_masks.py"
+    path.write_text(USER_CODE, encoding="utf-8")
+    assert main(["check", f"{path}:{target}", "--component", "masks", "--function", function]) == rc
+    out = capsys.readouterr().out
+    assert ("masks/local-002" if function == "local_window_mask" else "masks/chunked-003") in out
