@@ -135,3 +135,39 @@ def test_sdpa_with_a_chunked_mask_equals_sdpa_over_the_visible_keys(ops, x, chun
     mask = chunked(ops, q.shape[0], k.shape[0], chunk, causal)
     out, _ = ops.sdpa(q=q, k=k, v=v, mask=mask)
     ops.assert_close(np.asarray(out), _rows_over_visible_keys(ops, q, k, v, mask), scale=8)
+
+
+@st.composite
+def packed_batches(draw):
+    """Two or three sequences: q (total_q, H, K), k, v (total_k, H, .), their lengths."""
+    tq = draw(st.lists(st.integers(0, 4), min_size=2, max_size=3))
+    tk = draw(st.lists(st.integers(0, 4), min_size=len(tq), max_size=len(tq)))
+    h, k, v = draw(st.integers(1, 2)), draw(st.integers(1, 3)), draw(st.integers(1, 3))
+
+    def arr(shape):
+        return draw(hnp.arrays(np.float64, shape, elements=exact))
+    return arr((sum(tq), h, k)), arr((sum(tk), h, k)), arr((sum(tk), h, v)), tq, tk
+
+
+@given(x=packed_batches(), left=sides, right=sides, causal=st.booleans())
+def test_sdpa_varlen_window_left_right_is_sdpa_per_sequence_with_its_local_window(
+        ops, x, left, right, causal):
+    """Sequence b's rows: sdpa of its queries over its keys under local_window_mask(T_b, S_b,
+    left, right), met with causal (right = 0): flash-attn's window_size per sequence."""
+    q, k, v, tq, tk = x
+    cq, ck = np.cumsum([0, *tq]), np.cumsum([0, *tk])
+    out = np.asarray(ops.sdpa_varlen(q=q, k=k, v=v, cu_seqlens_q=cq, cu_seqlens_k=ck,
+                                     max_seqlen_q=max(tq), max_seqlen_k=max(tk), causal=causal,
+                                     window_left=left, window_right=right))
+    for b in range(len(tq)):
+        if tq[b] == 0:
+            continue
+        rows = slice(cq[b], cq[b + 1])
+        keys = slice(ck[b], ck[b + 1])
+        band_right = 0 if causal and (left, right) != (None, None) else right
+        mask = local(ops, tq[b], tk[b], left, band_right)
+        if causal and (left, right) == (None, None):
+            mask = np.asarray(ops.causal_mask(t=tq[b], s=tk[b]))
+        want = np.stack([_rows_over_visible_keys(ops, q[rows, h], k[keys, h], v[keys, h], mask)
+                         for h in range(q.shape[1])], axis=1)  # (T_b, H, V)
+        ops.assert_close(out[rows], want, scale=8)
