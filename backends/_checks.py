@@ -431,6 +431,18 @@ def window_mask_args(t, s, window) -> tuple:
     return size("t", t), size("s", s), integer("window", window, lo=1)
 
 
+def local_window_args(t, s, left, right) -> tuple:
+    """(T, S, left, right) of a local-window mask: sizes >= 0; each side an integer >= 0, or
+    None for unbounded (flash-attn's and ONNX's -1 is refused: it is spelled None here)."""
+    sides = tuple(None if v is None else integer(n, v, lo=0) for n, v in (("left", left), ("right", right)))
+    return (size("t", t), size("s", s), *sides)
+
+
+def chunked_mask_args(t, s, chunk, causal) -> tuple:
+    """(T, S, C, causal) of a chunked mask: sizes >= 0, chunk >= 1, causal a bool."""
+    return size("t", t), size("s", s), integer("chunk", chunk, lo=1), flag("causal", causal)
+
+
 REDUCTIONS = ("mean", "sum", "none")
 
 

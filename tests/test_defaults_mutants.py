@@ -39,6 +39,9 @@ WRONG = [
     ("sdpa_varlen", {"scale": 1.0}),
     ("sdpa_varlen", {"causal": True}),
     ("sdpa_varlen", {"window": 1}),
+    ("sdpa_varlen", {"window_left": 0}),  # flash-attn's (0, -1) where (-1, -1) is meant
+    ("sdpa_varlen", {"window_right": 0}),  # a causal band where none is asked
+    ("chunked_mask", {"causal": False}),
     ("mha", {"num_kv_heads": 1}),  # multi-query by default: w_k, w_v read as the wrong shapes
     ("topk_attention", {"scale": 1.0}),
     ("topk_attention", {"ties": "keep_all"}),

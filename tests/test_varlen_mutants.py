@@ -4,6 +4,7 @@ its neighbour. Each is a packed attention whose per-sequence key span or mask is
 
 import numpy as np
 import pytest
+from attnspec.backends.composite.varlen import local_band
 from attnspec.backends.numpy import attention
 
 from .mutants import assert_rejected, mutant
@@ -13,7 +14,8 @@ def _packed(key_span, top_left=False):
     """sdpa_varlen with key_span(b, ck) -> (start, stop) for sequence b's keys and, with
     top_left, the causal mask aligned top-left (j <= i)."""
     def broken(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q, max_seqlen_k, scale=None,
-               causal=False, window=None):
+               causal=False, window=None, window_left=None, window_right=None):
+        band = local_band(window_left, window_right, causal, window)
         cq, ck = [int(x) for x in cu_seqlens_q], [int(x) for x in cu_seqlens_k]
         out = np.zeros(q.shape[:2] + v.shape[2:], dtype=q.dtype)  # (total_q, H, V)
         g = q.shape[1] // k.shape[1]
@@ -23,7 +25,9 @@ def _packed(key_span, top_left=False):
             c, d = max(0, c), min(max(c, d), k.shape[0])
             t, s = e - a, d - c
             mask = None
-            if window is not None:
+            if band is not None:
+                mask = attention.local_window_mask(t=t, s=s, left=band[0], right=band[1])
+            elif window is not None:
                 mask = attention.sliding_window_mask(t=t, s=s, window=window)
             elif causal:
                 mask = np.arange(s)[None, :] <= np.arange(t)[:, None] + (0 if top_left else s - t)

@@ -60,6 +60,7 @@ MODULES = {
     "gated_feedforward": "feedforward", "rope": "positional", "sliding_window_mask": "attention",
     "mha": "multihead", "sdpa": "attention", "causal_mask": "attention",
     "padding_mask": "attention", "combined_mask": "attention",
+    "local_window_mask": "attention",
     "embedding": "embedding", "lm_head": "embedding",
     "sinusoidal_pe": "positional", "learned_pe": "positional",
     "additive_attention": "alignment", "luong_attention": "alignment",

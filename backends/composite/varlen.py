@@ -44,6 +44,20 @@ def maximum(name: str, value, cu: list[int]) -> None:
         raise ConfigError(f"{name}={value} is smaller than the longest sequence, {longest}")
 
 
+def local_band(left, right, causal: bool, window) -> tuple | None:
+    """(left, right) of flash-attn's window_size=(left, right) met with causal (right 0) and
+    window W (left <= W - 1, right 0); None when neither side is given."""
+    left = None if left is None else check.integer("window_left", left, lo=0)
+    right = None if right is None else check.integer("window_right", right, lo=0)
+    if left is None and right is None:
+        return None
+    if causal or window is not None:
+        right = 0
+    if window is not None:
+        left = window - 1 if left is None else min(left, window - 1)
+    return left, right
+
+
 class Varlen(Composite):
     EXPORTS = ("sdpa_varlen",)
 
@@ -80,25 +94,28 @@ class Varlen(Composite):
         """(H, T, .) -> (T, H, .)."""
         return self.ops.stack(self.ops.unstack(x, 0), 1)
 
-    def _mask(self, t: int, s: int, causal: bool, window):
+    def _mask(self, t: int, s: int, causal: bool, window, band=None):
+        if band is not None:
+            return self.k.local_window_mask(t=t, s=s, left=band[0], right=band[1])
         if window is not None:
             return self.k.sliding_window_mask(t=t, s=s, window=window)
         return self.k.causal_mask(t=t, s=s) if causal else None
 
     def sdpa_varlen(self, q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q, max_seqlen_k,
-                    scale=None, causal=False, window=None):
+                    scale=None, causal=False, window=None, window_left=None, window_right=None):
         """output[rows of b] = sdpa(q_b, k_b, v_b, mask_b) per sequence b: (total_q, H, V)."""
         q, k, v, cq, ck = self._checked(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                         max_seqlen_k)
         causal = check.flag("causal", causal)
         if window is not None:
             check.integer("window", window, lo=1)
+        band = local_band(window_left, window_right, causal, window)
         h, h_kv = check.shape(q)[1], check.shape(k)[1]
         parts = []
         for (a, e), (c, d) in zip(zip(cq, cq[1:]), zip(ck, ck[1:])):
             # T_b = 0 or S_b = 0 included: sdpa's own empty and fully-masked conventions
             out, _ = self.k.sdpa(self._heads_first(q[a:e]), self._heads_first(k[c:d]),
-                                 self._heads_first(v[c:d]), self._mask(e - a, d - c, causal, window),
+                                 self._heads_first(v[c:d]), self._mask(e - a, d - c, causal, window, band),
                                  scale=scale, num_kv_heads=None if h == h_kv else h_kv)
             parts.append(self._rows_first(out))  # (T_b, H, V)
         if not parts:  # B = 0

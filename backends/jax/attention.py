@@ -94,6 +94,30 @@ def sliding_window_mask(*, t, s, window):
     return host((j <= p) & (j > p - w))  # (T, S), built on the host
 
 
+def local_window_mask(*, t, s, left, right):
+    """mask[i, j] = p - left <= j <= p + right with p = i + (S - T), bottom-right aligned;
+    left or right None: that side unbounded. (jax.nn.dot_product_attention's
+    local_window_size counts from p = i, top-left: see masks.md.)"""
+    t, s, left, right = check.local_window_args(t, s, left, right)
+    p = np.arange(t)[:, None] + (s - t)  # (T, 1) absolute query positions
+    j = np.arange(s)[None, :]  # (1, S)
+    keep = np.ones((t, s), dtype=bool)  # (T, S)
+    if left is not None:
+        keep &= j >= p - left
+    if right is not None:
+        keep &= j <= p + right
+    return host(keep)  # built on the host
+
+
+def chunked_mask(*, t, s, chunk, causal=True):
+    """mask[i, j] = (j // C == p // C) and (j <= p if causal), p = i + (S - T), floor division."""
+    t, s, c, causal = check.chunked_mask_args(t, s, chunk, causal)
+    p = np.arange(t)[:, None] + (s - t)  # (T, 1)
+    j = np.arange(s)[None, :]  # (1, S)
+    keep = (j // c) == (p // c)  # (T, S)
+    return host(keep & (j <= p) if causal else keep)  # built on the host
+
+
 @jax.jit
 def _softcap(x, c):
     return c * jnp.tanh(x / c)

@@ -76,6 +76,29 @@ def sliding_window_mask(*, t, s, window):
     return (j <= p) & (j > p - w)  # (T, S)
 
 
+def local_window_mask(*, t, s, left, right):
+    """mask[i, j] = p - left <= j <= p + right with p = i + (S - T), bottom-right aligned;
+    left or right None: that side unbounded."""
+    t, s, left, right = check.local_window_args(t, s, left, right)
+    p = tf.range(t)[:, None] + (s - t)  # (T, 1) absolute query positions
+    j = tf.range(s)[None, :]  # (1, S)
+    keep = tf.ones((t, s), dtype=tf.bool)  # (T, S)
+    if left is not None:
+        keep &= j >= p - left
+    if right is not None:
+        keep &= j <= p + right
+    return keep
+
+
+def chunked_mask(*, t, s, chunk, causal=True):
+    """mask[i, j] = (j // C == p // C) and (j <= p if causal), p = i + (S - T); tf's // floors."""
+    t, s, c, causal = check.chunked_mask_args(t, s, chunk, causal)
+    p = tf.range(t)[:, None] + (s - t)  # (T, 1)
+    j = tf.range(s)[None, :]  # (1, S)
+    keep = tf.equal(tf.math.floordiv(j, c), tf.math.floordiv(p, c))  # (T, S)
+    return keep & (j <= p) if causal else keep
+
+
 def softcap(x, *, cap):
     """y = cap tanh(x / cap): logit soft-capping (Gemma 2), elementwise; cap > 0."""
     x = floating("x", x)

@@ -81,6 +81,31 @@ def sliding_window_mask(*, t, s, window, device=None):
     return (j <= p) & (j > p - w)  # (T, S)
 
 
+def local_window_mask(*, t, s, left, right, device=None):
+    """mask[i, j] = p - left <= j <= p + right with p = i + (S - T), bottom-right aligned;
+    left or right None: that side unbounded (flash-attn's window_size=(left, right), -1
+    there being None here). ``device`` (torch only): as for causal_mask."""
+    t, s, left, right = check.local_window_args(t, s, left, right)
+    p = torch.arange(t, device=device)[:, None] + (s - t)  # (T, 1) absolute query positions
+    j = torch.arange(s, device=device)[None, :]  # (1, S)
+    keep = torch.ones((t, s), dtype=torch.bool, device=device)  # (T, S)
+    if left is not None:
+        keep &= j >= p - left
+    if right is not None:
+        keep &= j <= p + right
+    return keep
+
+
+def chunked_mask(*, t, s, chunk, causal=True, device=None):
+    """mask[i, j] = (j // C == p // C) and (j <= p if causal), p = i + (S - T), floor division
+    (Llama 4's attention_chunk_size). ``device`` (torch only): as for causal_mask."""
+    t, s, c, causal = check.chunked_mask_args(t, s, chunk, causal)
+    p = torch.arange(t, device=device)[:, None] + (s - t)  # (T, 1)
+    j = torch.arange(s, device=device)[None, :]  # (1, S)
+    keep = torch.div(j, c, rounding_mode="floor") == torch.div(p, c, rounding_mode="floor")
+    return keep & (j <= p) if causal else keep  # (T, S)
+
+
 def softcap(x, *, cap):
     """y = cap tanh(x / cap): logit soft-capping (Gemma 2), elementwise; cap > 0."""
     x = floating("x", x)

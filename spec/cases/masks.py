@@ -3,7 +3,14 @@ masks."""
 
 import numpy as np
 
-from ..oracle.masks import causal_mask, combined_mask, padding_mask, sliding_window_mask
+from ..oracle.masks import (
+    causal_mask,
+    chunked_mask,
+    combined_mask,
+    local_window_mask,
+    padding_mask,
+    sliding_window_mask,
+)
 from ._build import Component, Fn, Rng, error, value
 
 COMPONENT = Component("masks", {
@@ -16,6 +23,10 @@ COMPONENT = Component("masks", {
                         oracle=combined_mask),
     "sliding_window_mask": Fn(required=["t", "s", "window"], module="attention", inputs=[],
                               attributes={}, returns=["mask"], oracle=sliding_window_mask),
+    "local_window_mask": Fn(required=["t", "s", "left", "right"], module="attention", inputs=[],
+                            attributes={}, returns=["mask"], oracle=local_window_mask),
+    "chunked_mask": Fn(required=["t", "s", "chunk"], module="attention", inputs=[],
+                       attributes={"causal": True}, returns=["mask"], oracle=chunked_mask),
 })
 
 
@@ -88,6 +99,8 @@ def cases(rng):
                 attributes={"pad_id": 0, "t": 3}, error="ShapeError", mentions=["ids"])
     yield from defaults_cases()
     yield from window_cases()
+    yield from local_window_cases()
+    yield from chunked_cases()
 
 
 # -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
@@ -141,4 +154,110 @@ def window_cases():
     yield error("masks/window-negative-t-001", "sliding_window_mask",
                 "A negative query length t = -1.",
                 inputs={}, attributes={"t": -1, "s": 3, "window": 2},
+                error="ConfigError", mentions=["t"])
+
+
+def local_window_cases():
+    """Local windows (left, right), issue 22 item 5 (after the released cases; no random inputs)."""
+    def mask(id, t, s, left, right, description, flags):
+        return value(f"masks/{id}", "local_window_mask", description, inputs={},
+                     attributes={"t": t, "s": s, "left": left, "right": right},
+                     flags=["sliding-window", *flags])
+    yield mask("local-001", 6, 6, 2, 1,
+               "T = S = 6, left 2, right 1: query i sees keys i-2..i+1 (4 keys, one ahead). "
+               "right ignored (causal band), left and right swapped, or either side off by one "
+               "(q - k < left, flash-attn's bounds read as exclusive) gives a different mask.",
+               ["off-by-one"])
+    yield mask("local-002", 3, 8, 2, 2,
+               "T = 3 < S = 8: query i sits at p = i + 5 and sees keys p-2..p+2 (clipped at 7). "
+               "A top-left band (p = i, jax.nn.dot_product_attention's local_window_size, ONNX "
+               "Attention without past_key) gives a different mask.", ["t-ne-s", "alignment"])
+    yield mask("local-003", 5, 3, 1, 1,
+               "T = 5 > S = 3: p = i - 2; row 0 (p = -2) sees nothing, row 1 (p = -1) sees key 0 "
+               "through right = 1, row 4 (p = 2) sees keys 1, 2.",
+               ["t-ne-s", "alignment", "fully-masked"])
+    yield mask("local-004", 4, 6, None, 0,
+               "left None (unbounded), right 0: exactly causal_mask(4, 6), bottom-right "
+               "(flash-attn window_size=(-1, 0), its causal=True).", ["causal", "t-ne-s"])
+    yield mask("local-005", 3, 5, None, None,
+               "left and right None (flash-attn window_size=(-1, -1)): every key, all True.",
+               ["edge"])
+    yield mask("local-006", 5, 5, 0, None,
+               "left 0, right None: query i sees keys i..4, itself and every later key (the "
+               "transpose of the causal mask).", ["edge", "off-by-one"])
+    yield mask("local-007", 4, 6, 0, 0,
+               "left = right = 0: each query sees only its own position, the diagonal shifted "
+               "right by S - T = 2.", ["edge", "t-ne-s"])
+    yield mask("local-008", 1, 9, 3, 2,
+               "T = 1, S = 9: a decoding step at p = 8 sees keys 5..8 (right = 2 runs past the "
+               "last key and is clipped).", ["decoding", "t-ne-s"])
+    yield mask("local-009", 7, 7, 2, 2,
+               "Symmetric band left = right = 2 (|q - k| <= 2, 5 keys): Hugging Face's "
+               "sliding_window_bidirectional_overlay(2), Gemma 3's bidirectional layers with "
+               "config.sliding_window = 4 or 5; |q - k| < 2 is off by one.",
+               ["off-by-one", "boundary"])
+    yield error("masks/local-negative-left-001", "local_window_mask",
+                "left = -1 (flash-attn's and ONNX's 'unbounded' is spelled None here).",
+                inputs={}, attributes={"t": 3, "s": 3, "left": -1, "right": 0},
+                error="ConfigError", mentions=["left"])
+    yield error("masks/local-negative-right-001", "local_window_mask", "right = -2.",
+                inputs={}, attributes={"t": 3, "s": 3, "left": 1, "right": -2},
+                error="ConfigError", mentions=["right"])
+    yield error("masks/local-float-left-001", "local_window_mask", "A non-integer left = 1.5.",
+                inputs={}, attributes={"t": 3, "s": 3, "left": 1.5, "right": 0},
+                error="ConfigError", mentions=["left"])
+    yield error("masks/local-string-right-001", "local_window_mask", "right given as the string '2'.",
+                inputs={}, attributes={"t": 3, "s": 3, "left": 1, "right": "2"},
+                error="ConfigError", mentions=["right"])
+    yield error("masks/local-negative-s-001", "local_window_mask", "A negative key length s = -1.",
+                inputs={}, attributes={"t": 2, "s": -1, "left": 1, "right": 1},
+                error="ConfigError", mentions=["s"])
+
+
+def chunked_cases():
+    """Chunked local attention (Llama 4's local layers), issue 22 item 5."""
+    def mask(id, t, s, chunk, causal, description, flags, **kw):
+        attributes = {"t": t, "s": s, "chunk": chunk}
+        if causal is not None:
+            attributes["causal"] = causal
+        return value(f"masks/{id}", "chunked_mask", description, inputs={},
+                     attributes=attributes, flags=flags, **kw)
+    yield mask("chunked-001", 8, 8, 3, True,
+               "T = S = 8, chunk 3, causal: chunks {0,1,2}, {3,4,5}, {6,7}, a causal triangle in "
+               "each. A chunk boundary off by one ((j + 1) // C, C + 1) or the causal part dropped "
+               "gives a different mask.", ["causal", "boundary", "off-by-one"])
+    yield mask("chunked-002", 8, 8, 3, False,
+               "causal = False: full 3 x 3 blocks on the diagonal (the last one 2 x 2).",
+               ["boundary"])
+    yield mask("chunked-003", 3, 9, 4, True,
+               "T = 3 < S = 9 (a cache of 6): p = 6, 7, 8; p = 6, 7 see keys 4..p, p = 8 opens "
+               "chunk 2 and sees only key 8. A top-left alignment (p = i) differs.",
+               ["causal", "t-ne-s", "alignment"])
+    yield mask("chunked-004", 4, 6, 8, True,
+               "chunk 8 >= S = 6: every position in chunk 0, exactly causal_mask(4, 6).",
+               ["causal", "t-ne-s", "edge"])
+    yield mask("chunked-005", 5, 3, 2, False,
+               "T = 5 > S = 3, causal = False: p = i - 2; rows p = -2, -1 see nothing (floor "
+               "division puts p = -1 in chunk -1; truncation toward zero puts it in chunk 0), "
+               "p = 0, 1 see keys 0, 1 and p = 2 sees key 2.",
+               ["t-ne-s", "alignment", "fully-masked"])
+    yield mask("chunked-006", 4, 4, 1, True,
+               "chunk 1: each query sees only itself (the diagonal).", ["edge"])
+    yield mask("chunked-007", 1, 10, 4, True,
+               "T = 1, S = 10: a decoding step at p = 9 sees only keys 8, 9 of its chunk.",
+               ["decoding", "t-ne-s"])
+    yield mask("chunked-008", 6, 6, 4, None,
+               "causal left out (default True): chunks {0..3}, {4, 5}, causal in each; a default "
+               "of False shows in every chunk.", ["defaults", "causal"], omit_defaults=True)
+    yield error("masks/chunked-zero-001", "chunked_mask", "chunk = 0 (a chunk holds >= 1 position).",
+                inputs={}, attributes={"t": 3, "s": 3, "chunk": 0},
+                error="ConfigError", mentions=["chunk"])
+    yield error("masks/chunked-float-001", "chunked_mask", "A non-integer chunk = 2.5.",
+                inputs={}, attributes={"t": 3, "s": 3, "chunk": 2.5},
+                error="ConfigError", mentions=["chunk"])
+    yield error("masks/chunked-causal-type-001", "chunked_mask", "causal = 1 (not a bool).",
+                inputs={}, attributes={"t": 3, "s": 3, "chunk": 2, "causal": 1},
+                error="ConfigError", mentions=["causal"])
+    yield error("masks/chunked-negative-t-001", "chunked_mask", "A negative query length t = -3.",
+                inputs={}, attributes={"t": -3, "s": 3, "chunk": 2},
                 error="ConfigError", mentions=["t"])

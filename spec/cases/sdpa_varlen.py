@@ -3,12 +3,13 @@
 import numpy as np
 
 from ..oracle.sdpa_varlen import sdpa_varlen as oracle
-from ._build import Component, Fn, error, gradient, value
+from ._build import Component, Fn, Rng, error, gradient, value
 
 COMPONENT = Component("sdpa_varlen", {
     "sdpa_varlen": Fn(module="attention",
                       inputs=["q", "k", "v", "cu_seqlens_q", "cu_seqlens_k"],
                       attributes={"scale": None, "causal": False, "window": None},
+                      added={"window_left": None, "window_right": None},
                       required=["max_seqlen_q", "max_seqlen_k"],
                       returns=["output"], oracle=oracle),
 })
@@ -75,6 +76,7 @@ def cases(rng):
                 inputs=x, attributes={"scale": 0.25, "max_seqlen_q": 8, "max_seqlen_k": 9},
                 flags=["scale"])
     yield from error_cases(rng)
+    yield from local_window_cases()
 
 
 def error_cases(rng):
@@ -127,3 +129,54 @@ def grad_cases(r):
     yield grad("sdpa_varlen/grad-004", "Defaults left out, a sequence with no keys and one with no "
                "queries between them.", (2, 2, 0), (2, 0, 2), flags=["defaults", "empty-axis"],
                omit=True)
+    yield from local_window_grad_cases()
+
+
+def local_window_grad_cases():
+    r = Rng(f"{COMPONENT.id}/local-window-grad")
+    x, m = case(r, (3, 4), (3, 4), h=4, h_kv=2)
+    cot = {"output": r.uniform((x["q"].shape[0], x["q"].shape[1], x["v"].shape[2]))}
+    yield gradient("sdpa_varlen/grad-005", "sdpa_varlen",
+                   "window_left = 1, window_right = 1 (not causal), GQA H = 4 over H_kv = 2: a "
+                   "key's dk, dv come from the queries before and after it, never from the next "
+                   "sequence's.", inputs=x, cotangents=cot,
+                   attributes={**m, "window_left": 1, "window_right": 1},
+                   flags=["gradient", "sliding-window", "gqa"])
+
+
+def local_window_cases():
+    """window_left / window_right (flash-attn's window_size=(left, right)), added after the
+    first cases: their own stream."""
+    r = Rng(f"{COMPONENT.id}/local-window")
+    x, m = case(r, (4, 3), (4, 3))
+    yield value("sdpa_varlen/local-window-001", "sdpa_varlen",
+                "window_left = 1, window_right = 1, not causal, two sequences of 4 and 3: query i "
+                "sees its own sequence's keys i-1..i+1; the last query of sequence 0 must not "
+                "read sequence 1's first key through right = 1, nor right be dropped.",
+                inputs=x, attributes={**m, "window_left": 1, "window_right": 1},
+                flags=["sliding-window", "boundary", "off-by-one"])
+    x, m = case(r, (2, 3), (5, 3))
+    yield value("sdpa_varlen/local-window-002", "sdpa_varlen",
+                "window_left = 1, window_right = 2 with T_b != S_b: bottom-right per sequence (query "
+                "i of sequence 0 at p = i + 3 sees keys p-1..p+2, clipped at its 5 keys); top-left "
+                "(p = i) fails.", inputs=x, attributes={**m, "window_left": 1, "window_right": 2},
+                flags=["sliding-window", "t-ne-s", "alignment"])
+    x, m = case(r, (4, 2), (4, 3))
+    yield value("sdpa_varlen/local-window-003", "sdpa_varlen",
+                "window_left = 2, window_right = 2 with causal = True: as flash-attn, causal wins "
+                "(right = 0): the window of 3 keys, window = 3.",
+                inputs=x, attributes={**m, "causal": True, "window_left": 2, "window_right": 2},
+                flags=["sliding-window", "causal"])
+    x, m = case(r, (3, 3), (3, 4))
+    yield value("sdpa_varlen/local-window-004", "sdpa_varlen",
+                "window_left left out (unbounded, flash-attn's -1), window_right = 0: causal per "
+                "sequence.", inputs=x, attributes={**m, "window_right": 0},
+                flags=["sliding-window", "causal", "t-ne-s"])
+    x, m = case(r, (2,), (3,))
+    yield error("sdpa_varlen/local-window-negative-001", "sdpa_varlen",
+                "window_left = -1 (flash-attn's unbounded is None here).",
+                inputs=x, attributes={**m, "window_left": -1, "window_right": 0},
+                error="ConfigError", mentions=["window_left"])
+    yield error("sdpa_varlen/local-window-float-001", "sdpa_varlen", "window_right = 1.5.",
+                inputs=x, attributes={**m, "window_left": 1, "window_right": 1.5},
+                error="ConfigError", mentions=["window_right"])

@@ -59,3 +59,33 @@ def combined_mask(ids, pad_id, t, num_heads=1, causal=True):
                 for j in range(s):
                     out[bi, h, i, j] = bool(pad[bi, 0, 0, j]) and bool(cau[i, j])
     return {"mask": out}
+
+
+# -- local windows (left, right) and chunked local attention (issue 22, item 5) --------
+#
+#   local[i, j]   = p - left <= j <= p + right,  p = i + (S - T)   (None: that side unbounded)
+#   chunked[i, j] = floor(j / C) == floor(p / C)  and  (j <= p if causal)
+
+
+def local_window_mask(t, s, left, right):
+    t, s = int(t), int(s)
+    out = np.zeros((t, s), dtype=bool)
+    for i in range(t):
+        p = i + (s - t)  # the query's absolute position among the keys
+        for j in range(s):
+            after_left = left is None or j >= p - int(left)
+            before_right = right is None or j <= p + int(right)
+            out[i, j] = after_left and before_right
+    return {"mask": out}
+
+
+def chunked_mask(t, s, chunk, causal=True):
+    t, s, c = int(t), int(s), int(chunk)
+    out = np.zeros((t, s), dtype=bool)
+    for i in range(t):
+        p = i + (s - t)
+        for j in range(s):
+            # Python's // floors: a position before key 0 (p < 0, T > S) is in no key's chunk
+            same_chunk = j // c == p // c
+            out[i, j] = same_chunk and (j <= p or not causal)
+    return {"mask": out}

@@ -90,7 +90,8 @@ def expected(fn: str, x: dict, p: dict, a: dict, cot: dict | None):
             g = fo.cross_entropy_vjp(float(cot["loss"]), x["logits"], x["targets"], a["ignore_index"])
             grads = {"inputs": {"logits": _f(g["logits"])}, "params": {}}
         return {"loss": _f(loss)}, grads
-    if fn in ("causal_mask", "sliding_window_mask", "rope"):  # exact or small: the oracle itself
+    if fn in ("causal_mask", "sliding_window_mask", "local_window_mask", "chunked_mask",
+              "rope"):  # exact or small: the oracle itself
         from ..oracle import masks, rope
         from ..oracle.core import tofloat
 
@@ -100,6 +101,7 @@ def expected(fn: str, x: dict, p: dict, a: dict, cot: dict | None):
         if cot and fn != "rope":
             raise StressError(f"{fn}: no stress gradients")
         f = {"causal_mask": masks.causal_mask, "sliding_window_mask": masks.sliding_window_mask,
+             "local_window_mask": masks.local_window_mask, "chunked_mask": masks.chunked_mask,
              "rope": rope.rope}[fn]
         out = f(**x, **a)
         grads = None

@@ -97,6 +97,20 @@ def sdpa_cases():
                "most key tiles are fully masked for a query tile.",
                inputs={**qkv(1, 1, 129, 255, 192, 256), "mask": mask(129, 255, window=64)},
                flags=["tile-boundary", "sliding-window", "t-ne-s", "k-ne-v"])
+    yield case("sdpa/stress-local-001", "sdpa",
+               "T = 97, S = 1025, K = 128, V = 64, local window left = 64, right = 32 "
+               "(masks.local_window_mask, bottom-right: query i at p = i + 928 sees p - 64 .. "
+               "p + 32, clipped at 1024): keys ahead of the query, a band across 64-tile edges.",
+               inputs={**qkv(1, 1, 97, 1025, 128, 64),
+                       "mask": mask(97, 1025, left=64, right=32)},
+               flags=["tile-boundary", "sliding-window", "t-ne-s", "alignment", "long"])
+    yield case("sdpa/stress-chunked-001", "sdpa",
+               "T = S = 257, K = V = 64, chunked causal attention in chunks of 128 "
+               "(masks.chunked_mask, Llama 4's local layers): query 128 sees only itself, "
+               "query 256 only itself, in a chunk of one.",
+               inputs={**qkv(1, 1, 257, 257, 64, 64),
+                       "mask": mask(257, 257, causal=True, chunk=128)},
+               flags=["tile-boundary", "causal", "boundary"])
     yield case("sdpa/stress-long-001", "sdpa",
                "T = 97 queries against S = 1025 keys, K = 128, V = 64, causal bottom-right "
                "(query i sees keys j <= i + 928): the last key tile holds one key.",
@@ -252,6 +266,15 @@ def masks_cases():
                "Sliding window of 128 keys, T = 129, S = 1025 (bottom-right).",
                inputs={}, attributes={"t": 129, "s": 1025, "window": 128},
                flags=["sliding-window", "t-ne-s", "tile-boundary"])
+    yield case("masks/stress-local-001", "local_window_mask",
+               "Local window left = 64, right = 32, T = 97, S = 1025 (bottom-right: query i at "
+               "p = i + 928 sees keys p - 64 .. min(p + 32, 1024)).",
+               inputs={}, attributes={"t": 97, "s": 1025, "left": 64, "right": 32},
+               flags=["sliding-window", "t-ne-s", "tile-boundary", "alignment"])
+    yield case("masks/stress-chunked-001", "chunked_mask",
+               "Chunks of 128, causal, T = S = 257: chunks 0..127, 128..255 and the lone 256.",
+               inputs={}, attributes={"t": 257, "s": 257, "chunk": 128, "causal": True},
+               flags=["causal", "tile-boundary", "boundary"])
 
 
 def norm_cases():

@@ -8,8 +8,9 @@ A recipe is ``{"op": ..., ...}``:
 - ``integers``: ``shape, lo, hi, stream`` (Rng.integers), then ``set``;
 - ``full``: ``shape, value``, then ``set``;
 - ``mask``: boolean ``(B, 1, T, S)`` or ``(T, S)``: ``t, s`` and any of ``causal`` (bottom-right,
-  masks.md), ``window`` (W keys, bottom-right), ``left_pad`` (per batch row, the number of
-  padded keys at the front), then ``set``;
+  masks.md), ``window`` (W keys, bottom-right), ``left``/``right`` (a local window: keys
+  p - left .. p + right), ``chunk`` (keys in the query's chunk of C positions), ``left_pad``
+  (per batch row, the number of padded keys at the front), then ``set``;
 - ``set``: a list of ``{"index": [per axis: null | i | [start, stop]], "value": v}``, v a
   number or "inf", "-inf", "nan" (or true/false for a mask).
 """
@@ -115,6 +116,12 @@ def mask(r: dict) -> np.ndarray:
         keep &= j <= i
     if r.get("window") is not None:
         keep &= (j <= i) & (j > i - int(r["window"]))
+    if r.get("left") is not None:  # local window (masks.md): j >= p - left
+        keep &= j >= i - int(r["left"])
+    if r.get("right") is not None:  # j <= p + right
+        keep &= j <= i + int(r["right"])
+    if r.get("chunk") is not None:  # chunked: same chunk of C positions (floor division)
+        keep &= (j // int(r["chunk"])) == (i // int(r["chunk"]))
     if r.get("left_pad") is None:
         return keep
     pads = np.asarray(r["left_pad"], dtype=np.int64)

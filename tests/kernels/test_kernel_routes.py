@@ -59,8 +59,10 @@ STRESS_OBSERVED = {
     },
     'ort-attention': {
         'sdpa/stress-bf16-spread-001': ('float64',),
+        'sdpa/stress-chunked-001': ('float64',),
         'sdpa/stress-far-below-001': ('float64',),
         'sdpa/stress-gqa-001': ('float64',),
+        'sdpa/stress-local-001': ('float64',),
         'sdpa/stress-long-001': ('float64',),
         'sdpa/stress-long-002': ('float64',),
         'sdpa/stress-long-003': ('float64',),
