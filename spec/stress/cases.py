@@ -126,6 +126,18 @@ def sdpa_cases():
                "see no key (zero rows), K = V = 64.",
                inputs={**qkv(1, 1, 1025, 63, 64, 64), "mask": mask(1025, 63, causal=True)},
                flags=["tile-boundary", "causal", "fully-masked", "t-ne-s", "long"])
+    yield case("sdpa/stress-long-004", "sdpa",
+               "T = 1023 queries over S = 127 keys, K = 64, V = 80, no mask: the last query tile "
+               "of a 128-row tiling holds 127 rows (1023 = 7 x 128 + 127) and the one key tile is "
+               "partial.",
+               inputs=qkv(1, 1, 1023, 127, 64, 80),
+               flags=["tile-boundary", "t-ne-s", "long"])
+    yield case("sdpa/stress-long-005", "sdpa",
+               "T = 65 queries over S = 1023 keys, causal bottom-right (query i sees keys "
+               "j <= i + 958), K = V = 64: the last key tile holds 127 of 128 keys and the "
+               "diagonal crosses it.",
+               inputs={**qkv(1, 1, 65, 1023, 64, 64), "mask": mask(65, 1023, causal=True)},
+               flags=["tile-boundary", "causal", "t-ne-s", "long"])
     yield case("sdpa/stress-gqa-001", "sdpa",
                "GQA: H = 4 query heads over H_kv = 2, T = 64, S = 257, K = V = 128, sliding window "
                "of 32 keys (bottom-right).",

@@ -66,6 +66,8 @@ STRESS_OBSERVED = {
         'sdpa/stress-long-001': ('float64',),
         'sdpa/stress-long-002': ('float64',),
         'sdpa/stress-long-003': ('float64',),
+        'sdpa/stress-long-004': ('float64',),
+        'sdpa/stress-long-005': ('float64',),
         'sdpa/stress-mask-above-001': ('float64',),
         'sdpa/stress-nonfinite-001': ('float64', 'float32', 'float16'),
         'sdpa/stress-softcap-001': ('float64',),
