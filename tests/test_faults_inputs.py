@@ -244,7 +244,9 @@ def test_cite_id_verify_checks_the_lines_id():
 def test_cite_of_a_deprecated_vector_names_its_successor():
     v = next(v for v in default_spec().vectors if v.deprecated and v.superseded_by)
     p = attnspec("cite", v.id)
-    assert p.returncode == 0 and p.stdout.strip() == v.citation(), p.stdout + p.stderr
+    lines = p.stdout.strip().splitlines()
+    assert p.returncode == 0 and lines[0] == v.citation(), p.stdout + p.stderr
+    assert len(lines) == 2 and lines[1].endswith(f"/vectors/{v.id}/"), lines  # its page on the site
     assert v.superseded_by in p.stderr and "deprecated" in p.stderr
 
 
