@@ -381,16 +381,19 @@ def cmd_verify(args) -> int:
 
 
 def summary_table(doc: dict) -> str:
-    """The verify table: one row per (component, dtype), from :mod:`.results`."""
+    """The verify table: one row per (component, dtype), from :mod:`.results`. The max
+    absolute error stands beside the max ULP: a gradient whose expectation is near zero
+    can pass at a ULP error of 1e12 (its tolerance is absolute there)."""
     from . import results
 
     rows = results.tally(doc["results"])
     head = (f"{'component':22s} {'dtype':9s} {'vectors':>7s} {'passed':>7s} {'failed':>7s} "
-            f"{'error':>6s} {'missing':>7s} {'known':>6s} {'max ULP':>9s}")
+            f"{'error':>6s} {'missing':>7s} {'known':>6s} {'max abs':>9s} {'max ULP':>9s}")
     lines = [f"attnspec {doc.get('spec_version')} · backend {doc['backend']} · device "
              f"{doc['device']}", head, "-" * len(head)]
     for (comp, dtype), t in sorted(rows.items()):
-        lines.append(f"{comp:22s} {dtype:9s} {_counts(t)} {results.fmt(t.max_ulp):>9s}")
+        lines.append(f"{comp:22s} {dtype:9s} {_counts(t)} {results.fmt(t.max_abs, '.2g'):>9s} "
+                     f"{results.fmt(t.max_ulp):>9s}")
     lines += ["-" * len(head), f"{'total':32s} {_counts(results.total(rows.values()))}"]
     return "\n".join(lines)
 
