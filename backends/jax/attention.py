@@ -401,6 +401,7 @@ def _sdpa_sink_column(q, k, v, column, mask, bias, c, full, cap=None):
     scores = _scores(q, k, c, bias, full, cap)  # (..., T, S)
     keep = jnp.broadcast_to(True if mask is None else mask, full)
     kept = jnp.concatenate([keep, jnp.ones(full[:-1] + (1,), bool)], axis=-1)
+    column = jnp.broadcast_to(column, full[:-1] + (1,))  # (H, 1, 1) where no bucket applies
     weights = _softmax_core(jnp.concatenate([scores, column], axis=-1), kept, -1)[..., :-1]
     return weighted_sum(weights, v), weights  # (..., T, V), (..., T, S)
 
