@@ -173,7 +173,7 @@ def error_cases(rng):
                 "q holds 1.0625 (1.0001 in binary): not an e4m3fn value.",
                 inputs={**off, **ds}, attributes={"num_kv_heads": 2},
                 error="DomainError", mentions=["q", "e4m3fn"])
-    off = {**x, "k": x["k"].copy()}
+    off = qkv(rng, 2, 4, 2, 2, 3, fmt="e5m2")
     off["k"][0, 1, 1, 2] = 1.125  # three fraction bits: e4m3fn's, not e5m2's
     yield error("sdpa_fp8/off-grid-002", "sdpa_fp8",
                 "k holds 1.125 (1.001 in binary) under fp8_format e5m2 (two fraction bits).",
