@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib
 
-import numpy as np
 from attnspec.spec.errors import ShapeError
 
 from .. import _checks as check
@@ -27,8 +26,8 @@ FORMATS = ("e4m3fn", "e5m2")
 def off_grid(name: str, fmt: str):
     """The message for ``name`` holding a value that float8 ``fmt`` cannot hold."""
     def message(x, back):
-        bad = ~((back == x) | np.isnan(x))
-        at = tuple(int(i) for i in np.argwhere(bad)[0])
+        bad = ~((back == x) | (x != x))  # NumPy arrays: NaN is a value of both formats
+        at = tuple(int(i[0]) for i in bad.nonzero())
         return (f"{name} of shape {x.shape} holds {float(x[at])!r} at {at}, not a float8 {fmt} "
                 f"value (its cast gives {float(back[at])!r}); fp8_format={fmt!r}")
     return message
@@ -36,7 +35,7 @@ def off_grid(name: str, fmt: str):
 
 def bad_descale(name: str):
     def message(d):
-        return f"{name} must be finite and >= 0, got {np.asarray(d).tolist()}"
+        return f"{name} must be finite and >= 0, got {d.tolist()}"
     return message
 
 
