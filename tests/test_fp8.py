@@ -104,3 +104,17 @@ def test_attnspec_check_knows_sdpa_fp8(tmp_path, capsys, q_descale, fails):
     failed = {line.split()[1].split("/")[1] for line in out.splitlines() if line.startswith("FAIL")}
     assert failed == fails and code == (1 if fails else 0), out
     assert "sdpa_fp8/basic-001" in out
+
+
+def test_a_backend_without_fp8_grid_reports_sdpa_fp8_missing(monkeypatch):
+    """The composite needs the backend's float8 round trip: without it the function is
+    reported missing (NotImplementedComponent), not crashed."""
+    from attnspec.backends.composite.fp8 import Fp8
+    from attnspec.backends.numpy import attention
+    from attnspec.spec.errors import NotImplementedComponent
+
+    monkeypatch.delattr(attention, "fp8_grid")
+    (fn,) = Fp8.bind("attnspec.backends.numpy", "sdpa_fp8")
+    x = np.ones((1, 1, 2, 2))
+    with pytest.raises(NotImplementedComponent, match="fp8_grid"):
+        fn(x, x, x)

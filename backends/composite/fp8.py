@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 
-from attnspec.spec.errors import ShapeError
+from attnspec.spec.errors import NotImplementedComponent, ShapeError
 
 from .. import _checks as check
 from . import Composite
@@ -55,7 +55,10 @@ class Fp8(Composite):
         return qs[0], qs[1], ks[1]
 
     def _grid(self, name: str, x, fmt: str):
-        grid = importlib.import_module(f"{self.k.package}.attention").fp8_grid
+        grid = getattr(importlib.import_module(f"{self.k.package}.attention"), "fp8_grid", None)
+        if grid is None:
+            raise NotImplementedComponent(f"sdpa_fp8 needs {self.k.package}.attention.fp8_grid "
+                                          f"(x through the framework's float8 dtype and back)")
         back = grid(x, fmt)  # through the framework's float8 dtype and back
         self.ops.value_check(self.ops.all_((back == x) | (x != x)), off_grid(name, fmt), x, back)
 
