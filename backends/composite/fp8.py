@@ -7,8 +7,9 @@ values arrive in) and passed to the backend's own sdpa.
     (per tensor) or (B, H_kv) (per batch entry and kv head; query head h takes kv head
     h // (H / H_kv)'s, as flash-attn 3's q_descale).
 
-No CPU framework multiplies float8 matrices (torch's CPU matmul has no float8 kernel), so
-every backend dequantises explicitly: x * descale in the computation dtype, then sdpa.
+Every backend dequantises explicitly (x * descale in the computation dtype, then sdpa): on
+the CPU TensorFlow has no float8 matmul, torch's float8 `@` rounds its result to float8 and
+its float32-accumulating `_scaled_mm` is 2-D only (spec/components/sdpa_fp8.md).
 """
 
 from __future__ import annotations

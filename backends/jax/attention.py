@@ -476,9 +476,9 @@ def fp8_grid(x, fp8_format):
     return jax.lax.stop_gradient(x).astype(f8).astype(x.dtype)
 
 
-# sdpa on float8 inputs: the shared composite over this sdpa. XLA's CPU backend has no
-# float8 dot: the inputs are checked through JAX's float8 and dequantised explicitly
-# (x * descale in the computation dtype), then this sdpa.
+# sdpa on float8 inputs: the shared composite over this sdpa (one path for every backend;
+# a float8 dot_general with float32 accumulation exists, unused): the inputs are checked
+# through JAX's float8 and dequantised explicitly (x * descale), then this sdpa.
 from ..composite.fp8 import Fp8  # noqa: E402
 
 (sdpa_fp8,) = Fp8.bind(__package__, "sdpa_fp8")

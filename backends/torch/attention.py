@@ -418,9 +418,9 @@ def fp8_grid(x, fp8_format):
     return x.detach().to(f8).to(x.dtype)
 
 
-# sdpa on float8 inputs: the shared composite over this sdpa. torch has float8 dtypes but no
-# CPU float8 matmul: the inputs are checked through torch's float8 and dequantised
-# explicitly (x * descale in the computation dtype), then this sdpa.
+# sdpa on float8 inputs: the shared composite over this sdpa. torch's CPU float8 `@` rounds
+# its result to float8 and _scaled_mm (float32 accumulation) is 2-D only: the inputs are
+# checked through torch's float8 and dequantised explicitly (x * descale), then this sdpa.
 from ..composite.fp8 import Fp8  # noqa: E402
 
 (sdpa_fp8,) = Fp8.bind(__package__, "sdpa_fp8")
