@@ -1,7 +1,8 @@
 """Planted bugs in sdpa_fp8 that its vectors must catch at every dtype: a descale dropped, a
 per-tensor descale (the first head's) where per head is given, q's descale indexed by the
-wrong head, v's descale applied to the scores, k's and v's descales swapped, e5m2 read as
-e4m3fn (through its cast, or its bits reinterpreted); and backward bugs. q's and k's
+wrong head, v's descale applied to the scores, scales passed for descales, k's and v's
+descales swapped, e5m2 read as e4m3fn (through its cast, or its bits reinterpreted); and
+backward bugs. q's and k's
 descales swapped is no bug: the scores are bilinear, (d_q q)(d_k k)^T = d_q d_k q k^T,
 so it is shown to pass every vector."""
 
@@ -77,6 +78,16 @@ def _kv_swapped(dq, dk, dv, h, h_kv):
     return correct_scales(dq, dv, dk, h, h_kv)
 
 
+def _inverted(dq, dk, dv, h, h_kv):
+    """Each descale used as a quantisation scale (1 / descale; a zero stays 0)."""
+    def inv(d):
+        if d is None:
+            return None
+        d = np.asarray(d, dtype=np.float64)
+        return np.where(d > 0, 1 / np.where(d > 0, d, 1), 0.0)
+    return correct_scales(inv(dq), inv(dk), inv(dv), h, h_kv)
+
+
 def _qk_swapped(dq, dk, dv, h, h_kv):
     return per_head(dk, h, h_kv), per_head(dq, h_kv, h_kv), per_head(dv, h_kv, h_kv)
 
@@ -102,6 +113,7 @@ FP8_BUGS = {
     "q_descale_heads_interleaved": sketch(scales=_q_tiled),
     "k_v_descales_swapped": sketch(scales=_kv_swapped),
     "v_descale_on_the_scores": sketch(v_on_scores=True),
+    "scales_for_descales": sketch(scales=_inverted),
     "e5m2_cast_as_e4m3fn": sketch(read=_e5m2_cast_as_e4m3fn),
     "e5m2_bits_as_e4m3fn": sketch(read=_e5m2_bits_as_e4m3fn),
 }
