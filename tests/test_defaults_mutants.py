@@ -41,6 +41,11 @@ WRONG = [
     ("sdpa_varlen", {"window": 1}),
     ("sdpa_varlen", {"window_left": 0}),  # flash-attn's (0, -1) where (-1, -1) is meant
     ("sdpa_varlen", {"window_right": 0}),  # a causal band where none is asked
+    ("sdpa_fp8", {"fp8_format": "e5m2"}),  # e4m3fn values with three fraction bits: refused
+    ("sdpa_fp8", {"scale": 1.0}),
+    ("sdpa_fp8", {"causal": True}),
+    ("sdpa_fp8", {"num_kv_heads": 1}),
+    ("sdpa_fp8", {"softcap": 50.0}),
     ("chunked_mask", {"causal": False}),
     ("mha", {"num_kv_heads": 1}),  # multi-query by default: w_k, w_v read as the wrong shapes
     ("topk_attention", {"scale": 1.0}),
