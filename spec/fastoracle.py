@@ -401,7 +401,8 @@ def _key_used(keep, x):
 
 
 def sdpa_vjp(cot, q, k, v, mask=None, bias=None, scale=None, num_kv_heads=None, softcap=None):
-    """dq, dk, dv (DD) for cotangents on output (and optionally weights); no bias gradient."""
+    """dq, dk, dv (DD) for cotangents on output (and optionally weights, or sdpa_lse's lse);
+    no bias gradient."""
     if bias is not None:
         raise InexactInput("sdpa_vjp: the stress family has no bias gradient")
     h, h_kv = q.shape[-3] if q.ndim >= 3 else 1, num_kv_heads
@@ -421,6 +422,9 @@ def sdpa_vjp(cot, q, k, v, mask=None, bias=None, scale=None, num_kv_heads=None, 
         dp = dp + np.asarray(cot["weights"], dtype=np.float64)  # exact: both on fine grids
     dp = np.where(keep, dp, 0.0)
     ds = _softmax_back(w, dp)  # (..., T, S)
+    if "lse" in cot:  # sdpa_lse: d lse / dS = W, so dS += W dlse
+        g = np.broadcast_to(np.asarray(cot["lse"], dtype=np.float64)[..., None], w[0].shape)
+        ds = add(ds, mul(w, dd(np.where(keep, g, 0.0))))
     if softcap is not None:  # d(c tanh(u/c))/du = 1 - tanh^2
         one = dd(np.ones(t[0].shape))
         ds = mul(ds, sub(one, mul(t, t)))

@@ -90,6 +90,11 @@ def expected(fn: str, x: dict, p: dict, a: dict, cot: dict | None):
             g = fo.cross_entropy_vjp(float(cot["loss"]), x["logits"], x["targets"], a["ignore_index"])
             grads = {"inputs": {"logits": _f(g["logits"])}, "params": {}}
         return {"loss": _f(loss)}, grads
+    if fn == "sdpa_lse" and cot:
+        kw = {k: a.get(k) for k in ("scale", "num_kv_heads", "softcap")}
+        g = fo.sdpa_vjp(cot, x["q"], x["k"], x["v"], x.get("mask"), None, **kw)
+        return (_interface_expected(fn, x, a, None),
+                {"inputs": {n: _f(g[n]) for n in ("q", "k", "v")}, "params": {}})
     if fn in INTERFACES:
         return _interface_expected(fn, x, a, cot), None
     if fn in ("causal_mask", "sliding_window_mask", "local_window_mask", "chunked_mask",
@@ -120,7 +125,7 @@ INTERFACES = ("sdpa_lse", "sdpa_sinks", "sdpa_varlen", "paged_attention")
 
 
 def _interface_expected(fn: str, x: dict, a: dict, cot) -> dict:
-    """The kernel interfaces' outputs (value vectors only: no stress gradients)."""
+    """The kernel interfaces' outputs (stress gradients: sdpa_lse's only, in expected)."""
     if cot:
         raise StressError(f"{fn}: no stress gradients")
     attention = {k: a.get(k) for k in ("scale", "num_kv_heads", "softcap")}
@@ -244,7 +249,13 @@ def mp_check(vid: str, fn: str, x: dict, p: dict, a: dict, cot, outputs: dict, g
             n += _same(got, gi["logits"], f"{vid} dlogits of rows {rows}")
         return n
     if fn in INTERFACES:
-        return _interface_check(vid, fn, x, a, outputs, rng)
+        n = _interface_check(vid, fn, x, a, outputs, rng)
+        if grads:  # sdpa_lse: the whole VJP in mpmath (the case is kept small enough)
+            kw = {k: a.get(k) for k in ("scale", "num_kv_heads", "softcap")}
+            gi, _ = VJPS["sdpa_lse"](cot, **x, **kw)
+            for name in ("q", "k", "v"):
+                n += _same(grads["inputs"][name], gi[name], f"{vid} d{name}")
+        return n
     return 0  # masks, rope: computed by the mpmath oracle itself
 
 

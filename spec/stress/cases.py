@@ -474,6 +474,17 @@ def lse_cases():
                inputs={**qkv(1, 4, 129, 65, 80, 80, h_kv=2), "mask": mask(129, 65, causal=True)},
                attributes={"num_kv_heads": 2},
                flags=["fully-masked", "causal", "t-ne-s", "tile-boundary", "gqa", "odd-width"])
+    yield case("sdpa_lse/stress-grad-001", "sdpa_lse",
+               "Gradients (dq, dk, dv) of the output and the log-sum-exp together, every kept "
+               "score near -131072 (k[..., 0] jittered so dq[..., 0] is not a cancelling 0), "
+               "causal T = 17 over S = 129, H = 2, K = V = 64: d lse / dS = W, so a kernel whose "
+               "backward reads the log-sum-exp it saved at a finite sentinel gets every "
+               "gradient wrong.",
+               inputs=_far_below(1, 2, 17, 129, 64, 64, jitter=True),
+               cotangents={"output": u((1, 2, 17, 64)), "lse": u((1, 2, 17))},
+               dtypes=WIDE, dtype_note=WIDE_NOTE,
+               flags=["finite-sentinel", "underflow", "causal", "t-ne-s", "tile-boundary",
+                      "gradient"])
 
 
 SINKS = [12.0, -12.0, 0.0, 3.5]  # one far above every score, one far below, two in between
