@@ -56,11 +56,22 @@ from __future__ import annotations
 
 import numpy as np
 from attnspec.backends.base import Backend as _Base
+from attnspec.spec.errors import ConfigError
 
 
 class Backend(_Base):
     name = "{name}"
     package = __name__
+    # the --backend-option keys this backend reads (``self.options[key]``, strings);
+    # any other is refused, so a typo never runs the suite under a default
+    OPTIONS: tuple[str, ...] = ()
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        unknown = sorted(set(options) - set(self.OPTIONS))
+        if unknown:
+            raise ConfigError(f"unknown {name} backend option(s) {{unknown}}; known: "
+                              f"{{', '.join(self.OPTIONS) or 'none'}}")
 
     def devices(self) -> list[str]:
         return ["cpu"]
