@@ -371,13 +371,35 @@ def cmd_verify(args) -> int:
         return 2
     print()
     print(summary_table(doc))
-    for note in doc.get("notes", []):
+    for note in [*doc.get("notes", []), *float64_hints(doc)]:
         print(f"attnspec verify: {note}")
     for line in doc.get("stale_known_failures", []):
         print(f"attnspec verify: stale known failure: {line}", file=sys.stderr)
     if args.json:
         return _keep_results(doc, args.json) or code
     return code
+
+
+# A float64 failure this many ULPs off is a float32-accurate result, not a float64 one.
+FLOAT32_ACCURATE_ULPS = 1e6
+
+
+def float64_hints(doc: dict) -> list[str]:
+    """One hint naming the components with a float64 failure (not a known one) off by a
+    float32-sized error while all their float32 results pass: float32 inside."""
+    by_dtype: dict = {}
+    for r in doc["results"]:
+        by_dtype.setdefault((r["component"], r["dtype"]), []).append(r)
+    wide = sorted({comp for (comp, dtype), rs in by_dtype.items() if dtype == "float64"
+                   and any(r["status"] == "fail" and not r.get("known_failure")
+                           and (r.get("max_ulp") or 0) > FLOAT32_ACCURATE_ULPS for r in rs)
+                   and by_dtype.get((comp, "float32"))
+                   and all(r["status"] == "pass" for r in by_dtype[comp, "float32"])})
+    if not wide:
+        return []
+    return [f"hint: {', '.join(wide)} fail at float64 by more than {FLOAT32_ACCURATE_ULPS:.0e} "
+            f"ULP while float32 passes: does the framework compute float64 (exp, sin, erf, "
+            f"sigmoid...) in float32? (backends/README.md, \"Lessons from a port\")"]
 
 
 def summary_table(doc: dict) -> str:

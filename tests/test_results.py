@@ -109,3 +109,17 @@ def test_a_malformed_results_document_names_the_field(tmp_path, doc, says):
 def test_an_unreadable_results_file_is_named(tmp_path):
     with pytest.raises(results.ResultsError, match="cannot read results .*nope.json"):
         results.load(tmp_path / "nope.json")
+
+
+def test_verify_hints_at_a_float64_that_is_float32_inside():
+    from attnspec.conformance.cli import float64_hints
+
+    doc = {"results": [r("softmax/a-001", "float64", "fail", 1e-8, 4e8),
+                       r("softmax/a-001", "float32", "pass", 1e-8, 1.0),
+                       r("sdpa/a-001", "float64", "fail", 1e-3, 4e8),  # float32 fails too
+                       r("sdpa/a-001", "float32", "fail", 1e-3, 5e3),
+                       r("gru/a-001", "float64", "fail", 1e-15, 12.0),  # a real float64 bug
+                       r("gru/a-001", "float32", "pass", 1e-8, 1.0)]}
+    hints = float64_hints(doc)
+    assert len(hints) == 1 and hints[0].startswith("hint: softmax fail at float64")
+    assert float64_hints(DOC) == []
