@@ -672,14 +672,17 @@ def _row_lse(s, keep):
     return np.where(empty, -np.inf, lse[0]), np.where(empty, 0.0, lse[1])
 
 
-def _attend(q, k, v, mask, scale, num_kv_heads, softcap, sinks=None):
-    """(output, weights, lse) as DD, the scores masked, capped and (optionally) joined by
-    a sink column per query head, the sink's weight dropped from the output."""
+def _attend(q, k, v, mask, scale, num_kv_heads, softcap, sinks=None, bias=None):
+    """(output, weights, lse) as DD, the scores masked, capped, biased and (optionally)
+    joined by a sink column per query head, the sink's weight dropped from the output."""
     if num_kv_heads is not None:
         k, v = _repeat(k, q.shape[-3], num_kv_heads), _repeat(v, q.shape[-3], num_kv_heads)
     keep = _keep(q, k, v, mask)
     s, _, _ = _scores(q, np.where(_key_used(keep, k), k, 0.0), scale, softcap)
     s = (np.broadcast_to(s[0], keep.shape), np.broadcast_to(s[1], keep.shape))
+    if bias is not None:
+        b = np.where(keep, np.broadcast_to(np.asarray(bias, dtype=np.float64), keep.shape), 0.0)
+        s, keep = add(s, dd(b)), keep & ~np.isneginf(b)
     keep = keep & ~np.isneginf(s[0])
     if sinks is not None:  # (H,) against the scores' axis -3
         col = np.broadcast_to(np.asarray(sinks, np.float64)[:, None, None], keep.shape[:-1] + (1,))
@@ -693,16 +696,17 @@ def _attend(q, k, v, mask, scale, num_kv_heads, softcap, sinks=None):
     return out, w, lse
 
 
-def sdpa_lse(q, k, v, mask=None, scale=None, num_kv_heads=None, softcap=None):
+def sdpa_lse(q, k, v, mask=None, bias=None, scale=None, num_kv_heads=None, softcap=None):
     """sdpa's output and the log-sum-exp of each query row's kept scores (sdpa_lse.md)."""
-    out, _, lse = _attend(q, k, v, mask, scale, num_kv_heads, softcap)
+    out, _, lse = _attend(q, k, v, mask, scale, num_kv_heads, softcap, bias=bias)
     return {"output": out, "lse": lse}
 
 
-def sdpa_sinks(q, k, v, sinks, mask=None, scale=None, num_kv_heads=None, softcap=None):
+def sdpa_sinks(q, k, v, sinks, mask=None, bias=None, scale=None, num_kv_heads=None,
+               softcap=None):
     """Attention with a learned sink logit per query head in the softmax's denominator
     (attention_sinks.md): {output, weights}, the sink's column dropped."""
-    out, w, _ = _attend(q, k, v, mask, scale, num_kv_heads, softcap, sinks)
+    out, w, _ = _attend(q, k, v, mask, scale, num_kv_heads, softcap, sinks, bias)
     return {"output": out, "weights": w}
 
 

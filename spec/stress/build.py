@@ -130,9 +130,10 @@ def _interface_expected(fn: str, x: dict, a: dict, cot) -> dict:
         raise StressError(f"{fn}: no stress gradients")
     attention = {k: a.get(k) for k in ("scale", "num_kv_heads", "softcap")}
     if fn == "sdpa_lse":
-        out = fo.sdpa_lse(x["q"], x["k"], x["v"], x.get("mask"), **attention)
+        out = fo.sdpa_lse(x["q"], x["k"], x["v"], x.get("mask"), x.get("bias"), **attention)
     elif fn == "sdpa_sinks":
-        out = fo.sdpa_sinks(x["q"], x["k"], x["v"], x["sinks"], x.get("mask"), **attention)
+        out = fo.sdpa_sinks(x["q"], x["k"], x["v"], x["sinks"], x.get("mask"), x.get("bias"),
+                            **attention)
     elif fn == "sdpa_varlen":
         out = fo.sdpa_varlen(x["q"], x["k"], x["v"], x["cu_seqlens_q"], x["cu_seqlens_k"],
                              **{k: a.get(k) for k in ("scale", "causal", "window", "window_left",
