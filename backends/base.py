@@ -165,6 +165,14 @@ class Backend:
             return []
         return list(mod.extra_checks(self, device))
 
+    def dtype_name(self, x) -> str:
+        """``x``'s dtype as NumPy names it (``float32``, ``bfloat16``, ``int64``, ``bool``): the
+        output contract compares this with the spec's dtype. Override it where the framework's
+        dtypes print otherwise (MLX's ``mlx.core.float32``)."""
+        from ._checks import dtype_name
+
+        return dtype_name(x)
+
     def device_of(self, x) -> str | None:
         """The device an array returned by a spec function lives on, as named in
         ``devices()``; the suite checks it is the one requested. None: cannot tell."""

@@ -120,8 +120,9 @@ def contract_problems(backend, fn: Function, raw: tuple, expected: dict, dtype: 
     (``Backend.device_of``)."""
     device_of = getattr(backend, "device_of", None)
     problems = []
+    named = getattr(backend, "dtype_name", dtype_name)  # Backend.dtype_name: the framework's names
     for name, x in zip(fn.returns, raw):
-        got = dtype_name(x)
+        got = named(x) if getattr(x, "dtype", None) is not None else None
         if got is None:
             problems.append(f"output {name!r} is a {type(x).__name__}, not an array")
             continue
@@ -198,9 +199,10 @@ def vjp(backend, fn: Function, inputs: dict, attributes: dict, params: dict | No
     grad_inputs, grad_params = backend.vjp(fn.name, fn.module, call_kwargs, cot)
     problems = []
     device_of = getattr(backend, "device_of", None)
+    named = getattr(backend, "dtype_name", dtype_name)
     for group, grads in (("input", grad_inputs), ("param", grad_params)):
         for name, g in grads.items():
-            got = dtype_name(g)
+            got = named(g) if getattr(g, "dtype", None) is not None else None
             if got != dtype:
                 problems.append(f"gradient of {group} {name!r} is {got}, the spec's dtype "
                                 f"here is {dtype}")
