@@ -187,7 +187,8 @@ def logsumexp(x, keep, axis: int = -1):
     m = _max(mx.where(live, x, -INF), axis)
     m = mx.where(mx.isfinite(m), m, 0)
     total = mx.sum(mx.where(live, mx.exp(mx.where(live, x - m, 0)), 0), axis=axis)
-    lse = mx.squeeze(m, axis=axis) + mx.log(total)  # log 0 = -inf: nothing kept
+    some = total > 0  # log 0 = -inf where nothing is kept (guarded: its gradient is 0, not NaN)
+    lse = mx.where(some, mx.squeeze(m, axis=axis) + mx.log(mx.where(some, total, 1)), -INF)
     lse = mx.where(top, INF, lse)
     return mx.where(nan, NAN, lse).astype(x.dtype)
 
