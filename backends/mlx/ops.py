@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import mlx.core as mx
+import numpy as np
 from attnspec.spec.errors import DomainError
 
 from ._core import floating, integers  # noqa: F401  (floating with like: of like's dtype)
@@ -58,9 +59,10 @@ def known_all(x) -> bool:
 
 
 def value_check(ok, message, *values, error=DomainError) -> None:
-    """Raise ``error(message(*values))`` unless ``ok``."""
+    """Raise ``error(message(*values))`` unless ``ok``; the message reads NumPy copies (MLX
+    has no boolean indexing)."""
     if not bool(ok.item() if isinstance(ok, mx.array) else ok):
-        raise error(message(*values))
+        raise error(message(*(np.array(v) if isinstance(v, mx.array) else v for v in values)))
 
 
 def zeros(shape, like):
