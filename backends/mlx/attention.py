@@ -199,3 +199,106 @@ def sdpa_lse(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, so
     keep = mx.ones(full, dtype=mx.bool_) if mask is None else mx.broadcast_to(mask, full)
     weights = softmax(scores, keep)  # (..., T, S)
     return weighted_sum(weights, v), logsumexp(scores, keep)  # (..., T, V), (..., T)
+
+
+# == top-k attention ========================================================================
+
+TIES = ("lower_index", "keep_all")
+
+
+def topk_attention(q, k, v, mask=None, *, top_k, scale=None, ties="lower_index"):
+    """Softmax over the top_k largest scores scale * q k^T of each query, 0 elsewhere; only
+    unmasked keys compete; ties "lower_index" (exactly top_k kept) or "keep_all"; a NaN among
+    a row's unmasked scores makes its unmasked weights NaN."""
+    q, k, v, mask, _, full = check.attention_inputs(_core, q, k, v, mask, None)
+    top_k = check.integer("top_k", top_k, lo=1, hi=full[-1])
+    ties = check.choice("ties", ties, TIES)
+    c = check.scale(scale, q.shape[-1])
+    scores = mx.broadcast_to((q @ mx.swapaxes(k, -1, -2)) * c, full)  # (..., T, S)
+    allowed = mx.ones(full, dtype=mx.bool_) if mask is None else mx.broadcast_to(mask, full)
+    chosen = mx.array(_chosen(np.array(mx.stop_gradient(scores).astype(mx.float32)),
+                              np.array(allowed), top_k, ties))
+    weights = softmax(scores, chosen)  # (..., T, S)
+    nan = mx.any(allowed & mx.isnan(scores), axis=-1, keepdims=True)
+    weights = mx.where(nan & allowed, NAN, weights).astype(q.dtype)
+    return weighted_sum(weights, v), weights  # (..., T, V), (..., T, S)
+
+
+def _chosen(scores, allowed, top_k: int, ties: str):
+    """The kept keys (a selection, not differentiated: ranked on the host, as NumPy does)."""
+    order = np.argsort(np.where(allowed, -scores, np.inf), axis=-1, kind="stable")
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(scores.shape[-1]), axis=-1)
+    chosen = allowed & (rank < top_k)  # (..., T, S)
+    if ties == "keep_all":
+        kth = np.min(np.where(chosen, scores, np.inf), axis=-1, keepdims=True)  # (..., T, 1)
+        chosen = allowed & (scores >= kth)
+    return chosen
+
+
+# == merging attention states, attention sinks ==============================================
+
+def merge_attention_states(outputs, lses):
+    """w = softmax over the parts (axis 0) of lses, output = sum_n w_n outputs_n over the parts
+    with w_n != 0, lse = ln sum_n exp(lses_n)."""
+    o, s = check.attention_states(_core, outputs, lses)  # (N, ..., V), (N, ...)
+    w = softmax(s, axis=0)[..., None]  # (N, ..., 1)
+    terms = mx.where(w != 0, w * o, 0)
+    return mx.sum(terms, axis=0).astype(o.dtype), logsumexp(s, mx.array(True), axis=0)
+
+
+def _sink_weights(scores, keep, sinks):
+    """softmax over [kept scores..., sink_h] with the sink column: (..., H, T, S + 1)."""
+    column = mx.broadcast_to(sinks[:, None, None], scores.shape[:-1] + [1])  # (..., H, T, 1)
+    x = mx.concatenate([scores, column.astype(scores.dtype)], axis=-1)  # (..., H, T, S + 1)
+    kept = mx.concatenate([keep, mx.ones(column.shape, dtype=mx.bool_)], axis=-1)
+    return softmax(x, kept)
+
+
+def sdpa_sinks(q, k, v, sinks, mask=None, bias=None, *, scale=None, num_kv_heads=None,
+               softcap=None):
+    """W = exp(S) / (exp(sinks[h]) + sum_kept exp(S)) per head h (axis -3), output = W v."""
+    v, scores, mask, full = _scores(q, k, v, mask, bias, scale, num_kv_heads, softcap)
+    keep = mx.ones(full, dtype=mx.bool_) if mask is None else mx.broadcast_to(mask, full)
+    sinks = check.sinks_of(_core, sinks, tuple(scores.shape), q)
+    weights = _sink_weights(scores, keep, sinks)[..., :-1]  # (..., H, T, S)
+    return weighted_sum(weights, v), weights  # (..., H, T, V), (..., H, T, S)
+
+
+# == paged KV cache =========================================================================
+
+def _paged_kv(cache, index):
+    """cache (N, P, H_kv, D) read at flat slots index (B, S) -> (B, H_kv, S, D)."""
+    flat = cache.reshape((-1,) + tuple(cache.shape[2:]))  # (N*P, H_kv, D)
+    return mx.swapaxes(mx.take(flat, mx.array(index), axis=0), 1, 2)
+
+
+def paged_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale=None, causal=False):
+    """sdpa of q (B, T, H, K) over each sequence's keys and values gathered through its block
+    table; causal: query t sits at position seq_lens[b] - T + t. Output (B, T, H, V)."""
+    q, kc, vc, index, keep = check.paged_attention_plan(_core, q, k_cache, v_cache, block_table,
+                                                        seq_lens, causal)
+    out, _ = sdpa(mx.swapaxes(q, 1, 2), _paged_kv(kc, index), _paged_kv(vc, index),
+                  mx.array(np.asarray(keep)[:, None]), scale=scale, num_kv_heads=kc.shape[2])
+    return mx.swapaxes(out, 1, 2)  # (B, T, H, V)
+
+
+def _written(cache, index, new):
+    """A copy of cache (N, P, H_kv, D) with flat slots index (B*T,) set to new (B, T, H_kv, D)."""
+    flat = mx.array(cache.reshape((-1,) + tuple(cache.shape[2:])))  # (N*P, H_kv, D)
+    flat[mx.array(np.asarray(index))] = new.reshape((-1,) + tuple(new.shape[2:]))
+    return flat.reshape(cache.shape)
+
+
+def paged_kv_append(k_cache, v_cache, block_table, seq_lens, k, v):
+    """The caches with k, v (B, T, H_kv, .) written at positions seq_lens[b] .. + T - 1
+    through the block table, and seq_lens + T; the inputs are not modified."""
+    kc, vc, k, v, index, lens = check.paged_append_plan(_core, k_cache, v_cache, block_table,
+                                                        seq_lens, k, v)
+    return _written(kc, index, k), _written(vc, index, v), mx.array(np.asarray(lens)).astype(mx.int64)
+
+
+# sdpa over a packed batch of variable-length sequences: the shared composite over this sdpa.
+from ..composite.varlen import Varlen  # noqa: E402
+
+(sdpa_varlen,) = Varlen.bind(__package__, "sdpa_varlen")
