@@ -249,7 +249,7 @@ def merge_attention_states(outputs, lses):
 
 def _sink_weights(scores, keep, sinks):
     """softmax over [kept scores..., sink_h] with the sink column: (..., H, T, S + 1)."""
-    column = mx.broadcast_to(sinks[:, None, None], scores.shape[:-1] + [1])  # (..., H, T, 1)
+    column = mx.broadcast_to(sinks[:, None, None], tuple(scores.shape[:-1]) + (1,))  # (..., H, T, 1)
     x = mx.concatenate([scores, column.astype(scores.dtype)], axis=-1)  # (..., H, T, S + 1)
     kept = mx.concatenate([keep, mx.ones(column.shape, dtype=mx.bool_)], axis=-1)
     return softmax(x, kept)

@@ -33,7 +33,8 @@ def stack(xs, axis: int):
 
 
 def unstack(x, axis: int):
-    return [mx.take(x, i, axis=axis) for i in range(x.shape[axis])]
+    axis = axis % x.ndim
+    return [x[(slice(None),) * axis + (i,)] for i in range(x.shape[axis])]
 
 
 def where(c, a, b):
