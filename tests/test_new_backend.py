@@ -174,3 +174,21 @@ def test_scaffold_installs_and_is_discovered(tmp_path):
     n_after = int(re.search(r"(\d+) spec function\(s\) missing", log).group(1))
     assert n_after == n_before - 1
     assert "softmax.softmax" not in log.split("spec function(s) missing")[1].split("\n=")[0]
+
+
+def test_scaffold_rejects_an_unknown_backend_option(tmp_path, capsys):
+    """A misspelt --backend-option is a ConfigError naming it, not silently ignored."""
+    import importlib
+
+    import pytest
+    from attnspec.spec.errors import ConfigError
+
+    assert main(["new-backend", "optioned", "--path", str(tmp_path)]) == 0
+    sys.path.insert(0, str(tmp_path / "attnspec-optioned" / "src"))
+    try:
+        backend = importlib.import_module("attnspec_optioned").Backend
+        assert backend().options == {}
+        with pytest.raises(ConfigError, match=r"unknown optioned backend option\(s\) \['devcie'\]"):
+            backend(devcie="cpu")
+    finally:
+        sys.path.remove(str(tmp_path / "attnspec-optioned" / "src"))
