@@ -4,6 +4,8 @@ agreement of MLX's fused built-ins with the golden vectors, where they can expre
 
 - ``mx.fast.rms_norm`` and ``mx.fast.layer_norm`` (the canonical variant) on every finite
   rms_norm / layer_norm value vector;
+- ``mx.fast.rope`` on the rope vectors of non-zero width at positions below FAR, and pinned
+  to differ beyond them (its angles are float32);
 - ``mx.fast.scaled_dot_product_attention`` on the sdpa value vectors of rank 4 with finite
   inputs, no softcap, no bias, and a key kept in every row (its fully masked row is the
   average of the values, not zero: pinned by tests/mlx).
@@ -87,6 +89,55 @@ def agree_fast_sdpa(device):
     return check
 
 
+FAR = 1024  # positions from here on: mx.fast.rope's float32 angles leave the float32 tolerance
+
+
+def _fast_rope(v):
+    """mx.fast.rope on a rope vector (traditional=True: the interleaved convention)."""
+    x, a = _f32(v.inputs["x"]), v.attributes
+    interleaved = a.get("convention", "interleaved") == "interleaved"
+    y = mx.fast.rope(x[None] if x.ndim == 2 else x, x.shape[-1], traditional=interleaved,  # rank >= 3
+                     scale=1.0, base=float(a.get("base", 10000.0)), offset=int(a.get("offset", 0)))
+    return y.reshape(v.outputs["y"].shape)
+
+
+def _rope_vectors(spec, far: bool):
+    """The rope vectors mx.fast.rope can take (width > 0: it refuses 0), near or far."""
+    found = []
+    for v in _values(spec, "rope"):
+        shape = np.shape(v.inputs["x"])
+        if len(shape) < 2 or 0 in shape:
+            continue
+        if (int(v.attributes.get("offset", 0)) + shape[-2] >= FAR) == far:
+            found.append(v)
+    return found
+
+
+def agree_fast_rope(device):
+    def check(spec):
+        near = _rope_vectors(spec, far=False)
+        for v in near:
+            _close("mx.fast.rope", _fast_rope(v), v, "y")
+        assert near, "no rope vector was compared with mx.fast.rope"
+    return check
+
+
+def pinned_fast_rope_far_positions(device):
+    """mx.fast.rope computes its angles in float32: far positions differ (spec/components/mlx.md)."""
+    def check(spec):
+        far = _rope_vectors(spec, far=True)
+        assert far, "no rope vector at a far position"
+        for v in far:
+            try:
+                _close("mx.fast.rope", _fast_rope(v), v, "y")
+            except AssertionError:
+                return
+        raise AssertionError("mx.fast.rope now agrees at far positions: update mlx.md")
+    return check
+
+
 def extra_checks(backend, device):
     return [("agree/mx.fast.rms_norm+layer_norm", agree_norms(device)),
+            ("agree/mx.fast.rope", agree_fast_rope(device)),
+            ("pinned/mx.fast.rope-float32-angles", pinned_fast_rope_far_positions(device)),
             ("agree/mx.fast.scaled_dot_product_attention", agree_fast_sdpa(device))]
