@@ -68,7 +68,7 @@ def batch_broadcast(what: str, **shapes: tuple) -> tuple:
 def dtype_name(x) -> str:
     """``x``'s dtype as NumPy names it (``float32``, ``bfloat16``), whatever the framework."""
     name = getattr(x.dtype, "name", None)  # NumPy, JAX, TensorFlow
-    return name if isinstance(name, str) else str(x.dtype).removeprefix("torch.")
+    return name if isinstance(name, str) else str(x.dtype).removeprefix("torch.").removeprefix("mlx.core.")
 
 
 FLOATING = ("float64", "float32", "float16", "bfloat16")
