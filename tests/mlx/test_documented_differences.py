@@ -127,3 +127,50 @@ def test_float64_other_unary_ops_are_float64_accurate(name):
     x = np.linspace(0.1, 3.0, 291)
     out = _np(getattr(mx, name)(mx.array(x, dtype=mx.float64), stream=CPU))
     np.testing.assert_allclose(out, getattr(np, name)(x), rtol=1e-14, atol=0)
+
+
+# -- conventions the converters must bridge -----------------------------------------------
+
+def test_linear_weight_is_out_by_in():
+    """mlx.md: nn.Linear computes y = x Wᵀ + b with weight (out, in) (spec: W (in, out))."""
+    import mlx.nn as nn
+
+    lin = nn.Linear(3, 5)
+    assert lin.weight.shape == (5, 3)
+    x = np.arange(3, dtype=np.float32)[None]  # (1, in)
+    want = x @ _np(lin.weight).T + _np(lin.bias)
+    np.testing.assert_allclose(_np(lin(mx.array(x))), want, rtol=1e-6)
+
+
+def test_fast_norms_agree_with_the_spec_formulas():
+    """mlx.md: mx.fast.layer_norm (biased variance, eps inside the root) and mx.fast.rms_norm
+    (eps inside the root) are the spec's layer_norm and rms_norm."""
+    g = np.random.default_rng(3)
+    x, w, b = (g.standard_normal(s).astype(np.float32) for s in ((2, 6), (6,), (6,)))
+    eps = 1e-5
+    mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    ln = _np(mx.fast.layer_norm(mx.array(x), mx.array(w), mx.array(b), eps, stream=CPU))
+    np.testing.assert_allclose(ln, (x - mu) / np.sqrt(var + eps) * w + b, rtol=1e-5, atol=1e-6)
+    rms = _np(mx.fast.rms_norm(mx.array(x), mx.array(w), eps, stream=CPU))
+    want = x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
+    np.testing.assert_allclose(rms, want, rtol=1e-5, atol=1e-6)
+
+
+def test_multi_head_attention_has_no_bias_by_default_and_returns_no_weights():
+    """mlx.md: nn.MultiHeadAttention(bias=False) by default; its call returns the output only."""
+    import mlx.nn as nn
+
+    m = nn.MultiHeadAttention(8, 2)
+    assert "bias" not in m.query_proj and "bias" not in m.out_proj
+    x = mx.zeros((1, 3, 8))
+    out = m(x, x, x)
+    assert isinstance(out, mx.array) and out.shape == (1, 3, 8)
+
+
+def test_additive_causal_mask_uses_the_dtype_minimum_not_minus_inf():
+    """mlx.md: nn.MultiHeadAttention.create_additive_causal_mask is finfo.min above the diagonal."""
+    import mlx.nn as nn
+
+    m = _np(nn.MultiHeadAttention.create_additive_causal_mask(3))
+    assert np.isfinite(m).all()
+    assert m[0, 1] == np.finfo(np.float32).min and m[1, 0] == 0
