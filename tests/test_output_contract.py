@@ -70,3 +70,47 @@ def test_outputs_on_another_device_fail():
     results = _results(Returning(lambda y: y, device="gpu"), "softmax", "float64")
     assert all(r.status == "fail" for r in results)
     assert all("output 'y' is on device 'gpu', requested 'cpu'" in r.messages for r in results)
+
+
+class MlxLikeDtype:
+    """A dtype that prints as MLX's do (``mlx.core.float32``) and has no ``name``."""
+
+    def __init__(self, np_dtype):
+        self.np_dtype = np.dtype(np_dtype)
+
+    def __str__(self):
+        return f"mlx.core.{self.np_dtype.name}"
+
+
+class MlxLikeArray:
+    def __init__(self, a):
+        self.a, self.dtype = np.asarray(a), MlxLikeDtype(np.asarray(a).dtype)
+
+
+class MlxLike(Returning):
+    """Outputs in a framework whose dtype names are not the spec's."""
+
+    def __init__(self):
+        super().__init__(MlxLikeArray)
+
+    def to_numpy(self, x):
+        return x.a if isinstance(x, MlxLikeArray) else np.asarray(x)
+
+
+class MlxLikeNamed(MlxLike):
+    def dtype_name(self, x):
+        return super().dtype_name(x).removeprefix("mlx.core.")
+
+
+def test_a_framework_dtype_name_fails_and_names_the_hook():
+    """issue 23: the contract read 'mlx.core.float32' off the array and said only that it was
+    not float32; the message now names Backend.dtype_name, the hook to override."""
+    results = _results(MlxLike(), "sdpa", "float32")
+    assert {r.status for r in results} == {"fail"}
+    for r in results:
+        assert any("output 'output' is mlx.core.float32" in m and "Backend.dtype_name" in m
+                   for m in r.messages), r.messages
+
+
+def test_the_dtype_name_hook_decides_the_contract():
+    assert {r.status for r in _results(MlxLikeNamed(), "sdpa", "float32")} == {"pass"}
