@@ -1,7 +1,7 @@
 """The MLX backend's own conformance checks (``extra_checks``, run as ``test_extras``):
 agreement of the golden vectors with MLX's built-ins (``mx.fast.scaled_dot_product_attention``,
 ``mx.softmax``, ``mx.fast.layer_norm``/``nn.LayerNorm``, ``mx.fast.rms_norm``/``nn.RMSNorm``,
-``mx.fast.rope``/``nn.RoPE``) on the inputs where they agree with the spec, and the
+``mx.fast.rope``/``nn.RoPE``, ``nn.MultiHeadAttention``) on the inputs where they agree with the spec, and the
 differences spec/components/mlx.md states, pinned:
 - a row whose mask keeps no key is the mean of the values (the spec's is 0), and a NaN in a
   masked key's value reaches the output: vectors with such rows or non-finite inputs are
@@ -9,7 +9,8 @@ differences spec/components/mlx.md states, pinned:
 - ``mx.softmax`` gives NaN for +inf entries and for a row of -inf: finite inputs only;
 - ``mx.fast.rope`` computes its angles in float32 (positions past FAR_POSITION left out)
   and refuses width 0 (left out; pinned);
-- the spec's ``annotated`` LayerNorm has no built-in.
+- the spec's ``annotated`` LayerNorm has no built-in; ``nn.MultiHeadAttention`` has no GQA,
+  one width for queries and keys, and its biases all or none (the vectors beyond it left out).
 Agreement runs in float32 (the dtype the backend claims first and MLX's fast kernels are
 written for), with the vectors' float32 tolerances. Each check needs only ``mlx`` and the
 vectors, not the backend's kernels.
@@ -156,6 +157,47 @@ def _rope(device, module: bool):
     return run
 
 
+# -- mha -----------------------------------------------------------------------------------
+
+BIASES = ("b_q", "b_k", "b_v", "b_o")
+
+
+def _mha_expressible(spec, v) -> bool:
+    """nn.MultiHeadAttention: one width for the query and key projections, every bias or
+    none, no GQA, a mask of rank 2 or 4 (MLX broadcasts a rank-3 mask as (H, T, S)) that
+    keeps a key in every row, finite inputs."""
+    p, x = v.params or {}, {n: np.asarray(a) for n, a in v.inputs.items()}
+    kv = _attr(spec, v, "num_kv_heads")
+    if not _finite(v) or (kv is not None and kv != v.attributes["num_heads"]) \
+            or set(v.attributes) - {"num_heads", "num_kv_heads"}:
+        return False
+    if p["w_q"].shape[1] != p["w_k"].shape[1] or len({b in p for b in BIASES}) != 1:
+        return False
+    mask = x.get("mask")
+    if mask is None:
+        return True
+    full = (x["query"].shape[0], v.attributes["num_heads"], x["query"].shape[1], x["key"].shape[1])
+    return mask.ndim in (2, 4) and bool(np.broadcast_to(mask, full).any(-1).all())
+
+
+def _mha(device):
+    def run(spec, v):
+        p, x = v.params, v.inputs
+        m = nn.MultiHeadAttention(
+            p["w_q"].shape[1], v.attributes["num_heads"], query_input_dims=p["w_q"].shape[0],
+            key_input_dims=p["w_k"].shape[0], value_input_dims=p["w_v"].shape[0],
+            value_dims=p["w_v"].shape[1], value_output_dims=p["w_o"].shape[1], bias="b_q" in p)
+        for proj, w, b in (("query_proj", "w_q", "b_q"), ("key_proj", "w_k", "b_k"),
+                           ("value_proj", "w_v", "b_v"), ("out_proj", "w_o", "b_o")):
+            getattr(m, proj).weight = _f32(np.asarray(p[w]).T)  # MLX: (out, in)
+            if b in p:
+                getattr(m, proj).bias = _f32(p[b])
+        mask = x.get("mask")
+        return np.array(m(_f32(x["query"]), _f32(x["key"]), _f32(x["value"]),
+                          mask=None if mask is None else mx.array(np.asarray(mask))))
+    return run
+
+
 # -- the documented differences, pinned ------------------------------------------------------
 
 def pinned_sdpa_empty_row(device):
@@ -202,6 +244,8 @@ def extra_checks(backend, device):
         ("agree/mx.fast.rope", _agree("mx.fast.rope", "rope", _rope_expressible,
                                       _rope(device, module=False))),
         ("agree/nn.RoPE", _agree("nn.RoPE", "rope", _rope_expressible, _rope(device, module=True))),
+        ("agree/nn.MultiHeadAttention", _agree("nn.MultiHeadAttention", "mha", _mha_expressible,
+                                               _mha(device))),
         ("pinned/sdpa-empty-row", pinned_sdpa_empty_row(device)),
         ("pinned/rope-width-zero", pinned_rope_width_zero(device)),
     ]

@@ -20,7 +20,7 @@ def test_the_names_are_kind_slash_subject():
     assert all(n.split("/")[0] in ("agree", "pinned") and "/" in n for n in CHECKS)
     assert {"agree/mx.fast.scaled_dot_product_attention", "agree/mx.softmax", "agree/nn.RoPE",
             "agree/mx.fast.layer_norm", "agree/nn.LayerNorm", "agree/mx.fast.rms_norm",
-            "agree/nn.RMSNorm", "agree/mx.fast.rope"} <= set(CHECKS)
+            "agree/nn.RMSNorm", "agree/mx.fast.rope", "agree/nn.MultiHeadAttention"} <= set(CHECKS)
 
 
 def test_an_agreement_check_fails_on_a_wrong_built_in(monkeypatch):
