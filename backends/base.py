@@ -165,18 +165,6 @@ class Backend:
             return []
         return list(mod.extra_checks(self, device))
 
-    def dtype_name(self, x) -> str | None:
-        """The dtype of array ``x`` as the spec names it (``float32``, ``bfloat16``, ``int64``,
-        ``bool``), None for something without a dtype; the output contract compares it with
-        the spec's. By default ``x.dtype.name`` (NumPy, JAX, TensorFlow), else ``str(x.dtype)``
-        less a ``torch.`` prefix; a framework whose dtypes print otherwise (MLX's
-        ``mlx.core.float32``) overrides it."""
-        d = getattr(x, "dtype", None)
-        if d is None:
-            return None
-        name = getattr(d, "name", None)
-        return (name if isinstance(name, str) else str(d)).removeprefix("torch.")
-
     def device_of(self, x) -> str | None:
         """The device an array returned by a spec function lives on, as named in
         ``devices()``; the suite checks it is the one requested. None: cannot tell."""

@@ -110,21 +110,6 @@ def dtype_name(x) -> str | None:
     return (name if isinstance(name, str) else str(d)).removeprefix("torch.")
 
 
-SPEC_DTYPE = ("the name comes from Backend.dtype_name(); override it where the framework names "
-              "its dtypes otherwise")
-
-
-def _dtype_of(backend, x) -> str | None:
-    """``x``'s dtype as the spec names it, by the backend's ``dtype_name`` hook if it has one."""
-    hook = getattr(backend, "dtype_name", None)
-    return hook(x) if callable(hook) else dtype_name(x)
-
-
-def _wrong_dtype(what: str, got: str, want: str) -> str:
-    hint = f" ({SPEC_DTYPE})" if not got.isidentifier() else ""
-    return f"{what} is {got}, the spec's dtype here is {want}{hint}"
-
-
 def contract_problems(backend, fn: Function, raw: tuple, expected: dict, dtype: str | None,
                       device: str) -> list[str]:
     """The output contract, checked here once for every backend and golden vector: each
@@ -136,13 +121,13 @@ def contract_problems(backend, fn: Function, raw: tuple, expected: dict, dtype: 
     device_of = getattr(backend, "device_of", None)
     problems = []
     for name, x in zip(fn.returns, raw):
-        got = _dtype_of(backend, x)
+        got = dtype_name(x)
         if got is None:
             problems.append(f"output {name!r} is a {type(x).__name__}, not an array")
             continue
         want = dtype if expected[name].dtype.kind == "f" else expected[name].dtype.name
         if want is not None and got != want:
-            problems.append(_wrong_dtype(f"output {name!r}", got, want))
+            problems.append(f"output {name!r} is {got}, the spec's dtype here is {want}")
         where = device_of(x) if device_of is not None else None
         if where is not None and where != device:
             problems.append(f"output {name!r} is on device {where!r}, requested {device!r}")
@@ -215,9 +200,10 @@ def vjp(backend, fn: Function, inputs: dict, attributes: dict, params: dict | No
     device_of = getattr(backend, "device_of", None)
     for group, grads in (("input", grad_inputs), ("param", grad_params)):
         for name, g in grads.items():
-            got = _dtype_of(backend, g)
+            got = dtype_name(g)
             if got != dtype:
-                problems.append(_wrong_dtype(f"gradient of {group} {name!r}", str(got), dtype))
+                problems.append(f"gradient of {group} {name!r} is {got}, the spec's dtype "
+                                f"here is {dtype}")
             where = device_of(g) if device_of is not None else None
             if where is not None and where != device:
                 problems.append(f"gradient of {group} {name!r} is on device {where!r}, "

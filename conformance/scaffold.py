@@ -56,21 +56,11 @@ from __future__ import annotations
 
 import numpy as np
 from attnspec.backends.base import Backend as _Base
-from attnspec.spec.errors import ConfigError
-
-OPTIONS = ()  # the --backend-option KEY=VALUE names this backend reads from self.options
 
 
 class Backend(_Base):
     name = "{name}"
     package = __name__
-
-    def __init__(self, **options):
-        unknown = sorted(set(options) - set(OPTIONS))
-        if unknown:
-            raise ConfigError(f"unknown {name} backend option(s) {{unknown}}; known: "
-                              f"{{', '.join(OPTIONS) or 'none'}}")
-        super().__init__(**options)
 
     def devices(self) -> list[str]:
         return ["cpu"]

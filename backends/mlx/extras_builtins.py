@@ -1,4 +1,4 @@
-"""The MLX backend's own conformance checks (``extra_checks``, run as ``test_extras``):
+"""Extra checks of the MLX backend (``builtin_checks(device)``, added to ``extras.extra_checks``):
 agreement of the golden vectors with MLX's built-ins (``mx.fast.scaled_dot_product_attention``,
 ``mx.softmax``, ``mx.fast.layer_norm``/``nn.LayerNorm``, ``mx.fast.rms_norm``/``nn.RMSNorm``,
 ``mx.fast.rope``/``nn.RoPE``, ``nn.MultiHeadAttention``) on the inputs where they agree with the spec, and the
@@ -226,7 +226,7 @@ def pinned_rope_width_zero(device):
     return check
 
 
-def extra_checks(backend, device):
+def builtin_checks(device):
     return [
         ("agree/mx.fast.scaled_dot_product_attention", _agree(
             "mx.fast.scaled_dot_product_attention", "sdpa", _sdpa_expressible, _sdpa(device))),

@@ -1,14 +1,14 @@
-"""The MLX extras judge MLX's built-ins against the golden vectors (backends/mlx/extras.py):
+"""MLX's built-ins judged against the golden vectors (backends/mlx/extras_builtins.py):
 each agreement check compares at least one vector and passes on the installed mlx, and an
 agreement check can fail (a built-in off by a little is caught)."""
 
 import numpy as np
 import pytest
-from attnspec.backends.mlx import extras
+from attnspec.backends.mlx import extras_builtins as extras
 from attnspec.spec.vectors import default_spec
 
 SPEC = default_spec()
-CHECKS = dict(extras.extra_checks(None, "cpu"))
+CHECKS = dict(extras.builtin_checks("cpu"))
 
 
 @pytest.mark.parametrize("name", sorted(CHECKS))
@@ -27,7 +27,7 @@ def test_an_agreement_check_fails_on_a_wrong_built_in(monkeypatch):
     real = extras.mx.softmax
     monkeypatch.setattr(extras.mx, "softmax", lambda x, **kw: real(x, **kw) * (1 + 1e-3))
     with pytest.raises(AssertionError, match="mx.softmax"):
-        dict(extras.extra_checks(None, "cpu"))["agree/mx.softmax"](SPEC)
+        dict(extras.builtin_checks("cpu"))["agree/mx.softmax"](SPEC)
 
 
 def test_the_agreement_compares_the_vectors_it_can_express():
