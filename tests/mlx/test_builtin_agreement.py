@@ -8,7 +8,7 @@ from attnspec.backends.mlx import extras_builtins as extras
 from attnspec.spec.vectors import default_spec
 
 SPEC = default_spec()
-CHECKS = dict(extras.builtin_checks("cpu"))
+CHECKS = dict(extras.all_builtin_checks("cpu"))
 
 
 @pytest.mark.parametrize("name", sorted(CHECKS))
@@ -21,6 +21,11 @@ def test_the_names_are_kind_slash_subject():
     assert {"agree/mx.fast.scaled_dot_product_attention", "agree/mx.softmax", "agree/nn.RoPE",
             "agree/mx.fast.layer_norm", "agree/nn.LayerNorm", "agree/mx.fast.rms_norm",
             "agree/nn.RMSNorm", "agree/mx.fast.rope", "agree/nn.MultiHeadAttention"} <= set(CHECKS)
+
+
+def test_the_added_checks_are_new_names():
+    added = [n for n, _ in extras.builtin_checks("cpu")]
+    assert len(set(added)) == len(added) and "agree/mx.fast.scaled_dot_product_attention" not in added
 
 
 def test_an_agreement_check_fails_on_a_wrong_built_in(monkeypatch):
