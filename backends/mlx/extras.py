@@ -137,7 +137,10 @@ def pinned_fast_rope_far_positions(device):
 
 
 def extra_checks(backend, device):
+    from . import extras_builtins
+
     return [("agree/mx.fast.rms_norm+layer_norm", agree_norms(device)),
             ("agree/mx.fast.rope", agree_fast_rope(device)),
             ("pinned/mx.fast.rope-float32-angles", pinned_fast_rope_far_positions(device)),
-            ("agree/mx.fast.scaled_dot_product_attention", agree_fast_sdpa(device))]
+            ("agree/mx.fast.scaled_dot_product_attention", agree_fast_sdpa(device)),
+            *extras_builtins.builtin_checks(device)]
