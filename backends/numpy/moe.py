@@ -2,40 +2,11 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
-from attnspec.spec.errors import ConfigError, DTypeError, ShapeError
+from attnspec.spec.errors import DTypeError
 
 from .. import _checks as check
 from ._core import floating
-
-SCORINGS = ("softmax", "sigmoid")
-
-
-def _nonneg(name: str, value) -> float:
-    if not check._real(value) or not math.isfinite(value) or value < 0:
-        raise ConfigError(f"{name} must be a finite number >= 0, got {value!r}")
-    return float(value)
-
-
-def _config(x, bias, top_k, scoring, renormalize, eps, n_group, topk_group, scale):
-    check.rank("logits", x, min_rank=2, max_rank=2)
-    e = x.shape[1]
-    if bias is not None and bias.shape != (e,):
-        raise ShapeError(f"correction_bias must have shape ({e},) (one per expert of logits "
-                         f"{x.shape}), got {bias.shape}")
-    check.choice("scoring", scoring, SCORINGS)
-    check.flag("renormalize", renormalize)
-    _nonneg("eps", eps)
-    _nonneg("routed_scaling_factor", scale)
-    n_group = check.integer("n_group", n_group, lo=1)
-    if e % n_group or (n_group > 1 and e // n_group < 2):
-        raise ConfigError(f"n_group={n_group} must divide the {e} experts of logits {x.shape} "
-                          f"into groups of at least 2")
-    topk_group = check.integer("topk_group", topk_group, lo=1, hi=n_group)
-    check.integer("top_k", top_k, lo=1, hi=topk_group * (e // n_group))
-    return n_group, topk_group
 
 
 def _ranked(s):
@@ -67,8 +38,9 @@ def _route(logits, correction_bias, top_k, scoring, renormalize, eps, n_group, t
     b = None if correction_bias is None else floating("correction_bias", correction_bias)
     if b is not None and b.dtype != x.dtype:
         raise DTypeError(f"correction_bias has dtype {b.dtype} but logits has {x.dtype}")
-    n_group, topk_group = _config(x, b, top_k, scoring, renormalize, eps, n_group, topk_group,
-                                  scale)
+    top_k, n_group, topk_group = check.moe_router(x.shape, None if b is None else b.shape, top_k,
+                                                  scoring, renormalize, eps, n_group,
+                                                  topk_group, scale)
     p = _scores(x, scoring)                                                # (N, E)
     s = p if b is None else p + b
     return x, p, _select(s, top_k, n_group, topk_group)
