@@ -117,3 +117,27 @@ def test_moe_router_backward_bug_fails_at_every_dtype(bug):
 def test_moe_router_correct_backward_passes():
     fails = gradient_rejections(mutant(), "moe_router")
     assert fails == dict.fromkeys(fails, 0)
+
+
+@pytest.mark.parametrize("attrs", [
+    {"top_k": 2, "renormalize": True},
+    {"top_k": 3},
+    {"top_k": 4, "scoring": "sigmoid", "renormalize": True, "n_group": 4, "topk_group": 2,
+     "routed_scaling_factor": 2.5},
+], ids=["softmax-renormalised", "softmax", "sigmoid-grouped"])
+def test_moe_router_oracle_vjp_matches_central_differences(attrs):
+    """The oracle's backward against 50-digit central differences of its forward (the choice
+    is locally constant on these well-separated logits), the bias's gradient 0."""
+    from attnspec.spec.cases._build import Rng
+    from attnspec.spec.oracle.core import precision
+    from attnspec.spec.oracle.moe_router import moe_router as oracle
+    from attnspec.spec.oracle.moe_router import moe_router_vjp
+
+    from .test_grad_oracle import _check
+    r = Rng("test/grad/moe_router")
+    x = np.linspace(-3.0, 3.0, 8)[np.argsort(r.integers(0, 2**30, (8,)))]
+    logits = np.stack([x, x[::-1]])
+    bias = r.uniform((8,), -0.0625, 0.0625)
+    with precision():
+        _check(oracle, moe_router_vjp, {"weights": r.uniform((2, attrs["top_k"]))},
+               {"logits": logits, "correction_bias": bias}, attrs)
