@@ -302,3 +302,20 @@ def paged_kv_append(k_cache, v_cache, block_table, seq_lens, k, v):
 from ..composite.varlen import Varlen  # noqa: E402
 
 (sdpa_varlen,) = Varlen.bind(__package__, "sdpa_varlen")
+
+
+def fp8_grid(x, fp8_format):
+    """x through ml_dtypes' float8 of the format and back, on the host (MLX has no float8
+    dtype): equal to x where x is a value of the format."""
+    import ml_dtypes
+
+    f8 = {"e4m3fn": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}[fp8_format]
+    a = np.array(x.astype(mx.float32))
+    with np.errstate(invalid="ignore", over="ignore"):
+        return mx.array(a.astype(f8).astype(np.float32)).astype(x.dtype)
+
+
+# sdpa on float8 inputs: the shared composite over this sdpa (dequantised explicitly).
+from ..composite.fp8 import Fp8  # noqa: E402
+
+(sdpa_fp8,) = Fp8.bind(__package__, "sdpa_fp8")
