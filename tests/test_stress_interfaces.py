@@ -8,21 +8,8 @@ import numpy as np
 import pytest
 from attnspec.spec import fastoracle as fo
 from attnspec.spec.cases._build import Rng
-from attnspec.spec.oracle.core import precision, tofloat
 
-
-@pytest.fixture(autouse=True)
-def _oracle_precision():
-    with precision():
-        yield
-
-
-def _exact(fast, slow):
-    a = fo.to_float(fast) if isinstance(fast, tuple) else np.asarray(fast)
-    b = np.asarray(slow)
-    b = tofloat(b) if b.dtype == object else b
-    same = (a == b) | (np.isnan(a) & np.isnan(b))
-    assert a.shape == b.shape and same.all(), f"{int((~same).sum())} elements differ"
+from .test_stress import _exact, _oracle_precision  # noqa: F401 (the autouse fixture)
 
 
 def _gqa(name):
