@@ -66,9 +66,11 @@ def batch_broadcast(what: str, **shapes: tuple) -> tuple:
 
 
 def dtype_name(x) -> str:
-    """``x``'s dtype as NumPy names it (``float32``, ``bfloat16``), whatever the framework."""
-    name = getattr(x.dtype, "name", None)  # NumPy, JAX, TensorFlow
-    return name if isinstance(name, str) else str(x.dtype).removeprefix("torch.").removeprefix("mlx.core.")
+    """``x``'s dtype as NumPy names it (``float32``, ``bfloat16``), whatever the framework:
+    its ``name`` (NumPy, JAX, TensorFlow), else its printed form without the module
+    (``torch.float32``, ``mlx.core.float32``)."""
+    name = getattr(x.dtype, "name", None)
+    return name if isinstance(name, str) else str(x.dtype).rsplit(".", 1)[-1]
 
 
 FLOATING = ("float64", "float32", "float16", "bfloat16")

@@ -87,8 +87,8 @@ class Backend:
         """The spec's name of an array's dtype ('float32', 'bfloat16', 'int64', 'bool'), or
         None for something that is not an array; the output contract compares it with the
         spec's dtype. The default reads ``x.dtype.name`` (NumPy, JAX, TensorFlow) or
-        ``str(x.dtype)`` without ``torch.``; override it where the framework spells dtypes
-        otherwise (MLX: ``mlx.core.float32``)."""
+        ``str(x.dtype)`` without its module (``torch.float32``, ``mlx.core.float32``);
+        override it where the framework spells dtypes otherwise."""
         from attnspec.conformance.runner import dtype_name
 
         return dtype_name(x)

@@ -102,13 +102,11 @@ def call(backend, fn: Function, inputs: dict, attributes: dict, params: dict | N
 
 
 def dtype_name(x) -> str | None:
-    """'float32', 'bfloat16', 'int64', 'bool'... for a NumPy, torch, TensorFlow or JAX array
-    (Backend.dtype_name's default)."""
-    d = getattr(x, "dtype", None)
-    if d is None:
-        return None
-    name = getattr(d, "name", None)
-    return (name if isinstance(name, str) else str(d)).removeprefix("torch.")
+    """'float32', 'bfloat16', 'int64', 'bool'... for an array of any framework the backends'
+    checks know (Backend.dtype_name's default), None for something without a dtype."""
+    from attnspec.backends._checks import dtype_name as named
+
+    return None if getattr(x, "dtype", None) is None else named(x)
 
 
 _SPEC_DTYPE_NAMES = {"float64", "float32", "float16", "bfloat16", "int64", "bool"}
@@ -117,7 +115,7 @@ _SPELLING_HINT = (" (a dtype name the spec does not use: if the framework spells
 
 
 def _unknown_spelling(name: str) -> bool:
-    """A dtype name neither the spec's nor NumPy's (``mlx.core.float32``)."""
+    """A dtype name neither the spec's nor NumPy's (``fw.float32``)."""
     if name in _SPEC_DTYPE_NAMES:
         return False
     try:

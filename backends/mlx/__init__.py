@@ -107,12 +107,6 @@ class MlxBackend(Backend):
             x = x.astype(mx.float32)
         return np.array(x)
 
-    def dtype_name(self, x) -> str | None:
-        """MLX spells its dtypes ``mlx.core.float32``: the spec's names without the prefix."""
-        from .._checks import dtype_name
-
-        return dtype_name(x) if hasattr(x, "dtype") else None
-
     def device_of(self, x) -> str | None:
         return self.default_device if isinstance(x, mx.array) else None
 
