@@ -73,19 +73,34 @@ def composite_mutant(family, methods=None, kernels=None) -> Mutant:
     return Mutant(**exported)
 
 
-def rejections(backend, component: str, flag: str | None = None) -> dict[str, int]:
-    """Per dtype, how many value vectors of ``component`` (with ``flag``, if given) fail."""
+def _vectors(spec, component: str, expect: str, flag: str | None, until_each: bool) -> list:
+    """The live ``expect`` vectors of ``component`` (with ``flag``, if given); for a search
+    that stops at the first rejection per dtype, smallest first (stress vectors last)."""
+    found = [v for v in spec.vectors if v.component == component and v.expect == expect
+             and not v.deprecated and (flag is None or flag in v.flags)]
+    if until_each:
+        found.sort(key=lambda v: ("stress" in v.flags, sum(a.size for a in v.inputs.values())))
+    return found
+
+
+def _open(fails: dict, dtypes, until_each: bool) -> list[str]:
+    """The dtypes still to judge: all of them, or with ``until_each`` those not rejected yet."""
+    return [d for d in dtypes if not (until_each and fails[d])]
+
+
+def rejections(backend, component: str, flag: str | None = None, *,
+               until_each: bool = False) -> dict[str, int]:
+    """Per dtype, how many value vectors of ``component`` (with ``flag``, if given) fail.
+    ``until_each``: stop judging a dtype at its first failing vector (counts are then 0 or
+    1; enough to prove a bug caught at every dtype, and the stress vectors run only for a
+    bug the small vectors miss)."""
     spec = default_spec()
     fails = dict.fromkeys(FLOAT_DTYPES, 0)
-    for v in spec.vectors:
-        if v.component != component or v.expect != "value" or v.deprecated:
-            continue
-        if flag is not None and flag not in v.flags:
-            continue
-        for dtype in ("float64", "float32"):
+    for v in _vectors(spec, component, "value", flag, until_each):
+        for dtype in _open(fails, ("float64", "float32"), until_each):
             if dtype in v.dtypes and run_vector(backend, spec, v, dtype, "cpu").status != "pass":
                 fails[dtype] += 1
-        if "float64" not in v.dtypes:
+        if "float64" not in v.dtypes or not _open(fails, ("float16", "bfloat16"), until_each):
             continue
         fn = spec.functions[v.function]
         try:
@@ -102,7 +117,7 @@ def rejections(backend, component: str, flag: str | None = None) -> dict[str, in
 
 
 def assert_rejected(backend, component: str) -> None:
-    fails = rejections(backend, component)
+    fails = rejections(backend, component, until_each=True)
     passed = [d for d, n in fails.items() if n == 0]
     assert not passed, (f"a planted bug in {component} passes every vector at {passed}: "
                         f"the vectors do not discriminate it ({fails})")
@@ -180,20 +195,20 @@ def _parametrizations(fn):
 
 # -- gradients: planted bugs in backward passes ------------------------------------------
 
-def gradient_rejections(backend, component: str) -> dict[str, int]:
+def gradient_rejections(backend, component: str, *, until_each: bool = False) -> dict[str, int]:
     """Per dtype, how many gradient vectors of ``component`` the backend's ``vjp`` fails:
     run in float64 and float32, and its float64 gradients also judged with the float16 and
-    bfloat16 tolerances. Only values are judged (a planted bug is about values)."""
+    bfloat16 tolerances. Only values are judged (a planted bug is about values).
+    ``until_each`` as for ``rejections``."""
     from attnspec.conformance.runner import judge_gradients, vjp
 
     spec = default_spec()
     fails = dict.fromkeys(FLOAT_DTYPES, 0)
-    for v in spec.vectors:
-        if v.component != component or v.expect != "gradient" or v.deprecated:
-            continue
+    for v in _vectors(spec, component, "gradient", None, until_each):
         fn = spec.functions[v.function]
         for dtype in ("float64", "float32"):
-            if dtype not in v.dtypes:
+            low = _open(fails, ("float16", "bfloat16"), until_each) if dtype == "float64" else []
+            if dtype not in v.dtypes or not (_open(fails, (dtype,), until_each) or low):
                 continue
             try:
                 gi, gp, _ = vjp(backend, fn, v.inputs, v.attributes, v.params, v.cotangents,
