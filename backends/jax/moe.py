@@ -6,7 +6,8 @@ import jax
 import jax.numpy as jnp
 
 from .. import _checks as check
-from ._core import floating
+from ..composite.moe import MoE
+from ._core import boolean, floating
 
 
 def _ranked(s):
@@ -41,3 +42,27 @@ def moe_router(logits, correction_bias=None, *, top_k, scoring="softmax", renorm
     if renormalize:
         w = w / (w.sum(axis=-1, keepdims=True) + jnp.asarray(eps, x.dtype))
     return w * jnp.asarray(routed_scaling_factor, x.dtype), idx.astype(jnp.int64)
+
+
+# -- the MoE layer (spec/components/moe.md): the shared composite ---------------------------
+
+moe, = MoE.bind(__package__)
+
+
+# -- the load-balancing loss (spec/components/moe_aux_loss.md) -------------------------------
+
+def moe_aux_loss(router_logits, mask=None, *, top_k):
+    """E sum_e f_e P_e: f_e the fraction of the (unmasked) rows of every layer choosing e in
+    their top_k (k counts per row), P_e their mean probability of e."""
+    z = floating("router_logits", router_logits)                                 # (L, N, E)
+    m = None if mask is None else boolean("mask", mask)
+    top_k = check.moe_aux_loss(tuple(z.shape), None if m is None else tuple(m.shape), top_k)
+    layers, n, e = z.shape
+    p = jax.nn.softmax(z, axis=-1)                                               # (L, N, E)
+    idx = _ranked(jax.lax.stop_gradient(p).reshape(-1, e))[:, :top_k]            # (L N, k)
+    chosen = jax.nn.one_hot(idx, e, dtype=z.dtype).sum(axis=1).reshape(p.shape)
+    rows = (jnp.ones(n, z.dtype) if m is None else m.astype(z.dtype)).reshape(1, n, 1)
+    total = rows.sum() * layers
+    f = (chosen * rows).sum(axis=(0, 1)) / total                                 # (E,)
+    big_p = (p * rows).sum(axis=(0, 1)) / total                                  # (E,)
+    return (f * big_p).sum() * e
