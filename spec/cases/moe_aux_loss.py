@@ -68,21 +68,27 @@ def cases(rng):
                 mentions=["top_k"])
 
 
+def _cot(r):
+    return np.array(r.uniform((), 4.0, 8.0, 2.0**-4))
+
+
 def grad_cases(r):
+    """Cotangents in [4, 8] (a loss coefficient's scale): the gradients of a balance loss are
+    small, and a cotangent below 1 would put them under bfloat16's atol."""
     yield gradient("moe_aux_loss/grad-001", "moe_aux_loss",
                    "Mixtral: 2 layers, 4 tokens, 4 experts, top 2: dz = (E f / M) through "
                    "each row's softmax (f is piecewise constant).",
                    inputs={"router_logits": levels(r, (2, 4, 4))}, attributes={"top_k": 2},
-                   cotangents={"loss": np.array(r.uniform(()))}, flags=["gradient"])
+                   cotangents={"loss": _cot(r)}, flags=["gradient"])
     yield gradient("moe_aux_loss/grad-002", "moe_aux_loss",
                    "Masked: token 2 of 4 padding, so its rows get a zero gradient.",
                    inputs={"router_logits": levels(r, (2, 4, 4)),
                            "mask": np.array([True, True, False, True])},
-                   attributes={"top_k": 2}, cotangents={"loss": np.array(r.uniform(()))},
+                   attributes={"top_k": 2}, cotangents={"loss": _cot(r)},
                    flags=["gradient", "mask"])
     yield gradient("moe_aux_loss/grad-003", "moe_aux_loss", "Switch: top 1, one layer of 6.",
                    inputs={"router_logits": levels(r, (1, 6, 4))}, attributes={"top_k": 1},
-                   cotangents={"loss": np.array(r.uniform(()))}, flags=["gradient", "top-1"])
+                   cotangents={"loss": _cot(r)}, flags=["gradient", "top-1"])
     yield gradient("moe_aux_loss/grad-004", "moe_aux_loss", "Top 3 of 6, one layer of 3.",
                    inputs={"router_logits": levels(r, (1, 3, 6))}, attributes={"top_k": 3},
-                   cotangents={"loss": np.array(r.uniform(()))}, flags=["gradient"])
+                   cotangents={"loss": _cot(r)}, flags=["gradient"])
