@@ -191,3 +191,39 @@ def test_moe_to_hf_names_a_missing_expert_parameter():
     del p["experts.w_up"]
     with pytest.raises(ParameterError, match="experts.w_up"):
         hf.to_hf(p, {"top_k": 2, "renormalize": True})
+
+
+# -- the load-balancing loss: transformers' load_balancing_loss_func ------------------------------
+
+
+@pytest.mark.parametrize("masked", [False, True], ids=["no-mask", "attention-mask"])
+def test_moe_aux_loss_is_transformers_load_balancing_loss(masked):
+    """The installed release's function on the same logits (a tuple of L (B T, E) layers, an
+    attention mask (B, T)) equals moe_aux_loss on the stacked (L, N, E) logits and the mask
+    flattened; transformers accumulates in float32 whatever the dtype (rtol 1e-6)."""
+    from attnspec.backends.numpy.moe import moe_aux_loss
+    from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
+
+    g = torch.Generator().manual_seed(3)
+    layers = tuple(torch.randn(2 * 5, 6, generator=g, dtype=torch.float64) * 2 for _ in range(3))
+    attention_mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0]]) if masked else None
+    got = load_balancing_loss_func(layers, num_experts=6, top_k=2, attention_mask=attention_mask)
+    assert got.dtype == torch.float32
+    mask = None if attention_mask is None else attention_mask.reshape(-1).numpy().astype(bool)
+    want = moe_aux_loss(torch.stack(layers).numpy(), mask, top_k=2)
+    np.testing.assert_allclose(got.item(), want, rtol=1e-6)
+    if masked:  # the mask matters on these logits
+        assert abs(moe_aux_loss(torch.stack(layers).numpy(), None, top_k=2) - want) > 1e-3
+
+
+def test_transformers_stores_the_experts_as_gate_up_and_down_tensors():
+    m = mixtral()
+    assert tuple(m.experts.gate_up_proj.shape) == (4, 12, 8)   # (E, 2F, D), gate rows first
+    assert tuple(m.experts.down_proj.shape) == (4, 8, 6)       # (E, D, F)
+    x = _x(3, 8)
+    gate, up = (x @ m.experts.gate_up_proj[1].T).chunk(2, dim=-1)
+    want = (torch.nn.functional.silu(gate) * up) @ m.experts.down_proj[1].T
+    _, p = hf.from_hf(m)
+    got = ((torch.nn.functional.silu(x @ p["experts.w_gate"][1]) * (x @ p["experts.w_up"][1]))
+           @ p["experts.w_down"][1])
+    torch.testing.assert_close(got, want, rtol=1e-14, atol=1e-14)
