@@ -384,9 +384,15 @@ def agree_hf_llama(device, function):
 
 def _moe_block(v):
     """The transformers block a moe vector's parameters and attributes fit, or None:
+    DeepSeek-V3 (sigmoid scoring, ungated shared experts n_shared_experts * F wide),
     Mixtral (renormalised, no shared expert) or Qwen2-MoE (a sigmoid-gated shared expert);
-    neither has sigmoid scoring, groups, a scaling factor or a correction bias."""
+    the last two have no sigmoid scoring, groups, scaling factor or correction bias."""
     a, p = v.attributes, v.params
+    if a.get("scoring", "softmax") == "sigmoid":
+        ok = ("shared.w_gate" in p and "shared_gate.w" not in p
+              and (not a.get("renormalize", False) or a.get("eps", 1e-20) == 1e-20)
+              and np.shape(p["shared.w_gate"])[1] % np.shape(p["experts.w_gate"])[2] == 0)
+        return "DeepseekV3MoE" if ok else None
     if (a.get("scoring", "softmax") != "softmax" or a.get("n_group", 1) != 1
             or a.get("routed_scaling_factor", 1.0) != 1.0 or "router.correction_bias" in p):
         return None
@@ -399,7 +405,8 @@ def agree_hf_moe(device, block):
     """Every moe vector (value, and the forward of each gradient vector) that ``block``
     can hold through ``hf.to_hf``, judged at the vector's float32 tolerance: transformers
     computes the router's softmax and top-k weights in float32 whatever the dtype
-    (``softmax(router_logits.float())``; spec/components/huggingface.md)."""
+    (``softmax(router_logits.float())``; DeepSeek-V3 its router logits:
+    spec/components/huggingface.md)."""
     from . import hf
 
     name = f"transformers.{block}"
@@ -428,7 +435,8 @@ def hf_checks(device):
             ("agree/transformers.MixtralSparseMoeBlock",
              agree_hf_moe(device, "MixtralSparseMoeBlock")),
             ("agree/transformers.Qwen2MoeSparseMoeBlock",
-             agree_hf_moe(device, "Qwen2MoeSparseMoeBlock"))]
+             agree_hf_moe(device, "Qwen2MoeSparseMoeBlock")),
+            ("agree/transformers.DeepseekV3MoE", agree_hf_moe(device, "DeepseekV3MoE"))]
 
 
 # -- error contract --------------------------------------------------------------------------

@@ -20,7 +20,8 @@ from attnspec.backends.numpy.moe import moe  # noqa: E402
 from attnspec.backends.torch import extras, hf, hf_moe  # noqa: E402
 from attnspec.spec.errors import ConfigError, ParameterError  # noqa: E402
 from attnspec.spec.vectors import default_spec  # noqa: E402
-from transformers import MixtralConfig, Qwen2MoeConfig  # noqa: E402
+from transformers import DeepseekV3Config, MixtralConfig, Qwen2MoeConfig  # noqa: E402
+from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3MoE  # noqa: E402
 from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock  # noqa: E402
 from transformers.models.qwen2_moe.modeling_qwen2_moe import Qwen2MoeSparseMoeBlock  # noqa: E402
 
@@ -40,8 +41,21 @@ def qwen(norm_topk_prob=False, **config):
     return randomized(Qwen2MoeSparseMoeBlock(c))
 
 
+def deepseek(**config):
+    c = DeepseekV3Config(**{"hidden_size": 8, "n_routed_experts": 8, "num_experts_per_tok": 2,
+                            "moe_intermediate_size": 4, "n_shared_experts": 2, "n_group": 4,
+                            "topk_group": 2, "norm_topk_prob": True,
+                            "routed_scaling_factor": 2.5, **config})
+    m = randomized(DeepseekV3MoE(c))
+    with torch.no_grad():
+        m.gate.e_score_correction_bias.copy_(torch.linspace(-0.2, 0.2, 8)[torch.randperm(8)])
+    return m
+
+
 BLOCKS = {"Mixtral": mixtral, "Qwen2-MoE": qwen,
-          "Qwen2-MoE-normed": lambda: qwen(norm_topk_prob=True)}
+          "Qwen2-MoE-normed": lambda: qwen(norm_topk_prob=True), "DeepSeek-V3": deepseek,
+          "DeepSeek-V3-unnormed": lambda: deepseek(norm_topk_prob=False, n_group=1,
+                                                   topk_group=1, routed_scaling_factor=1.0)}
 
 
 def _x(n, d, dtype=torch.float64, seed=1):
@@ -67,7 +81,7 @@ def test_moe_block_from_hf_agrees_in_float64_within_float32_routing(make):
     attributes, want = _spec_y(m, x)
     got = hf.forward(m, x).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
-    assert attributes["renormalize"] == (m.gate.norm_topk_prob if make is not mixtral else True)
+    assert attributes["renormalize"] == (True if make is mixtral else m.gate.norm_topk_prob)
 
 
 def test_transformers_routes_in_float32_even_in_float64():
@@ -99,14 +113,16 @@ def _check(name):
     return dict(extras.hf_checks("cpu"))[name]
 
 
-@pytest.mark.parametrize("name", ["agree/transformers.MixtralSparseMoeBlock",
-                                  "agree/transformers.Qwen2MoeSparseMoeBlock"])
+NAMES = ["agree/transformers.MixtralSparseMoeBlock", "agree/transformers.Qwen2MoeSparseMoeBlock",
+         "agree/transformers.DeepseekV3MoE"]
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_moe_vectors_pass_through_to_hf(name):
     _check(name)(default_spec())
 
 
-@pytest.mark.parametrize("name", ["agree/transformers.MixtralSparseMoeBlock",
-                                  "agree/transformers.Qwen2MoeSparseMoeBlock"])
+@pytest.mark.parametrize("name", NAMES)
 def test_gate_and_up_swapped_in_to_hf_fails_the_moe_check(monkeypatch, name):
     real = hf_moe.moe_to_hf
 
@@ -166,7 +182,9 @@ def _params(**extra):
 
 @pytest.mark.parametrize("attributes, error, mention", [
     ({"top_k": 2, "renormalize": False}, ConfigError, "renormalize"),
-    ({"top_k": 2, "renormalize": True, "scoring": "sigmoid"}, ConfigError, "scoring"),
+    # sigmoid scoring is DeepSeek-V3's router, whose block always has shared experts
+    ({"top_k": 2, "renormalize": True, "scoring": "sigmoid"}, ParameterError,
+     "DeepseekV3MoE always has shared experts"),
     ({"top_k": 2, "renormalize": True, "n_group": 2}, ConfigError, "n_group"),
     ({"top_k": 2, "renormalize": True, "routed_scaling_factor": 2.5}, ConfigError,
      "routed_scaling_factor"),
@@ -176,14 +194,31 @@ def test_moe_to_hf_refuses_what_mixtral_cannot_hold(attributes, error, mention):
         hf.to_hf(_params(), attributes)
 
 
-def test_moe_to_hf_refuses_a_correction_bias_and_an_ungated_shared_expert():
-    with pytest.raises(ParameterError, match="correction_bias"):
+def test_moe_to_hf_refuses_what_deepseek_cannot_hold():
+    """A correction bias or sigmoid scoring means DeepSeek-V3, which always has ungated shared
+    experts n_shared_experts * F wide."""
+    with pytest.raises(ParameterError, match="shared.w_gate"):
         hf.to_hf(_params(**{"router.correction_bias": torch.zeros(4, dtype=torch.float64)}),
                  {"top_k": 2, "renormalize": True})
     shared = {f"shared.{n}": torch.zeros(s, dtype=torch.float64)
               for n, s in (("w_gate", (8, 3)), ("w_up", (8, 3)), ("w_down", (3, 8)))}
-    with pytest.raises(ParameterError, match="shared_gate.w"):
-        hf.to_hf(_params(**shared), {"top_k": 2})
+    with pytest.raises(ParameterError, match="multiple"):
+        hf.to_hf(_params(**shared), {"top_k": 2, "scoring": "sigmoid"})
+    _, p = hf.from_hf(deepseek())
+    with pytest.raises(ConfigError, match="eps"):
+        hf.to_hf(p, {"top_k": 2, "scoring": "sigmoid", "renormalize": True, "eps": 1e-6})
+
+
+def test_deepseek_v3_excludes_the_other_groups_with_minus_inf():
+    """transformers 5.24's DeepseekV3TopkRouter masks the groups not kept with -inf (as vLLM
+    and this spec), not with 0.0 as earlier releases and DeepSeek's reference code did: with
+    every biased score negative, no expert of a dropped group is chosen."""
+    m = deepseek(n_group=4, topk_group=1, num_experts_per_tok=2)
+    with torch.no_grad():
+        m.gate.e_score_correction_bias.fill_(-2.0)
+    _, _, idx = m.gate(_x(16, 8))
+    groups = idx // 2                                               # 4 groups of 2 experts
+    assert torch.equal(groups[:, 0], groups[:, 1])
 
 
 def test_moe_to_hf_names_a_missing_expert_parameter():
