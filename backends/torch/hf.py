@@ -5,6 +5,8 @@
 - ``GPT2Block`` -> ``encoder_layer``: ``norm="pre"``, ``mask=causal(T)`` (GPT2Model's);
 - ``LlamaDecoderLayer`` -> ``llama_layer``: causal always, RoPE ``"half"`` (rotate_half);
 - ``LlamaForCausalLM`` -> ``llama_decoder_only``: ids, ``attention_mask = ids != pad_id``.
+- ``MixtralSparseMoeBlock``, ``Qwen2MoeSparseMoeBlock``, ``DeepseekV3MoE`` -> ``moe``
+  (``hf_moe.py``).
 
 ``from_hf(module) -> (attributes, params)`` and ``to_hf(params, attributes) -> module``;
 ``forward(module, x, mask=None, offset=0)`` calls a module as the spec function is called
