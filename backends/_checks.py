@@ -627,3 +627,15 @@ def moe_router(x_shape: tuple, bias_shape, top_k, scoring, renormalize, eps, n_g
     topk_group = integer("topk_group", topk_group, lo=1, hi=n_group)
     top_k = integer("top_k", top_k, lo=1, hi=topk_group * (e // n_group))
     return top_k, n_group, topk_group
+
+
+def moe_aux_loss(z_shape: tuple, mask_shape, top_k) -> int:
+    """router_logits (L, N, E), a mask (N,) (None when absent): top_k in [1, E], else
+    ShapeError / ConfigError."""
+    if len(z_shape) != 3:
+        raise ShapeError(f"router_logits must have rank 3 (L, N, E): layers, tokens, experts; "
+                         f"got shape {tuple(z_shape)}")
+    if mask_shape is not None and tuple(mask_shape) != (z_shape[1],):
+        raise ShapeError(f"mask must have shape ({z_shape[1]},) (one per token of router_logits "
+                         f"{tuple(z_shape)}), got {tuple(mask_shape)}")
+    return integer("top_k", top_k, lo=1, hi=z_shape[2])

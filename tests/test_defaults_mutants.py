@@ -51,6 +51,11 @@ WRONG = [
     ("moe_router", {"routed_scaling_factor": 2.5}),
     ("moe_router", {"n_group": 3}),  # groups of two: top-2 from the best group only
     ("moe_router", {"topk_group": 2}),  # more groups kept than there are: refused
+    ("moe", {"scoring": "sigmoid"}),  # moe passes its router attributes on unchanged
+    ("moe", {"renormalize": True}),
+    ("moe", {"routed_scaling_factor": 2.5}),
+    ("moe", {"n_group": 3}),
+    ("moe", {"topk_group": 2}),
     ("chunked_mask", {"causal": False}),
     ("mha", {"num_kv_heads": 1}),  # multi-query by default: w_k, w_v read as the wrong shapes
     ("topk_attention", {"scale": 1.0}),
@@ -115,9 +120,10 @@ COARSE = [
 # of the layer by the same offset leaves y unchanged (it matters in llama_step, whose cached
 # keys sit at other positions: the incremental-decoding property and greedy_decode catch it).
 # moe_router's eps divides only when renormalize is True, which its defaults vector leaves
-# False (mixtral-001 states eps with renormalisation on).
+# False (mixtral-001 states eps with renormalisation on); moe's eps, passed on to its router,
+# likewise.
 UNOBSERVABLE = {("dropout", "seed"), ("greedy_decode", "eps"), ("llama_layer", "offset"),
-                ("moe_router", "eps")}
+                ("moe_router", "eps"), ("moe", "eps")}
 
 
 def wrong_default(name: str, defaults: dict):

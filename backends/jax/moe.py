@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
 from .. import _checks as check
-from ._core import floating
+from ..composite.moe import MoE
+from ._core import boolean, floating
 
 
 def _ranked(s):
@@ -41,3 +44,45 @@ def moe_router(logits, correction_bias=None, *, top_k, scoring="softmax", renorm
     if renormalize:
         w = w / (w.sum(axis=-1, keepdims=True) + jnp.asarray(eps, x.dtype))
     return w * jnp.asarray(routed_scaling_factor, x.dtype), idx.astype(jnp.int64)
+
+
+# -- the MoE layer (spec/components/moe.md): the shared composite ---------------------------
+
+_moe, = MoE.bind(__package__)
+_moe_jit = jax.jit(_moe, static_argnames=("top_k", "scoring", "renormalize", "eps", "n_group",
+                                          "topk_group", "routed_scaling_factor"))
+
+
+@functools.wraps(_moe)
+def moe(x, *, top_k, scoring="softmax", renormalize=False, eps=1e-20, n_group=1, topk_group=1,
+        routed_scaling_factor=1.0, params):
+    """The composite compiled once per shape and attribute set (its checks read shapes only,
+    so they run while tracing)."""
+    return _moe_jit(floating("x", x), params=dict(check.params_of(params).store), top_k=top_k,
+                    scoring=scoring, renormalize=renormalize, eps=eps, n_group=n_group,
+                    topk_group=topk_group, routed_scaling_factor=routed_scaling_factor)
+
+
+# -- the load-balancing loss (spec/components/moe_aux_loss.md) -------------------------------
+
+def moe_aux_loss(router_logits, mask=None, *, top_k):
+    """E sum_e f_e P_e: f_e the fraction of the (unmasked) rows of every layer choosing e in
+    their top_k (k counts per row), P_e their mean probability of e."""
+    z = floating("router_logits", router_logits)                                 # (L, N, E)
+    m = None if mask is None else boolean("mask", mask)
+    top_k = check.moe_aux_loss(tuple(z.shape), None if m is None else tuple(m.shape), top_k)
+    rows = jnp.ones(z.shape[1], z.dtype) if m is None else m.astype(z.dtype)     # (N,)
+    return _aux_loss(z, rows, top_k=top_k)
+
+
+@functools.partial(jax.jit, static_argnames="top_k")
+def _aux_loss(z, rows, top_k):
+    layers, n, e = z.shape
+    p = jax.nn.softmax(z, axis=-1)                                               # (L, N, E)
+    idx = _ranked(jax.lax.stop_gradient(p).reshape(-1, e))[:, :top_k]            # (L N, k)
+    chosen = jax.nn.one_hot(idx, e, dtype=z.dtype).sum(axis=1).reshape(p.shape)
+    rows = rows.reshape(1, n, 1)
+    total = rows.sum() * layers
+    f = (chosen * rows).sum(axis=(0, 1)) / total                                 # (E,)
+    big_p = (p * rows).sum(axis=(0, 1)) / total                                  # (E,)
+    return (f * big_p).sum() * e

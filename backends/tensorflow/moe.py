@@ -6,7 +6,8 @@ import tensorflow as tf
 from attnspec.spec.errors import DTypeError
 
 from .. import _checks as check
-from ._core import floating
+from ..composite.moe import MoE
+from ._core import boolean, floating
 
 
 def _ranked(s):
@@ -45,3 +46,27 @@ def moe_router(logits, correction_bias=None, *, top_k, scoring="softmax", renorm
     if renormalize:
         w = w / (tf.reduce_sum(w, axis=-1, keepdims=True) + tf.constant(eps, x.dtype))
     return w * tf.constant(routed_scaling_factor, x.dtype), tf.cast(idx, tf.int64)
+
+
+# -- the MoE layer (spec/components/moe.md): the shared composite ---------------------------
+
+moe, = MoE.bind(__package__)
+
+
+# -- the load-balancing loss (spec/components/moe_aux_loss.md) -------------------------------
+
+def moe_aux_loss(router_logits, mask=None, *, top_k):
+    """E sum_e f_e P_e: f_e the fraction of the (unmasked) rows of every layer choosing e in
+    their top_k (k counts per row), P_e their mean probability of e."""
+    z = floating("router_logits", router_logits)                                 # (L, N, E)
+    m = None if mask is None else boolean("mask", mask)
+    top_k = check.moe_aux_loss(tuple(z.shape), None if m is None else tuple(m.shape), top_k)
+    layers, n, e = z.shape
+    p = tf.nn.softmax(z, axis=-1)                                                # (L, N, E)
+    idx = _ranked(tf.stop_gradient(tf.reshape(p, (-1, e))))[:, :top_k]          # (L N, k)
+    chosen = tf.reshape(tf.reduce_sum(tf.one_hot(idx, e, dtype=z.dtype), axis=1), tf.shape(p))
+    rows = tf.reshape(tf.ones((n,), z.dtype) if m is None else tf.cast(m, z.dtype), (1, n, 1))
+    total = tf.reduce_sum(rows) * layers
+    f = tf.reduce_sum(chosen * rows, axis=(0, 1)) / total                        # (E,)
+    big_p = tf.reduce_sum(p * rows, axis=(0, 1)) / total                         # (E,)
+    return tf.reduce_sum(f * big_p) * e

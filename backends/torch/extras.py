@@ -382,6 +382,48 @@ def agree_hf_llama(device, function):
     return check
 
 
+def _moe_block(v):
+    """The transformers block a moe vector's parameters and attributes fit, or None:
+    DeepSeek-V3 (sigmoid scoring, ungated shared experts n_shared_experts * F wide),
+    Mixtral (renormalised, no shared expert) or Qwen2-MoE (a sigmoid-gated shared expert);
+    the last two have no sigmoid scoring, groups, scaling factor or correction bias."""
+    a, p = v.attributes, v.params
+    if a.get("scoring", "softmax") == "sigmoid":
+        ok = ("shared.w_gate" in p and "shared_gate.w" not in p
+              and (not a.get("renormalize", False) or a.get("eps", 1e-20) == 1e-20)
+              and np.shape(p["shared.w_gate"])[1] % np.shape(p["experts.w_gate"])[2] == 0)
+        return "DeepseekV3MoE" if ok else None
+    if (a.get("scoring", "softmax") != "softmax" or a.get("n_group", 1) != 1
+            or a.get("routed_scaling_factor", 1.0) != 1.0 or "router.correction_bias" in p):
+        return None
+    if "shared.w_gate" in p:
+        return "Qwen2MoeSparseMoeBlock" if "shared_gate.w" in p else None
+    return "MixtralSparseMoeBlock" if a.get("renormalize", False) else None
+
+
+def agree_hf_moe(device, block):
+    """Every moe vector (value, and the forward of each gradient vector) that ``block``
+    can hold through ``hf.to_hf``, judged at the vector's float32 tolerance: transformers
+    computes the router's softmax and top-k weights in float32 whatever the dtype
+    (``softmax(router_logits.float())``; DeepSeek-V3 its router logits:
+    spec/components/huggingface.md)."""
+    from . import hf
+
+    name = f"transformers.{block}"
+
+    def check(spec):
+        vectors = [v for v in spec.vectors if v.function == "moe" and not v.deprecated
+                   and v.expect in ("value", "gradient") and _moe_block(v) == block]
+        if not vectors:
+            pytest.skip(f"the spec (attnspec {spec.version}) has no moe vector for {block}")
+        for v in vectors:
+            x, p = _tensors(v.inputs, device), _tensors(v.params, device)
+            module = hf.to_hf(p, v.attributes)
+            assert type(module).__name__ == block, type(module).__name__
+            _close_at(name, hf.forward(module, x["x"]), v, "y", "float32")
+    return check
+
+
 def hf_checks(device):
     if importlib.util.find_spec("transformers") is None:
         reason = "transformers is not installed: pip install 'attnspec[hf]' (tox -e hf)"
@@ -389,7 +431,12 @@ def hf_checks(device):
     return [("agree/transformers.BertLayer", agree_hf_encoder_layer(device, "post")),
             ("agree/transformers.GPT2Block", agree_hf_encoder_layer(device, "pre")),
             ("agree/transformers.LlamaDecoderLayer", agree_hf_llama(device, "llama_layer")),
-            ("agree/transformers.LlamaForCausalLM", agree_hf_llama(device, "llama_decoder_only"))]
+            ("agree/transformers.LlamaForCausalLM", agree_hf_llama(device, "llama_decoder_only")),
+            ("agree/transformers.MixtralSparseMoeBlock",
+             agree_hf_moe(device, "MixtralSparseMoeBlock")),
+            ("agree/transformers.Qwen2MoeSparseMoeBlock",
+             agree_hf_moe(device, "Qwen2MoeSparseMoeBlock")),
+            ("agree/transformers.DeepseekV3MoE", agree_hf_moe(device, "DeepseekV3MoE"))]
 
 
 # -- error contract --------------------------------------------------------------------------

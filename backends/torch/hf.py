@@ -5,6 +5,8 @@
 - ``GPT2Block`` -> ``encoder_layer``: ``norm="pre"``, ``mask=causal(T)`` (GPT2Model's);
 - ``LlamaDecoderLayer`` -> ``llama_layer``: causal always, RoPE ``"half"`` (rotate_half);
 - ``LlamaForCausalLM`` -> ``llama_decoder_only``: ids, ``attention_mask = ids != pad_id``.
+- ``MixtralSparseMoeBlock``, ``Qwen2MoeSparseMoeBlock``, ``DeepseekV3MoE`` -> ``moe``
+  (``hf_moe.py``).
 
 ``from_hf(module) -> (attributes, params)`` and ``to_hf(params, attributes) -> module``;
 ``forward(module, x, mask=None, offset=0)`` calls a module as the spec function is called
@@ -41,9 +43,12 @@ from transformers.models.llama.modeling_llama import (
 
 from .. import _checks
 from .._checks import params_of
+from .hf_moe import MOE_CLASSES, moe_forward, moe_from_hf, moe_to_hf
+from .hf_moe import SPEC_FUNCTION as _MOE_FUNCTION
 
 SPEC_FUNCTION = {"BertLayer": "encoder_layer", "GPT2Block": "encoder_layer",
-                 "LlamaDecoderLayer": "llama_layer", "LlamaForCausalLM": "llama_decoder_only"}
+                 "LlamaDecoderLayer": "llama_layer", "LlamaForCausalLM": "llama_decoder_only",
+                 **_MOE_FUNCTION}
 
 # transformers' activation names (ACT2FN) -> the spec's; to_hf writes the first of each.
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh",
@@ -370,7 +375,8 @@ def llama_for_causal_lm_to_hf(params, attributes: dict) -> LlamaForCausalLM:
 # -- dispatch -------------------------------------------------------------------------------------
 
 _FROM = {BertLayer: bert_layer_from_hf, GPT2Block: gpt2_block_from_hf,
-         LlamaDecoderLayer: llama_layer_from_hf, LlamaForCausalLM: llama_for_causal_lm_from_hf}
+         LlamaDecoderLayer: llama_layer_from_hf, LlamaForCausalLM: llama_for_causal_lm_from_hf,
+         **dict.fromkeys(MOE_CLASSES, moe_from_hf)}
 
 
 def from_hf(module) -> tuple[dict, dict]:
@@ -389,6 +395,8 @@ def to_hf(params, attributes: dict):
     parameters (``embed.table``) give a ``LlamaForCausalLM``, ``llama_layer`` ones
     (``attn_norm.gamma``) a ``LlamaDecoderLayer``; ``encoder_layer`` ones a ``BertLayer``
     (norm="post", the default) or a ``GPT2Block`` (norm="pre")."""
+    if "router.w" in params_of(params):
+        return moe_to_hf(params, attributes)  # MixtralSparseMoeBlock / Qwen2MoeSparseMoeBlock
     if "embed.table" in params_of(params):
         return llama_for_causal_lm_to_hf(params, attributes)
     if "attn_norm.gamma" in params_of(params):
@@ -417,6 +425,10 @@ def forward(module, x, mask=None, *, offset: int = 0, pad_id: int | None = None)
     ``GPT2Block`` gets the mask as given (GPT-2 as in GPT2Model: pass ``causal(T)``).
     A ``LlamaForCausalLM`` takes ids (B, T) as ``x`` and returns the logits; its
     ``attention_mask`` is ``ids != pad_id`` (the model adds the causal mask itself)."""
+    if isinstance(module, MOE_CLASSES):
+        if mask is not None or offset or pad_id is not None:
+            raise ConfigError(f"{type(module).__name__}: moe takes no mask, offset or pad_id")
+        return moe_forward(module, x)
     who = _forward_checks(module, x, offset, pad_id)
     if isinstance(module, LlamaForCausalLM):
         if mask is not None or offset:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from .. import _checks as check
-from ._core import floating
+from ..composite.moe import MoE
+from ._core import boolean, floating
 
 
 def _ranked(s):
@@ -42,3 +43,28 @@ def moe_router(logits, correction_bias=None, *, top_k, scoring="softmax", renorm
     if renormalize:
         w = w / (w.sum(dim=-1, keepdim=True) + eps)
     return w * routed_scaling_factor, idx.to(torch.int64)
+
+
+# -- the MoE layer (spec/components/moe.md): the shared composite ---------------------------
+
+moe, = MoE.bind(__package__)
+
+
+# -- the load-balancing loss (spec/components/moe_aux_loss.md) -------------------------------
+
+def moe_aux_loss(router_logits, mask=None, *, top_k):
+    """E sum_e f_e P_e: f_e the fraction of the (unmasked) rows of every layer choosing e in
+    their top_k (k counts per row), P_e their mean probability of e."""
+    z = floating("router_logits", router_logits)                                 # (L, N, E)
+    m = None if mask is None else boolean("mask", mask, z)
+    top_k = check.moe_aux_loss(tuple(z.shape), None if m is None else tuple(m.shape), top_k)
+    layers, n, e = z.shape
+    p = torch.softmax(z, dim=-1)                                                 # (L, N, E)
+    idx = _ranked(p.detach().reshape(-1, e))[:, :top_k]                          # (L N, k)
+    chosen = torch.zeros_like(p).reshape(-1, e).scatter(-1, idx, 1.0).reshape(p.shape)
+    rows = (torch.ones(n, dtype=z.dtype, device=z.device) if m is None
+            else m.to(z.dtype)).reshape(1, n, 1)                                 # (1, N, 1)
+    total = rows.sum() * layers
+    f = (chosen * rows).sum(dim=(0, 1)) / total                                  # (E,)
+    big_p = (p * rows).sum(dim=(0, 1)) / total                                   # (E,)
+    return e * (f * big_p).sum()
