@@ -264,3 +264,20 @@ def test_phi3_gate_up_halves_swapped_is_caught(monkeypatch):
     monkeypatch.setattr(hf_zoo, "_llama_like_to_hf", swapped)
     with pytest.raises(AssertionError):
         _through("Phi3DecoderLayer", "llama_layer")
+
+
+# -- what spec/components/huggingface.md says of these models, on the installed release ---------
+
+
+def test_documented_zoo_conventions_hold_on_the_installed_release():
+    from transformers.masking_utils import sliding_window_overlay
+
+    assert GPTNeoXConfig().rope_parameters["partial_rotary_factor"] == 0.25  # rotary_pct
+    assert GPTNeoXConfig().use_parallel_residual and GPTNeoXConfig().attention_bias
+    c = FalconConfig()
+    assert (c.bias, c.multi_query, c.parallel_attn, c.new_decoder_architecture) == \
+        (False, True, True, False)
+    q = qwen2().self_attn
+    assert q.o_proj.bias is None and all(getattr(q, f"{n}_proj").bias is not None for n in "qkv")
+    inside = sliding_window_overlay(3)  # Mistral/Qwen2: kv_idx > q_idx - sliding_window
+    assert [inside(0, 0, 5, j) for j in (2, 3, 5)] == [False, True, True]
