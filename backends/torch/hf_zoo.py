@@ -22,6 +22,7 @@ A config the spec function cannot express raises ``ConfigError`` naming the conf
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from attnspec.spec.errors import ConfigError
 from transformers import FalconConfig, GPTNeoXConfig, MistralConfig, Phi3Config, Qwen2Config
@@ -339,6 +340,36 @@ def to_hf(params, attributes: dict, model: str):
     if model in ("GPTNeoXLayer", "FalconDecoderLayer"):
         return _parallel_to_hf(params, attributes, model)
     raise ConfigError(f"model: {model!r} has no converter; supported: {', '.join(SPEC_FUNCTION)}")
+
+
+# -- which vectors a model can express ------------------------------------------------------
+
+
+def expressible(v, model: str):
+    """The attributes of vector ``v`` (a llama_layer or parallel_layer value vector) for
+    ``to_hf(..., model=model)``, or None where the model cannot express it: a row that sees no
+    key (uniform weights in transformers, zeros in the spec), a head width other than D/H
+    (only Mistral has head_dim), Qwen2 without attention_bias or the others with it, GPT-NeoX
+    with H_kv < H or one norm, a window for Phi-3 (the same mask as Mistral's)."""
+    a = dict(v.attributes)
+    t = v.inputs["x"].shape[1]
+    keep = np.tril(np.ones((t, t), dtype=bool))
+    if "mask" in v.inputs:
+        keep = keep & np.asarray(v.inputs["mask"])
+    if not keep.any(-1).all():
+        return None
+    if (model == "Qwen2DecoderLayer") != bool(a.get("attention_bias")):
+        return None
+    if model in ("Qwen2DecoderLayer", "Phi3DecoderLayer", "GPTNeoXLayer", "FalconDecoderLayer"):
+        h, d = a["num_heads"], v.inputs["x"].shape[-1]
+        if v.params["attn.w_q"].shape[1] != d:
+            return None
+    if model == "GPTNeoXLayer" and (a.get("num_kv_heads") not in (None, h)
+                                   or a.get("num_norms", 2) != 2):
+        return None
+    if a.get("window") is not None and model == "Phi3DecoderLayer":
+        return None
+    return a
 
 
 # -- calling a layer as the spec function is called --------------------------------------------

@@ -131,28 +131,6 @@ def test_from_hf_attributes_name_each_model_s_convention():
 # -- (a) the golden vectors through to_hf ---------------------------------------------------
 
 
-def _expressible(v, model):
-    a = dict(v.attributes)
-    t = v.inputs["x"].shape[1]
-    keep = np.tril(np.ones((t, t), dtype=bool))
-    if "mask" in v.inputs:
-        keep = keep & np.asarray(v.inputs["mask"])
-    if not keep.any(-1).all():
-        return None  # a row that sees no key: uniform weights in transformers, zeros in the spec
-    if (model == "Qwen2DecoderLayer") != bool(a.get("attention_bias")):
-        return None
-    if model in ("Qwen2DecoderLayer", "Phi3DecoderLayer", "GPTNeoXLayer", "FalconDecoderLayer"):
-        h, d = a["num_heads"], v.inputs["x"].shape[-1]
-        if v.params["attn.w_q"].shape[1] != d:
-            return None  # K != D / H: only Mistral (and Llama) have head_dim
-    if model == "GPTNeoXLayer" and (a.get("num_kv_heads") not in (None, h)
-                                   or a.get("num_norms", 2) != 2):
-        return None
-    if a.get("window") is not None and model == "Phi3DecoderLayer":
-        return None  # judged by Mistral and Qwen2; Phi3's window is the same mask
-    return a
-
-
 def _through(model, function, planted=None):
     """Every expressible value vector of ``function`` through ``to_hf(model=...)``."""
     from attnspec.backends.torch.extras import _close_at, _tensors
@@ -161,7 +139,7 @@ def _through(model, function, planted=None):
     for v in default_spec().vectors:
         if v.function != function or v.expect != "value" or v.deprecated:
             continue
-        a = _expressible(v, model)
+        a = hf_zoo.expressible(v, model)
         if a is None:
             continue
         x, p = _tensors(v.inputs, "cpu"), _tensors(v.params, "cpu")
