@@ -369,6 +369,14 @@ def llama_for_causal_lm_to_hf(params, attributes: dict) -> LlamaForCausalLM:
 
 # -- dispatch -------------------------------------------------------------------------------------
 
+
+def _zoo():
+    """The Mistral, Qwen2, Phi-3, GPT-NeoX and Falcon converters (hf_zoo.py), which build on
+    this module: looked up when first needed, so neither module imports the other at load."""
+    import importlib
+
+    return importlib.import_module(f"{__package__}.hf_zoo")
+
 _FROM = {BertLayer: bert_layer_from_hf, GPT2Block: gpt2_block_from_hf,
          LlamaDecoderLayer: llama_layer_from_hf, LlamaForCausalLM: llama_for_causal_lm_from_hf}
 
@@ -380,9 +388,7 @@ def from_hf(module) -> tuple[dict, dict]:
     for cls, convert in _FROM.items():
         if isinstance(module, cls):
             return convert(module)
-    from . import hf_zoo  # Mistral, Qwen2, Phi-3, GPT-NeoX, Falcon
-
-    for cls, convert in hf_zoo.FROM.items():
+    for cls, convert in _zoo().FROM.items():
         if isinstance(module, cls):
             return convert(module)
     raise ConfigError(f"module: {type(module).__name__} has no converter; supported: "
@@ -396,9 +402,7 @@ def to_hf(params, attributes: dict, model: str | None = None):
     (norm="post", the default) or a ``GPT2Block`` (norm="pre"). ``model`` names one of
     :data:`.hf_zoo.SPEC_FUNCTION` (``"Qwen2DecoderLayer"``, ``"GPTNeoXLayer"``...) instead."""
     if model is not None:
-        from . import hf_zoo
-
-        return hf_zoo.to_hf(params, attributes, model)
+        return _zoo().to_hf(params, attributes, model)
     if "embed.table" in params_of(params):
         return llama_for_causal_lm_to_hf(params, attributes)
     if "attn_norm.gamma" in params_of(params):
@@ -427,10 +431,9 @@ def forward(module, x, mask=None, *, offset: int = 0, pad_id: int | None = None)
     ``GPT2Block`` gets the mask as given (GPT-2 as in GPT2Model: pass ``causal(T)``).
     A ``LlamaForCausalLM`` takes ids (B, T) as ``x`` and returns the logits; its
     ``attention_mask`` is ``ids != pad_id`` (the model adds the causal mask itself)."""
-    from . import hf_zoo
-
-    if isinstance(module, tuple(hf_zoo.FROM)) and pad_id is None:
-        return hf_zoo.forward(module, x, mask, offset=offset)
+    zoo = _zoo()
+    if isinstance(module, tuple(zoo.FROM)) and pad_id is None:
+        return zoo.forward(module, x, mask, offset=offset)
     who = _forward_checks(module, x, offset, pad_id)
     if isinstance(module, LlamaForCausalLM):
         if mask is not None or offset:
