@@ -98,6 +98,12 @@ WRONG = [
     *[(f, {"rope_base": 500000.0}) for f in ("llama_layer", "llama_decoder_only")],
     *[(f, {"window": 2}) for f in ("llama_layer", "llama_decoder_only")],
     *[(f, {"num_kv_heads": 1}) for f in ("llama_layer", "llama_decoder_only")],
+    ("llama_layer", {"attention_bias": True}),  # reads attn.b_q, which no defaults vector has
+    ("parallel_layer", {"num_kv_heads": 1}),
+    ("parallel_layer", {"num_norms": 1}),
+    ("parallel_layer", {"eps": 1e-6}),
+    ("parallel_layer", {"activation": "relu"}),
+    ("parallel_layer", {"rope_base": 500000.0}),
     ("greedy_decode", {"rope_base": 500000.0}),
     ("greedy_decode", {"window": 2}),
     ("greedy_decode", {"num_kv_heads": 1}),
@@ -114,16 +120,18 @@ COARSE = [
     # the loss of O(1) logits moves by ~0.02 with smoothing 0.1: inside bfloat16's tolerance
     # of a training step; cross_entropy's own defaults vector catches it at every dtype
     ("decoder_only_loss", {"label_smoothing": 0.1}, ("float64", "float32")),
+    ("parallel_layer", {"activation": "gelu_tanh"}, ("float64", "float32")),
 ]
 # Not observable through any vector: a keep mask is given whenever values are compared.
-# llama_layer's offset: RoPE scores depend on i - j only, so shifting every query and key
+# llama_layer's (and parallel_layer's) offset: RoPE scores depend on i - j only, so shifting
+# every query and key
 # of the layer by the same offset leaves y unchanged (it matters in llama_step, whose cached
 # keys sit at other positions: the incremental-decoding property and greedy_decode catch it).
 # moe_router's eps divides only when renormalize is True, which its defaults vector leaves
 # False (mixtral-001 states eps with renormalisation on); moe's eps, passed on to its router,
 # likewise.
 UNOBSERVABLE = {("dropout", "seed"), ("greedy_decode", "eps"), ("llama_layer", "offset"),
-                ("moe_router", "eps"), ("moe", "eps")}
+                ("moe_router", "eps"), ("moe", "eps"), ("parallel_layer", "offset")}
 
 
 def wrong_default(name: str, defaults: dict):

@@ -83,9 +83,10 @@ def test_scaffold_layout(tmp_path, capsys):
     layers = (root / "src" / "attnspec_stubby" / "layers.py").read_text()
     assert "@missing" not in layers
     # the functions are named: a composite attnspec adds later cannot break the import
-    assert re.search(r"\(encoder_layer, decoder_layer, encoder, decoder, llama_layer\) = "
-                     r"Layers\.bind\(\n +__package__, \"encoder_layer\", \"decoder_layer\", "
-                     r"\"encoder\", \"decoder\",\s+\"llama_layer\"\)", layers), layers
+    assert re.search(r"\(encoder_layer, decoder_layer, encoder, decoder, llama_layer,\s+"
+                     r"parallel_layer\) = Layers\.bind\(\n +__package__, \"encoder_layer\", "
+                     r"\"decoder_layer\", \"encoder\", \"decoder\",\s+\"llama_layer\",\s+"
+                     r"\"parallel_layer\"\)", layers), layers
     ffn = (root / "src" / "attnspec_stubby" / "feedforward.py").read_text()
     assert "@missing\ndef feedforward(" in ffn and '(residual,) = Layers.bind(__package__, "residual")' in ffn
     ops = (root / "src" / "attnspec_stubby" / "ops.py").read_text()

@@ -69,7 +69,7 @@ MODULES = {
     "decoder": "layers", "transformer": "models", "encoder_only": "models",
     "decoder_only": "models", "decoder_only_init_cache": "decoding",
     "decoder_only_step": "decoding", "llama_layer": "layers", "llama_decoder_only": "models",
-    "llama_init_cache": "decoding", "llama_step": "decoding",
+    "llama_init_cache": "decoding", "llama_step": "decoding", "parallel_layer": "layers",
     "cross_entropy": "losses", "decoder_only_loss": "models", "sdpa_varlen": "attention",
     "sdpa_fp8": "attention", "moe_router": "moe", "moe": "moe",
 }

@@ -15,7 +15,7 @@ NORMS = ("post", "pre")
 
 class Layers(Composite):
     EXPORTS = ("encoder_layer", "decoder_layer", "encoder", "decoder",
-               "llama_layer")  # and residual
+               "llama_layer", "parallel_layer")  # and residual
 
     def _sublayer(self, x, f, p, norm_name: str, norm: str, eps):
         """post: LN(x + f(x));  pre: x + f(LN(x))."""
@@ -140,10 +140,12 @@ class Layers(Composite):
     # -- the Llama-style layer ------------------------------------------------------------
 
     def llama_layer(self, x, mask=None, *, num_heads, num_kv_heads=None, eps=1e-6,
-                    rope_base=10000.0, window=None, offset=0, params, trace=None):
+                    rope_base=10000.0, window=None, offset=0, attention_bias=False, params,
+                    trace=None):
         """h = x + W_o Attn(RoPE(RMSNorm(x) W_q), RoPE(RMSNorm(x) W_k), RMSNorm(x) W_v);
         y = h + W_down(silu(RMSNorm(h) W_gate) * RMSNorm(h) W_up); causal (within window),
         RoPE "half" at positions offset..offset+T-1, query head h reads kv head h // (H/H_kv).
+        attention_bias (Qwen2): + b_q, b_k, b_v after the projections, no output bias.
         """
         x = self.ops.floating("x", x)
         b, t, _ = check.rank("x", x, min_rank=3, max_rank=3)
@@ -151,8 +153,9 @@ class Layers(Composite):
         window = self.llama_window(window)
         offset = check.integer("offset", offset, lo=0)
         keep = self.llama_keep(mask, b, t, t, window, x)  # (B?, 1, T, T)
+        bias = check.flag("attention_bias", attention_bias)
         y, _ = self.llama_block(x, keep, heads, kv, eps, rope_base, offset,
-                                check.params_of(params), trace)
+                                check.params_of(params), trace, bias=bias)
         return y
 
     @staticmethod
@@ -186,28 +189,35 @@ class Layers(Composite):
         w = self.ops.floating(p.path(name), p.require(name, (h.shape[-1], d_out)), like=h)
         return self.ops.matmul(h, w)
 
-    def llama_qkv(self, n1, p, heads: int, kv: int, base, offset: int):
+    def llama_qkv(self, n1, p, heads: int, kv: int, base, offset: int, bias=False):
         """Queries (B, H, t, K) and keys (B, H_kv, t, K) rotated at positions offset..,
-        values (B, H_kv, t, K), from the normed input n1 (B, t, D)."""
+        values (B, H_kv, t, K), from the normed input n1 (B, t, D); with bias, b_q, b_k, b_v
+        added before RoPE."""
         ops = self.ops
         w_q = check.shape(p.require("w_q", (n1.shape[-1], None)))
         width = check.divides(f"query width {p.path('w_q')}.shape[1]", heads, w_q[1], "H*K")
         if width % 2:
             raise ShapeError(f"RoPE needs an even head width: {p.path('w_q')} of shape {w_q} "
                              f"with num_heads={heads} gives K={width}")
-        q = ops.split_heads(self.project(n1, p, "w_q"), heads)  # (B, H, t, K)
-        k = ops.split_heads(self.project(n1, p, "w_k", kv * width), kv)  # (B, H_kv, t, K)
-        v = ops.split_heads(self.project(n1, p, "w_v", kv * width), kv)  # (B, H_kv, t, K)
+        proj = self.project_bias if bias else self.project
+        q = ops.split_heads(proj(n1, p, "w_q", heads * width), heads)  # (B, H, t, K)
+        k = ops.split_heads(proj(n1, p, "w_k", kv * width), kv)  # (B, H_kv, t, K)
+        v = ops.split_heads(proj(n1, p, "w_v", kv * width), kv)  # (B, H_kv, t, K)
         rope = self.k.rope
         return (rope(q, offset=offset, base=base, convention="half"),
                 rope(k, offset=offset, base=base, convention="half"), v)
 
+    def project_bias(self, h, p, name: str, d_out):
+        """h W + b over the last axis, W = p[name] (D, d_out), b = p["b" + name[1:]] (d_out,)."""
+        b = p.require("b" + name[1:], (d_out,))
+        return self.project(h, p, name, d_out) + self.ops.floating(p.path("b" + name[1:]), b, like=h)
+
     def llama_attention(self, n1, keep, heads: int, kv: int, base, offset: int, p, trace,
-                        past=None):
+                        past=None, bias=False):
         """W_o concat_h sdpa(Q_h, K_g, V_g, keep) over the past keys/values (B, H_kv, n, K)
         and the new ones; returns (output (B, t, D), (keys, values) (B, H_kv, n+t, K))."""
         ops = self.ops
-        q, k, v = self.llama_qkv(n1, p, heads, kv, base, offset)
+        q, k, v = self.llama_qkv(n1, p, heads, kv, base, offset, bias)
         if past is not None:
             k = ops.concat([past[0], k], axis=2)  # (B, H_kv, n+t, K)
             v = ops.concat([past[1], v], axis=2)  # (B, H_kv, n+t, K)
@@ -218,11 +228,11 @@ class Layers(Composite):
         return o, (k, v)
 
     def llama_block(self, x, keep, heads: int, kv: int, eps, base, offset: int, p, trace,
-                    past=None):
+                    past=None, bias=False):
         """The layer on x (B, t, D): (y, (keys, values)) (see llama_attention)."""
         n1 = self.k.rms_norm(x, eps=eps, params=p.scope("attn_norm"))
         a, kv_cache = self.llama_attention(n1, keep, heads, kv, base, offset, p.scope("attn"),
-                                           trace, past)
+                                           trace, past, bias)
         r1 = x + a
         record(trace, "residual1.output", r1)
         n2 = self.k.rms_norm(r1, eps=eps, params=p.scope("ffn_norm"))
@@ -231,3 +241,35 @@ class Layers(Composite):
         y = r1 + f
         record(trace, "residual2.output", y)
         return y, kv_cache
+
+    # -- the parallel-residual layer (GPT-NeoX, Falcon) ---------------------------------------
+
+    def parallel_layer(self, x, mask=None, *, num_heads, num_kv_heads=None, num_norms=2,
+                       eps=1e-5, activation="gelu", rope_base=10000.0, offset=0, params,
+                       trace=None):
+        """y = x + A(LN_1(x)) + F(LN_2(x)) (num_norms = 1: LN_2 = LN_1), both branches on x;
+        A = W_o Attn(RoPE(n W_q + b_q), RoPE(n W_k + b_k), n W_v + b_v) + b_o, causal, RoPE
+        "half" at positions offset..offset+T-1, query head h reads kv head h // (H/H_kv);
+        F = act(n W1 + b1) W2 + b2."""
+        x = self.ops.floating("x", x)
+        b, t, _ = check.rank("x", x, min_rank=3, max_rank=3)
+        heads, kv = self.llama_heads(num_heads, num_kv_heads)
+        norms = check.integer("num_norms", num_norms, lo=1, hi=2)
+        offset = check.integer("offset", offset, lo=0)
+        keep = self.llama_keep(mask, b, t, t, None, x)  # (B?, 1, T, T)
+        p = check.params_of(params)
+        n1 = self.k.layer_norm(x, eps=eps, params=p.scope("attn_norm"))
+        n2 = n1 if norms == 1 else self.k.layer_norm(x, eps=eps, params=p.scope("ffn_norm"))
+        a = self.parallel_attention(n1, keep, heads, kv, rope_base, offset, p.scope("attn"), trace)
+        f = self.k.feedforward(n2, activation=activation, params=p.scope("ffn"))
+        record(trace, "ffn.output", f)
+        return x + a + f
+
+    def parallel_attention(self, n, keep, heads: int, kv: int, base, offset: int, p, trace):
+        """W_o concat_h sdpa(Q_h, K_g, V_g, keep) + b_o, every projection with its bias."""
+        q, k, v = self.llama_qkv(n, p, heads, kv, base, offset, bias=True)
+        out, weights = self.k.sdpa(q, k, v, keep, num_kv_heads=kv)  # (B, H, T, K), (B, H, T, T)
+        record(trace, "attn.weights", weights)
+        o = self.project_bias(self.ops.merge_heads(out), p, "w_o", n.shape[-1])  # (B, T, D)
+        record(trace, "attn.output", o)
+        return o

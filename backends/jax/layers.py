@@ -4,4 +4,5 @@ under ``attention=fused`` and without a trace, their attention computes no weigh
 from ..composite.layers import Layers
 from ._core import no_weights_unless_traced as _fast
 
-encoder_layer, decoder_layer, encoder, decoder, llama_layer = map(_fast, Layers.bind(__package__))
+(encoder_layer, decoder_layer, encoder, decoder, llama_layer,
+ parallel_layer) = map(_fast, Layers.bind(__package__))

@@ -2,4 +2,4 @@
 
 from ..composite.layers import Layers
 
-encoder_layer, decoder_layer, encoder, decoder, llama_layer = Layers.bind(__package__)
+encoder_layer, decoder_layer, encoder, decoder, llama_layer, parallel_layer = Layers.bind(__package__)

@@ -332,8 +332,12 @@ def agree_hf_encoder_layer(device, norm):
 
 def _llama_attributes(v, t):
     """The vector's attributes for to_hf, or None if LlamaConfig cannot hold them: a
-    ``window`` shorter than T (one of T or more keeps every causal key)."""
+    ``window`` shorter than T (one of T or more keeps every causal key), Qwen2's
+    ``attention_bias`` (Llama's would bias o_proj too; transformers.Qwen2DecoderLayer judges
+    those vectors)."""
     a = dict(v.attributes)
+    if a.pop("attention_bias", False):
+        return None
     if a.get("window") is not None and a["window"] < t:
         return None
     a.pop("window", None)
@@ -424,6 +428,35 @@ def agree_hf_moe(device, block):
     return check
 
 
+def agree_hf_zoo(device, model):
+    """Every llama_layer (Mistral, Qwen2, Phi-3) or parallel_layer (GPT-NeoX, Falcon) value
+    vector the model can express (``hf_zoo.expressible``) through ``hf.to_hf(model=)``, at
+    the vector's float32 tolerance (every one computes the RoPE angles in float32)."""
+    from . import hf, hf_zoo
+
+    name = f"transformers.{model}"
+
+    def one(v, x, p):
+        a = hf_zoo.expressible(v, model)
+        if a is None:
+            return False
+        offset = a.pop("offset", 0)
+        y = hf.forward(hf.to_hf(p, a, model=model), x["x"], x.get("mask"), offset=offset)
+        _close_at(name, y, v, "y", "float32")
+        return True
+
+    def check(spec):
+        function = hf_zoo.SPEC_FUNCTION[model]
+        vectors = [v for v in spec.vectors if v.function == function and v.expect == "value"
+                   and not v.deprecated and _finite(v)]
+        if not vectors:
+            pytest.skip(f"the spec (attnspec {spec.version}) has no {function} vectors")
+        compared = sum(bool(one(v, _tensors(v.inputs, device), _tensors(v.params, device)))
+                       for v in vectors)
+        assert compared, f"{name}: no {function} vector could be expressed"
+    return check
+
+
 def hf_checks(device):
     if importlib.util.find_spec("transformers") is None:
         reason = "transformers is not installed: pip install 'attnspec[hf]' (tox -e hf)"
@@ -436,7 +469,10 @@ def hf_checks(device):
              agree_hf_moe(device, "MixtralSparseMoeBlock")),
             ("agree/transformers.Qwen2MoeSparseMoeBlock",
              agree_hf_moe(device, "Qwen2MoeSparseMoeBlock")),
-            ("agree/transformers.DeepseekV3MoE", agree_hf_moe(device, "DeepseekV3MoE"))]
+            ("agree/transformers.DeepseekV3MoE", agree_hf_moe(device, "DeepseekV3MoE")),
+            *[(f"agree/transformers.{m}", agree_hf_zoo(device, m))
+              for m in ("MistralDecoderLayer", "Qwen2DecoderLayer", "Phi3DecoderLayer",
+                        "GPTNeoXLayer", "FalconDecoderLayer")]]
 
 
 # -- error contract --------------------------------------------------------------------------

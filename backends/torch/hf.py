@@ -374,6 +374,14 @@ def llama_for_causal_lm_to_hf(params, attributes: dict) -> LlamaForCausalLM:
 
 # -- dispatch -------------------------------------------------------------------------------------
 
+
+def _zoo():
+    """The Mistral, Qwen2, Phi-3, GPT-NeoX and Falcon converters (hf_zoo.py), which build on
+    this module: looked up when first needed, so neither module imports the other at load."""
+    import importlib
+
+    return importlib.import_module(f"{__package__}.hf_zoo")
+
 _FROM = {BertLayer: bert_layer_from_hf, GPT2Block: gpt2_block_from_hf,
          LlamaDecoderLayer: llama_layer_from_hf, LlamaForCausalLM: llama_for_causal_lm_from_hf,
          **dict.fromkeys(MOE_CLASSES, moe_from_hf)}
@@ -386,15 +394,22 @@ def from_hf(module) -> tuple[dict, dict]:
     for cls, convert in _FROM.items():
         if isinstance(module, cls):
             return convert(module)
+    for cls, convert in _zoo().FROM.items():
+        if isinstance(module, cls):
+            return convert(module)
     raise ConfigError(f"module: {type(module).__name__} has no converter; supported: "
                       f"{', '.join(SPEC_FUNCTION)}")
 
 
-def to_hf(params, attributes: dict):
+def to_hf(params, attributes: dict, model: str | None = None):
     """Spec parameters and attributes -> the transformers module: ``llama_decoder_only``
     parameters (``embed.table``) give a ``LlamaForCausalLM``, ``llama_layer`` ones
     (``attn_norm.gamma``) a ``LlamaDecoderLayer``; ``encoder_layer`` ones a ``BertLayer``
-    (norm="post", the default) or a ``GPT2Block`` (norm="pre")."""
+    (norm="post", the default) or a ``GPT2Block`` (norm="pre"); ``moe`` ones (``router.w``)
+    a MoE block. ``model`` names one of :data:`.hf_zoo.SPEC_FUNCTION`
+    (``"Qwen2DecoderLayer"``, ``"GPTNeoXLayer"``...) instead."""
+    if model is not None:
+        return _zoo().to_hf(params, attributes, model)
     if "router.w" in params_of(params):
         return moe_to_hf(params, attributes)  # MixtralSparseMoeBlock / Qwen2MoeSparseMoeBlock
     if "embed.table" in params_of(params):
@@ -429,6 +444,9 @@ def forward(module, x, mask=None, *, offset: int = 0, pad_id: int | None = None)
         if mask is not None or offset or pad_id is not None:
             raise ConfigError(f"{type(module).__name__}: moe takes no mask, offset or pad_id")
         return moe_forward(module, x)
+    zoo = _zoo()
+    if isinstance(module, tuple(zoo.FROM)) and pad_id is None:
+        return zoo.forward(module, x, mask, offset=offset)
     who = _forward_checks(module, x, offset, pad_id)
     if isinstance(module, LlamaForCausalLM):
         if mask is not None or offset:

@@ -14,7 +14,7 @@ ATTRS = {"num_kv_heads": None, "eps": 1e-6, "rope_base": 10000.0, "window": None
 COMPONENT = Component("llama", {
     "llama_layer": Fn(module="layers", inputs=["x", "mask"], optional=["mask"], returns=["y"],
                       required=["num_heads"], attributes={**ATTRS, "offset": 0}, params=True,
-                      trace=True, oracle=layer_oracle),
+                      added={"attention_bias": False}, trace=True, oracle=layer_oracle),
     "llama_decoder_only": Fn(module="models", inputs=["ids"], returns=["logits"],
                              required=["pad_id", "num_layers", "num_heads"],
                              attributes=dict(ATTRS), params=True, trace=True,
@@ -55,6 +55,7 @@ def cases(rng):
     yield from layer_cases(Rng(f"{COMPONENT.id}/layer"))
     yield from model_cases(Rng(f"{COMPONENT.id}/model"))
     yield from defaults_cases()
+    yield from bias_cases(Rng(f"{COMPONENT.id}/bias"))
 
 
 def layer_cases(r):
@@ -235,6 +236,81 @@ def defaults_cases():
                 flags=["defaults", "default-eps"], omit_defaults=True)
 
 
+# -- attention_bias (Qwen2): llama/layer-bias-*, their own stream (Rng("llama/bias")) ----------
+
+def bias_params(rng, d, h, h_kv, k, f, lo=-1.0, hi=1.0):
+    """layer_params plus attn.b_q (H*K,), attn.b_k, attn.b_v (H_kv*K,) in [lo, hi]: no b_o."""
+    p = layer_params(rng, d, h, h_kv, k, f)
+    p["attn.b_q"] = rng.uniform((h * k,), lo, hi)
+    p["attn.b_k"] = rng.uniform((h_kv * k,), lo, hi)
+    p["attn.b_v"] = rng.uniform((h_kv * k,), lo, hi)
+    return p
+
+
+def bias_cases(r):
+    def biased(h, h_kv, k=4, d=16, f=24, **kw):
+        return ({"num_heads": h, "num_kv_heads": h_kv, "attention_bias": True},
+                bias_params(r, d, h, h_kv, k, f, **kw))
+
+    a, p = biased(4, 2)
+    yield value("llama/layer-bias-gqa-001", "llama_layer",
+                "attention_bias (Qwen2): q, k, v projections with biases b_q (16,), b_k, b_v (8,) "
+                "in [-1, 1], no output bias; GQA H = 4 on H_kv = 2, K = 4, D = 16 = H*K, T = 5. "
+                "A layer that drops a bias, adds an output bias, or adds the bias after RoPE "
+                "fails.",
+                inputs={"x": shifted(r, (2, 5, 16))}, attributes=a, params=p,
+                flags=["bias", "gqa", "projection-order"])
+    a, p = biased(4, 1)
+    yield value("llama/layer-bias-mqa-001", "llama_layer",
+                "attention_bias with MQA (H_kv = 1: b_k, b_v of shape (4,)), T = 6.",
+                inputs={"x": shifted(r, (2, 6, 16))}, attributes=a, params=p,
+                flags=["bias", "mqa"])
+    a, p = biased(2, 2, k=8, lo=-4.0, hi=4.0)
+    yield value("llama/layer-bias-large-001", "llama_layer",
+                "attention_bias with biases in [-4, 4] (Qwen2's key biases are large), H = H_kv = "
+                "2, K = 8, T = 5: the bias dominates the keys, so one on the wrong side of RoPE "
+                "or left out fails clearly.",
+                inputs={"x": shifted(r, (2, 5, 16))}, attributes=a, params=p,
+                flags=["bias", "heads"])
+    a, p = biased(4, 2, k=8, d=32)
+    yield value("llama/layer-bias-offset-001", "llama_layer",
+                "attention_bias with offset = 5, K = 8: the biases are added before RoPE "
+                "(transformers' Qwen2Attention), so the scores still depend on i - j only; "
+                "rotating n W and adding b after fails.",
+                inputs={"x": shifted(r, (1, 4, 32))}, attributes={**a, "offset": 5}, params=p,
+                flags=["bias", "offset", "projection-order"])
+    a, p = biased(4, 2)
+    yield value("llama/layer-bias-window-001", "llama_layer",
+                "attention_bias with window = 3 < T = 7 (Qwen2's sliding window).",
+                inputs={"x": shifted(r, (1, 7, 16))}, attributes={**a, "window": 3}, params=p,
+                flags=["bias", "sliding-window"])
+    a, p = biased(4, 2)
+    mask = np.ones((2, 1, 1, 5), dtype=bool)
+    mask[0, 0, 0, 1] = False
+    mask[1, 0, 0, 3:] = False
+    yield value("llama/layer-bias-padding-001", "llama_layer",
+                "attention_bias with a padding mask (2, 1, 1, 5): row 0 hides key 1, row 1 keys 3 "
+                "and 4; a hidden key's bias reaches no query.",
+                inputs={"x": shifted(r, (2, 5, 16)), "mask": mask}, attributes=a, params=p,
+                flags=["bias", "padding", "interior-padding"])
+
+    a, p = biased(4, 2)
+    x = shifted(r, (1, 3, 16))
+    yield error("llama/layer-bias-missing-001", "llama_layer",
+                "attention_bias = True but attn.b_k is missing.",
+                inputs={"x": x}, attributes=a,
+                params={k: v for k, v in p.items() if k != "attn.b_k"},
+                error="ParameterError", mentions=["attn.b_k"])
+    yield error("llama/layer-bias-shape-001", "llama_layer",
+                "attn.b_v has shape (16,) where H_kv = 2 heads of K = 4 need (8,).",
+                inputs={"x": x}, attributes=a, params={**p, "attn.b_v": r.uniform((16,))},
+                error="ParameterError", mentions=["attn.b_v", "(16,)"])
+    yield error("llama/layer-bias-flag-001", "llama_layer",
+                "attention_bias = 1 (not a boolean).",
+                inputs={"x": x}, attributes={**a, "attention_bias": 1}, params=p,
+                error="ConfigError", mentions=["attention_bias"])
+
+
 # -- gradients: llama/grad-*, their own stream (Rng("llama/grad")) -----------------------------
 
 def grad_cases(r):
@@ -333,3 +409,43 @@ def grad_cases(r):
                    attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2}, params=p,
                    cotangents={"logits": r.uniform((2, 5, 7))},
                    flags=["gradient", "defaults", "default-eps", "padding"], omit_defaults=True)
+    yield from bias_grad_cases(Rng(f"{COMPONENT.id}/grad-bias"))
+
+
+def bias_grad_cases(r):
+    def biased(h, h_kv, k, d=8, f=6):
+        return ({"num_heads": h, "num_kv_heads": h_kv, "attention_bias": True},
+                bias_params(r, d, h, h_kv, k, f))
+
+    a, p = biased(4, 2, 2)
+    yield gradient("llama/grad-010", "llama_layer",
+                   "attention_bias, GQA H = 4 on H_kv = 2, K = 2, D = 8, T = 4: db_q, db_k, db_v "
+                   "are the projections' cotangents summed over (B, T) (db_k, db_v before the "
+                   "sum over the query heads that read them); no b_o.",
+                   inputs={"x": shifted(r, (2, 4, 8))}, attributes=a, params=p,
+                   cotangents={"y": r.uniform((2, 4, 8))},
+                   flags=["gradient", "bias", "gqa"])
+    a, p = biased(2, 1, 4)
+    yield gradient("llama/grad-011", "llama_layer",
+                   "attention_bias, MQA (H = 2, H_kv = 1), K = 4, window = 2 < T = 5.",
+                   inputs={"x": shifted(r, (1, 5, 8))}, attributes={**a, "window": 2}, params=p,
+                   cotangents={"y": r.uniform((1, 5, 8))},
+                   flags=["gradient", "bias", "mqa", "sliding-window"])
+    a, p = biased(2, 2, 4)
+    yield gradient("llama/grad-012", "llama_layer",
+                   "attention_bias, offset = 3, rope_base = 100: the q and k biases sit before "
+                   "RoPE, so db_q = sum over positions of R_-theta dQ (the rotated-back cotangent).",
+                   inputs={"x": shifted(r, (2, 3, 8))},
+                   attributes={**a, "offset": 3, "rope_base": 100.0}, params=p,
+                   cotangents={"y": r.uniform((2, 3, 8))},
+                   flags=["gradient", "bias", "offset", "base"])
+    a, p = biased(2, 1, 4)
+    mask = np.ones((2, 1, 1, 4), dtype=bool)
+    mask[1, 0, 0, 0] = False
+    yield gradient("llama/grad-013", "llama_layer",
+                   "attention_bias with a padding mask hiding key 0 of row 1: that row's query 0 "
+                   "sees no key, so its q (and its share of db_q) gets no gradient; key 0's k "
+                   "and v bias shares get none either.",
+                   inputs={"x": shifted(r, (2, 4, 8)), "mask": mask}, attributes=a, params=p,
+                   cotangents={"y": r.uniform((2, 4, 8))},
+                   flags=["gradient", "bias", "padding", "fully-masked"])

@@ -4,9 +4,10 @@ attention, SwiGLU, no biases.
 
 llama_layer, x (B, T, D), H query heads and H_kv key/value heads of width K:
     n1 = RMSNorm(x; attn_norm.gamma)
-    Q  = RoPE_half(n1 W_q)  (B, H, T, K)      positions offset .. offset + T - 1
-    K  = RoPE_half(n1 W_k)  (B, H_kv, T, K)
-    V  = n1 W_v             (B, H_kv, T, K)
+    Q  = RoPE_half(n1 W_q + b_q)  (B, H, T, K)      positions offset .. offset + T - 1
+    K  = RoPE_half(n1 W_k + b_k)  (B, H_kv, T, K)
+    V  = n1 W_v + b_v             (B, H_kv, T, K)
+    (b_q, b_k, b_v only with attention_bias, Qwen2; never an output bias)
     keep[b, i, j] = mask[b, 0, i, j] and j <= i and (window is None or i - window < j)
     O_h = sdpa(Q_h, K_g, V_g, keep),  g = h // (H / H_kv)
     r1 = x + concat_h(O_h) W_o                              (attn.output = concat W_o)
@@ -56,14 +57,20 @@ def keep_mask(t, mask=None, window=None):
     return keep if mask is None else np.logical_and(np.asarray(mask, dtype=bool), keep)
 
 
-def attention(n1, keep, num_heads, num_kv_heads, rope_base, offset, params):
+def qkv_project(n1, params, name, bias):
+    """n1 W_name (+ b_name with attention_bias) over the last axis."""
+    out = matmul(n1, mpa(params["w_" + name]))
+    return add(out, mpa(params["b_" + name])) if bias else out
+
+
+def attention(n1, keep, num_heads, num_kv_heads, rope_base, offset, params, bias=False):
     """The grouped-query attention sublayer on the normed input: (output, weights)."""
     h_count = int(num_heads)
     h_kv = h_count if num_kv_heads is None else int(num_kv_heads)
-    q_all = matmul(n1, mpa(params["w_q"]))  # (B, T, H*K)
+    q_all = qkv_project(n1, params, "q", bias)  # (B, T, H*K)
     kw = q_all.shape[-1] // h_count
-    k_all = matmul(n1, mpa(params["w_k"]))  # (B, T, H_kv*K)
-    v_all = matmul(n1, mpa(params["w_v"]))  # (B, T, H_kv*K)
+    k_all = qkv_project(n1, params, "k", bias)  # (B, T, H_kv*K)
+    v_all = qkv_project(n1, params, "v", bias)  # (B, T, H_kv*K)
     q = rope(heads_of(q_all, h_count, kw), offset=offset, base=rope_base, convention="half")["y"]
     k = rope(heads_of(k_all, h_kv, kw), offset=offset, base=rope_base, convention="half")["y"]
     v = heads_of(v_all, h_kv, kw)
@@ -72,13 +79,14 @@ def attention(n1, keep, num_heads, num_kv_heads, rope_base, offset, params):
 
 
 def llama_layer(x, mask=None, num_heads=1, num_kv_heads=None, eps=1e-6, rope_base=10000.0,
-                window=None, offset=0, params=None):
+                window=None, offset=0, attention_bias=False, params=None):
     x = mpa(x)
     out = {}
     n1 = rms_norm(x, eps=eps, params=sub(params, "attn_norm"))["y"]
     keep = keep_mask(x.shape[1], mask, window)
     out["attn.output"], out["attn.weights"] = attention(n1, keep, num_heads, num_kv_heads,
-                                                        rope_base, offset, sub(params, "attn"))
+                                                        rope_base, offset, sub(params, "attn"),
+                                                        bool(attention_bias))
     out["residual1.output"] = add(x, out["attn.output"])
     n2 = rms_norm(out["residual1.output"], eps=eps, params=sub(params, "ffn_norm"))["y"]
     out["ffn.output"] = gated_feedforward(n2, activation="silu", params=sub(params, "ffn"))["y"]
@@ -105,19 +113,21 @@ def llama_decoder_only(ids, pad_id=0, num_layers=1, num_heads=1, num_kv_heads=No
 
 # -- gradients -------------------------------------------------------------------------------
 
-def attention_vjp(do_all, n1, keep, num_heads, num_kv_heads, rope_base, offset, params):
+def attention_vjp(do_all, n1, keep, num_heads, num_kv_heads, rope_base, offset, params,
+                  bias=False):
     """The attention sublayer backward, dA = cotangent of concat_h(O_h) W_o (B, T, D):
         dW_o = concat(O)^T dA,  dO = heads(dA W_o^T),  (dQ, dK, dV) = sdpa^T dO (GQA: a kv
         head's dK, dV summed over its query heads),  dQ, dK through RoPE^T (rotation by -angle),
-        dW_q = n1^T concat(dQ) (likewise k, v),  dn1 = sum over q, k, v of concat(d.) W_.^T
+        dW_q = n1^T concat(dQ) (likewise k, v),  dn1 = sum over q, k, v of concat(d.) W_.^T,
+        db_q = sum over (B, T) of concat(dQ) (likewise k, v; with attention_bias)
     Returns (dn1, {attn.* path: grad})."""
     h_count = int(num_heads)
     h_kv = h_count if num_kv_heads is None else int(num_kv_heads)
     w = {n: mpa(params[n]) for n in ("w_q", "w_k", "w_v", "w_o")}
     kw = w["w_q"].shape[1] // h_count
-    q_pre = heads_of(matmul(n1, w["w_q"]), h_count, kw)  # (B, H, T, K) before RoPE
-    k_pre = heads_of(matmul(n1, w["w_k"]), h_kv, kw)     # (B, H_kv, T, K)
-    v = heads_of(matmul(n1, w["w_v"]), h_kv, kw)
+    q_pre = heads_of(qkv_project(n1, params, "q", bias), h_count, kw)  # (B, H, T, K) before RoPE
+    k_pre = heads_of(qkv_project(n1, params, "k", bias), h_kv, kw)     # (B, H_kv, T, K)
+    v = heads_of(qkv_project(n1, params, "v", bias), h_kv, kw)
     rot = {"offset": offset, "base": rope_base, "convention": "half"}
     q, k = rope(q_pre, **rot)["y"], rope(k_pre, **rot)["y"]
     o = sdpa(q, k, v, mask=keep, num_kv_heads=h_kv)["output"]  # (B, H, T, K)
@@ -129,13 +139,15 @@ def attention_vjp(do_all, n1, keep, num_heads, num_kv_heads, rope_base, offset, 
          "w_k": rope_vjp({"y": gi["k"]}, k_pre, **rot)[0]["x"], "w_v": gi["v"]}
     dn1 = zeros(n1.shape)
     for name, dh in d.items():
-        dn, grads[name], _ = linear_vjp(n1, w[name], merge_heads(dh))
+        dn, grads[name], db = linear_vjp(n1, w[name], merge_heads(dh))
         dn1 = dn1 + dn
+        if bias:
+            grads["b" + name[1:]] = db
     return dn1, prefixed("attn", grads)
 
 
 def llama_layer_vjp(cot, x, mask=None, num_heads=1, num_kv_heads=None, eps=1e-6,
-                    rope_base=10000.0, window=None, offset=0, params=None):
+                    rope_base=10000.0, window=None, offset=0, attention_bias=False, params=None):
     """r1 = x + A(RMSNorm_1(x)), y = r1 + F(RMSNorm_2(r1)), each residual passing its
     cotangent to both branches:
         dr1 = dy + RMSNorm_2^T F^T dy,   dx = dr1 + RMSNorm_1^T A^T dr1
@@ -143,14 +155,16 @@ def llama_layer_vjp(cot, x, mask=None, num_heads=1, num_kv_heads=None, eps=1e-6,
     x, dy = mpa(x), mpa(cot["y"])
     n1 = rms_norm(x, eps=eps, params=sub(params, "attn_norm"))["y"]
     keep = keep_mask(x.shape[1], mask, window)
-    a, _ = attention(n1, keep, num_heads, num_kv_heads, rope_base, offset, sub(params, "attn"))
+    bias = bool(attention_bias)
+    a, _ = attention(n1, keep, num_heads, num_kv_heads, rope_base, offset, sub(params, "attn"),
+                     bias)
     r1 = add(x, a)
     n2 = rms_norm(r1, eps=eps, params=sub(params, "ffn_norm"))["y"]
     gf, pf = gated_feedforward_vjp({"y": dy}, n2, activation="silu", params=sub(params, "ffn"))
     gn2, pn2 = rms_norm_vjp({"y": gf["x"]}, r1, eps=eps, params=sub(params, "ffn_norm"))
     dr1 = dy + gn2["x"]
     dn1, pa = attention_vjp(dr1, n1, keep, num_heads, num_kv_heads, rope_base, offset,
-                            sub(params, "attn"))
+                            sub(params, "attn"), bias)
     gn1, pn1 = rms_norm_vjp({"y": dn1}, x, eps=eps, params=sub(params, "attn_norm"))
     return {"x": dr1 + gn1["x"]}, merge(prefixed("ffn", pf), prefixed("ffn_norm", pn2), pa,
                                         prefixed("attn_norm", pn1))

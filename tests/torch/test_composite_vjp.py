@@ -103,6 +103,28 @@ CASES.update({f"{name}-{norm}": (_layers, name, norm)
                            "decoder_only", "transformer", "transformer-tied")
               for norm in ("post", "pre")})
 CASES.update({name: (_llama, name) for name in ("llama_layer", "llama_decoder_only")})
+
+
+def _zoo(name):
+    """llama_layer with Qwen2's q, k, v biases; parallel_layer with one and two norms (GQA,
+    a RoPE offset, row 1's query 0 seeing no key)."""
+    from attnspec.spec.cases import llama, parallel_layer
+
+    r = Rng(f"test/tape/{name}")
+    mask = np.ones((2, 1, 1, 4), dtype=bool)
+    mask[1, 0, 0, 0] = False
+    call = {"x": r.uniform((2, 4, 8)), "mask": mask, "num_heads": 4, "num_kv_heads": 2,
+            "offset": 2}
+    if name == "llama_layer-bias":
+        call.update(attention_bias=True, params=llama.bias_params(r, 8, 4, 2, 2, 6))
+        return "llama_layer", "layers", call, {"y": r.uniform((2, 4, 8))}
+    norms = int(name[-1])
+    call.update(num_norms=norms, params=parallel_layer.layer_params(r, 8, 4, 2, 2, 6, norms))
+    return "parallel_layer", "layers", call, {"y": r.uniform((2, 4, 8))}
+
+
+CASES.update({name: (_zoo, name) for name in ("llama_layer-bias", "parallel_layer-1",
+                                              "parallel_layer-2")})
 CASES.update({f"seq2seq-{kind}": (_seq2seq, kind)
               for kind in ("additive", "dot", "general", "concat")})
 
