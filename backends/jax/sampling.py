@@ -1,0 +1,75 @@
+"""The sampling filters and the deterministic draw (spec/components/sampling.md)."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from attnspec.spec.errors import DomainError
+
+from .. import _checks as check
+from ._core import floating
+from .ops import value_check
+
+
+def _kth(z, k: int):
+    """(N, V) -> (N, 1): the k-th largest value of each row (counted with multiplicity)."""
+    return -jnp.sort(-z, axis=-1)[:, k - 1:k]
+
+
+def _softmax(z, keep):
+    """softmax of z over the kept entries of each row, 0 elsewhere."""
+    top = jnp.max(jnp.where(keep, z, -jnp.inf), axis=-1, keepdims=True)          # (N, 1)
+    e = jnp.where(keep, jnp.exp(jnp.where(keep, z - top, 0)), 0)                 # (N, V)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _top_p(z, keep, top_p, floor):
+    """keep the tokens of probability >= the one whose mass above is still < top_p."""
+    q = _softmax(z, keep)                                                        # (N, V)
+    desc = -jnp.sort(-q, axis=-1)                                                # (N, V)
+    above = jnp.concatenate([jnp.zeros_like(desc[:, :1]), jnp.cumsum(desc, axis=-1)[:, :-1]], -1)
+    r = (above < jnp.asarray(top_p, z.dtype)).sum(axis=-1, keepdims=True)        # (N, 1), >= 1
+    threshold = jnp.take_along_axis(desc, r - 1, axis=-1)                        # (N, 1)
+    return keep & ((q >= threshold) | (z >= floor))
+
+
+def _min_p(z, keep, min_p, floor):
+    q = _softmax(z, keep)                                                        # (N, V)
+    cut = jnp.asarray(min_p, z.dtype) * q.max(axis=-1, keepdims=True)            # (N, 1)
+    return keep & ((q >= cut) | (z >= floor))
+
+
+def _filtered(logits, temperature, top_k, top_p, min_p, min_tokens_to_keep):
+    x = floating("logits", logits)                                               # (N, V)
+    temperature, top_k, top_p, min_p, m = check.sampling(x.shape, temperature, top_k, top_p,
+                                                         min_p, min_tokens_to_keep)
+    z = x / jnp.asarray(temperature, x.dtype)
+    floor = _kth(z, m)                                                           # (N, 1)
+    keep = jnp.ones(z.shape, dtype=bool) if top_k is None else z >= _kth(z, top_k)
+    if top_p < 1:
+        keep = _top_p(z, keep, top_p, floor)
+    if min_p > 0:
+        keep = _min_p(z, keep, min_p, floor)
+    return _softmax(z, keep)
+
+
+def sampling_filter(logits, *, temperature=1.0, top_k=None, top_p=1.0, min_p=0.0,
+                    min_tokens_to_keep=1):
+    """probs (N, V): softmax(x / T) restricted by top-k, then top-p, then min-p (each on the
+    survivors of the previous, renormalised), 0 for the removed tokens."""
+    return _filtered(logits, temperature, top_k, top_p, min_p, min_tokens_to_keep)
+
+
+def sample(logits, u, *, temperature=1.0, top_k=None, top_p=1.0, min_p=0.0,
+           min_tokens_to_keep=1):
+    """ids (N,): min { j : F_j > u_n }, F the CDF of the filtered probabilities in id order
+    (the last id of nonzero probability when rounding leaves every F_j <= u_n)."""
+    q = _filtered(logits, temperature, top_k, top_p, min_p, min_tokens_to_keep)  # (N, V)
+    u = floating("u", u, q)
+    check.draws(u.shape, q.shape[0])
+    value_check(jnp.all((u >= 0) & (u < 1)),
+                lambda got: f"u must lie in [0, 1), got u = {got} (shape {got.shape})", u,
+                error=DomainError)
+    v = q.shape[1]
+    ids = (jnp.cumsum(q, axis=-1) <= u[:, None]).sum(axis=-1)                    # (N,)
+    last = v - 1 - jnp.argmax(q[:, ::-1] > 0, axis=-1)                           # (N,)
+    return jnp.where(ids < v, ids, last).astype(jnp.int64)
