@@ -131,11 +131,12 @@ def _filter_cases(rng):
                   "(not >= 0.25 itself) are kept; renormalised.",
                   _distinct(rng, 3, 8, 5.0), {"min_p": 0.25}, ["basic"])
     yield _filter("combined-001",
-                  "temperature 0.5, top_k 6, top_p 0.8, min_p 0.2 in transformers' order "
+                  "temperature 0.5, top_k 6, top_p 0.8, min_p 0.1 in transformers' order "
                   "(temperature, top-k, top-p, min-p, each on the previous survivors "
-                  "renormalised); top-p on softmax(x) before the temperature keeps other tokens.",
+                  "renormalised): 2 tokens; top-p on softmax(x) before the temperature "
+                  "(llama.cpp's default chain) keeps 4, of which min-p keeps 3.",
                   _distinct(rng, 3, 8, 4.0),
-                  {"temperature": 0.5, "top_k": 6, "top_p": 0.8, "min_p": 0.2}, ["combined"])
+                  {"temperature": 0.5, "top_k": 6, "top_p": 0.8, "min_p": 0.1}, ["combined"])
     yield _filter("min-tokens-001",
                   "min_tokens_to_keep = 3 with top_k 1, top_p 0.25 and min_p 0.9: each filter "
                   "keeps at least the 3 most probable tokens.",
