@@ -87,6 +87,14 @@ def _grid(rng, shape, lo=-3.0, hi=3.0):
     return rng.uniform(shape, lo, hi, step=0.25)
 
 
+def _peaked(rng, n):
+    """(n, 64) logits: one token of probability about 0.5, 30 of about 0.015 (ratio to it
+    below 0.05) and 33 smaller ones, all distinct, permuted per row."""
+    levels = np.array([4.0] + [0.5 + i / 64 for i in range(30)] + [-i / 64 for i in range(33)])
+    return np.stack([levels[np.argsort(rng.integers(0, 2**30, (64,)), kind="stable")]
+                     for _ in range(n)])
+
+
 def _distinct(rng, n, v, spread=6.0):
     """(n, v) logits, a permutation of v levels `spread / v` apart per row."""
     levels = np.arange(v, dtype=np.float64) * (spread / v) - spread / 2
@@ -147,9 +155,10 @@ def _filter_cases(rng):
                   _grid(rng, (2, 8)), {"top_k": 10, "temperature": 2.0}, ["top-all"])
     yield _filter("defaults-001",
                   "Every attribute left out (temperature 1, no top-k, top_p 1, min_p 0): "
-                  "softmax over V = 64 logits; a default top_k of 50, top_p 0.9 or "
-                  "temperature 0.7 (generation-config defaults) changes it.",
-                  _grid(rng, (1, 64), -2.0, 2.0), {}, ["defaults"], omit_defaults=True)
+                  "softmax over V = 64 logits, one token of probability 0.5 and 30 of about "
+                  "0.015; a default top_k of 50, top_p 0.9, min_p 0.05 or temperature 0.7 "
+                  "(generation-config defaults) changes it.",
+                  _peaked(rng, 2), {}, ["defaults"], omit_defaults=True)
 
     x = _grid(rng, (2, 6))
     for id, attrs, mention in (("temperature-002", {"temperature": 0.0}, "temperature"),
@@ -188,10 +197,11 @@ def _sample_cases(rng):
                   "past the vocabulary or a removed one.",
                   _distinct(rng, 2, 8), [0.99609375, 0.99609375], {"top_k": 5},
                   ["edge"], exact=True)
-    x = _grid(rng, (2, 64), -2.0, 2.0)
+    x = _peaked(rng, 4)
     yield _sample("draw-defaults-001", "Every attribute left out: the draw from softmax(x) over "
-                  "V = 64; a default top_k 50 or temperature 0.7 draws other ids.",
-                  x, _safe_u(x, {}, [0.5, 0.97], DENSE_MARGIN), {}, ["defaults"],
+                  "V = 64 (as defaults-001); a default top_k 50, top_p 0.9, min_p 0.05 or "
+                  "temperature 0.7 draws other ids.",
+                  x, _safe_u(x, {}, [0.2, 0.45, 0.7, 0.95], DENSE_MARGIN), {}, ["defaults"],
                   omit_defaults=True, margin=DENSE_MARGIN, dtypes=["float64", "float32"],
                   dtype_note="64 CDF steps about 0.016 apart: a float16 or bfloat16 running "
                   "sum moves them by more than the gaps.")
