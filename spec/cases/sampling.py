@@ -6,7 +6,7 @@ import mpmath
 import numpy as np
 
 from ..oracle.core import mpa, softmax_row
-from ..oracle.sampling import filtered_row
+from ..oracle.sampling import draw, filtered_row
 from ..oracle.sampling import sample as sample_oracle
 from ..oracle.sampling import sampling_filter as filter_oracle
 from ._build import Component, Fn, error, value
@@ -26,6 +26,8 @@ TOP_P_MARGIN = 0.05   # |mass above a token - top_p|
 MIN_P_MARGIN = 0.1    # |q_j / max q - min_p| relative to min_p
 CDF_MARGIN = 0.05     # |F_j - u|
 DENSE_MARGIN = 0.002  # |F_j - u| at float32 only (V = 64)
+# generation-config defaults a backend could take for the filters' (off) defaults
+GENERATION_DEFAULTS = [{"top_k": 50}, {"top_p": 0.9}, {"min_p": 0.05}, {"temperature": 0.7}]
 
 
 def _margins(logits, attrs, u=None, exact=False, cdf_margin=CDF_MARGIN):
@@ -70,6 +72,20 @@ def _safe_u(logits, attrs, wants, margin=CDF_MARGIN):
     return out
 
 
+def _telling_u(logits, wants, rivals, margin):
+    """Per row n, the u of _safe_u's grid nearest wants[n] whose draw differs when the
+    attributes rivals[n] (a wrong default) replace the defaults."""
+    out = []
+    for row, want, rival in zip(logits, wants, rivals):
+        q = filter_oracle(row[None], **{})["probs"][0]
+        wrong = filter_oracle(row[None], **rival)["probs"][0]
+        cdf = np.cumsum(np.array(q, dtype=object))
+        grid = sorted((k / 64 for k in range(64)), key=lambda u: (abs(u - want), u))
+        out.append(next(u for u in grid if min(abs(f - u) for f in cdf) >= margin
+                        and draw(list(q), u) != draw(list(wrong), u)))
+    return out
+
+
 def _filter(id, desc, logits, attrs, flags, omit_defaults=False):
     _margins(logits, attrs)
     return value(f"sampling/{id}", "sampling_filter", desc, inputs={"logits": logits},
@@ -90,7 +106,7 @@ def _grid(rng, shape, lo=-3.0, hi=3.0):
 def _peaked(rng, n):
     """(n, 64) logits: one token of probability about 0.5, 30 of about 0.015 (ratio to it
     below 0.05) and 33 smaller ones, all distinct, permuted per row."""
-    levels = np.array([4.0] + [0.5 + i / 64 for i in range(30)] + [-i / 64 for i in range(33)])
+    levels = np.array([4.0] + [0.5 + i / 64 for i in range(30)] + [0.5 - (i + 1) / 64 for i in range(33)])
     return np.stack([levels[np.argsort(rng.integers(0, 2**30, (64,)), kind="stable")]
                      for _ in range(n)])
 
@@ -199,9 +215,11 @@ def _sample_cases(rng):
                   ["edge"], exact=True)
     x = _peaked(rng, 4)
     yield _sample("draw-defaults-001", "Every attribute left out: the draw from softmax(x) over "
-                  "V = 64 (as defaults-001); a default top_k 50, top_p 0.9, min_p 0.05 or "
-                  "temperature 0.7 draws other ids.",
-                  x, _safe_u(x, {}, [0.2, 0.45, 0.7, 0.95], DENSE_MARGIN), {}, ["defaults"],
+                  "V = 64 (as defaults-001); u chosen per row so that a default top_k 50 "
+                  "(row 0), top_p 0.9 (row 1), min_p 0.05 (row 2) or temperature 0.7 (row 3) "
+                  "draws another id.",
+                  x, _telling_u(x, [0.2, 0.45, 0.7, 0.95], GENERATION_DEFAULTS, DENSE_MARGIN),
+                  {}, ["defaults"],
                   omit_defaults=True, margin=DENSE_MARGIN, dtypes=["float64", "float32"],
                   dtype_note="64 CDF steps about 0.016 apart: a float16 or bfloat16 running "
                   "sum moves them by more than the gaps.")
