@@ -639,3 +639,30 @@ def moe_aux_loss(z_shape: tuple, mask_shape, top_k) -> int:
         raise ShapeError(f"mask must have shape ({z_shape[1]},) (one per token of router_logits "
                          f"{tuple(z_shape)}), got {tuple(mask_shape)}")
     return integer("top_k", top_k, lo=1, hi=z_shape[2])
+
+
+def sampling(x_shape: tuple, temperature, top_k, top_p, min_p, min_tokens_to_keep) -> tuple:
+    """The sampling filters' attributes against logits (N, V) (spec/components/sampling.md):
+    ``(temperature, top_k or None, top_p, min_p, m)`` with top_k and m clipped to V, or
+    ShapeError / ConfigError naming the attribute."""
+    if len(x_shape) != 2:
+        raise ShapeError(f"logits must have rank 2 (N, V), got shape {tuple(x_shape)}")
+    v = x_shape[1]
+    if not _real(temperature) or not math.isfinite(temperature) or temperature <= 0:
+        raise ConfigError(f"temperature must be a finite number > 0, got {temperature!r}")
+    if top_k is not None:
+        top_k = integer("top_k", top_k, lo=1)
+    if not _real(top_p) or not 0 < top_p <= 1:
+        raise ConfigError(f"top_p must be a number in (0, 1] (1: no top-p), got {top_p!r}")
+    if not _real(min_p) or not 0 <= min_p <= 1:
+        raise ConfigError(f"min_p must be a number in [0, 1] (0: no min-p), got {min_p!r}")
+    m = min(integer("min_tokens_to_keep", min_tokens_to_keep, lo=1), v)
+    top_k = None if top_k is None or max(top_k, m) >= v else max(top_k, m)
+    return float(temperature), top_k, float(top_p), float(min_p), m
+
+
+def draws(u_shape: tuple, rows: int) -> None:
+    """u of shape (N,) for logits of N rows, or ShapeError."""
+    if tuple(u_shape) != (rows,):
+        raise ShapeError(f"u must have shape ({rows},) (one uniform per row of logits), got "
+                         f"{tuple(u_shape)}")

@@ -110,6 +110,11 @@ WRONG = [
     ("cross_entropy", {"ignore_index": 0}),
     ("cross_entropy", {"label_smoothing": 0.1}),
     ("cross_entropy", {"reduction": "sum"}),
+    # generation-config defaults taken for the filters' (off) defaults
+    ("sampling_filter", {"temperature": 0.7}),
+    ("sampling_filter", {"top_k": 50}),
+    ("sampling_filter", {"top_p": 0.9}),
+    ("sampling_filter", {"min_p": 0.05}),
 ]
 
 # Wrong defaults whose effect is below some dtypes' resolution by construction: sinusoidal
@@ -121,6 +126,11 @@ COARSE = [
     # of a training step; cross_entropy's own defaults vector catches it at every dtype
     ("decoder_only_loss", {"label_smoothing": 0.1}, ("float64", "float32")),
     ("parallel_layer", {"activation": "gelu_tanh"}, ("float64", "float32")),
+    # sample's defaults vector is float32/float64 only (64 CDF steps 0.016 apart)
+    ("sample", {"temperature": 0.7}, ("float64", "float32")),
+    ("sample", {"top_k": 50}, ("float64", "float32")),
+    ("sample", {"top_p": 0.9}, ("float64", "float32")),
+    ("sample", {"min_p": 0.05}, ("float64", "float32")),
 ]
 # Not observable through any vector: a keep mask is given whenever values are compared.
 # llama_layer's (and parallel_layer's) offset: RoPE scores depend on i - j only, so shifting
@@ -130,8 +140,11 @@ COARSE = [
 # moe_router's eps divides only when renormalize is True, which its defaults vector leaves
 # False (mixtral-001 states eps with renormalisation on); moe's eps, passed on to its router,
 # likewise.
+# min_tokens_to_keep acts only through a filter, and the defaults vectors have none on
+# (sampling/min-tokens-001 states it with every filter on).
 UNOBSERVABLE = {("dropout", "seed"), ("greedy_decode", "eps"), ("llama_layer", "offset"),
-                ("moe_router", "eps"), ("moe", "eps"), ("parallel_layer", "offset")}
+                ("moe_router", "eps"), ("moe", "eps"), ("parallel_layer", "offset"),
+                ("sampling_filter", "min_tokens_to_keep"), ("sample", "min_tokens_to_keep")}
 
 
 def wrong_default(name: str, defaults: dict):
