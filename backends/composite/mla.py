@@ -1,0 +1,110 @@
+"""Multi-head latent attention (DeepSeek-V2/V3), written once for every backend: the latent
+query (optional) and key/value projections with their RMSNorms, the decoupled RoPE key
+shared by the heads, the softmax scale with YaRN's mscale squared (spec/components/mla.md)."""
+
+from __future__ import annotations
+
+import math
+
+from attnspec.spec.errors import ConfigError, ParameterError, ShapeError
+
+from .. import _checks as check
+from . import Composite
+from .layers import Layers
+
+CONVENTIONS = ("interleaved", "half")
+
+
+class Mla(Composite):
+    EXPORTS = ("mla",)
+
+    def mla(self, x, mask=None, *, num_heads, qk_nope_head_dim, qk_rope_head_dim, v_head_dim,
+            eps=1e-6, rope_base=10000.0, rope_convention="interleaved", yarn_factor=1.0,
+            mscale_all_dim=0.0, offset=0, params):
+        """y = concat_h softmax(s [q_nope_h | RoPE(q_pe_h)] [k_nope_h | RoPE(k_pe)]^T) v_h W_o,
+        causal (ANDed with mask), s = m^2 / sqrt(Dn + Dr)."""
+        x = self.ops.floating("x", x)
+        b, t, _ = check.rank("x", x, min_rank=3, max_rank=3)
+        cfg = self.config(num_heads, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, eps,
+                          rope_base, rope_convention, yarn_factor, mscale_all_dim)
+        offset = check.integer("offset", offset, lo=0)
+        keep = Layers.llama_keep(self, mask, b, t, t, None, x)  # (B?, 1, T, T)
+        p = check.params_of(params)
+        y, _ = self.attend(x, keep, cfg, offset, p)
+        return y
+
+    # -- the attributes --------------------------------------------------------------------
+
+    @staticmethod
+    def config(num_heads, dn, dr, dv, eps, rope_base, rope_convention, yarn_factor,
+               mscale_all_dim) -> dict:
+        """The checked attributes, with the softmax scale s = m^2 / sqrt(Dn + Dr)."""
+        heads = check.integer("num_heads", num_heads, lo=1)
+        dn = check.integer("qk_nope_head_dim", dn, lo=1)
+        dr = check.integer("qk_rope_head_dim", dr, lo=2)
+        if dr % 2:
+            raise ShapeError(f"RoPE needs an even width: qk_rope_head_dim={dr}")
+        dv = check.integer("v_head_dim", dv, lo=1)
+        factor = check.eps(yarn_factor, "yarn_factor")
+        if not check._real(mscale_all_dim) or not math.isfinite(mscale_all_dim):
+            raise ConfigError(f"mscale_all_dim must be a finite number, got {mscale_all_dim!r}")
+        m = 0.1 * float(mscale_all_dim) * math.log(factor) + 1.0 if factor > 1 else 1.0
+        return {"h": heads, "dn": dn, "dr": dr, "dv": dv, "eps": check.eps(eps),
+                "rot": {"base": rope_base,
+                        "convention": check.choice("rope_convention", rope_convention, CONVENTIONS)},
+                "scale": m * m / math.sqrt(dn + dr)}
+
+    # -- the projections ----------------------------------------------------------------
+
+    def project(self, h, p, name: str, d_out=None):
+        """h W over the last axis, W = p[name] of shape (h's width, d_out); no bias."""
+        w = self.ops.floating(p.path(name), p.require(name, (h.shape[-1], d_out)), like=h)
+        return self.ops.matmul(h, w)
+
+    def norm(self, z, p, name: str, eps):
+        p.require(f"{name}.gamma", (z.shape[-1],))
+        return self.k.rms_norm(z, eps=eps, params=p.scope(name))
+
+    def queries(self, x, cfg, p):
+        """(q_nope (B, H, T, Dn), q_pe (B, H, T, Dr)) from w_q or the query latent."""
+        h, dn, dr = cfg["h"], cfg["dn"], cfg["dr"]
+        if "w_q_a" in p:
+            if "w_q" in p:
+                raise ParameterError(f"both {p.path('w_q')!r} and {p.path('w_q_a')!r} given: "
+                                     f"the query is w_q or the latent w_q_a, q_norm, w_q_b")
+            c_q = self.norm(self.project(x, p, "w_q_a"), p, "q_norm", cfg["eps"])  # (B, T, R_q)
+            q = self.project(c_q, p, "w_q_b", h * (dn + dr))
+        else:
+            q = self.project(x, p, "w_q", h * (dn + dr))  # (B, T, H (Dn + Dr))
+        q = self.ops.split_heads(q, h)  # (B, H, T, Dn + Dr)
+        return q[..., :dn], q[..., dn:]
+
+    def latent(self, x, cfg, p):
+        """(c_kv (B, T, R) normed, k_pe (B, 1, T, Dr) not rotated) from w_kv_a."""
+        dr = cfg["dr"]
+        r = check.shape(p.require("kv_norm.gamma", (None,)))[0]
+        a = self.project(x, p, "w_kv_a", r + dr)  # (B, T, R + Dr)
+        c_kv = self.norm(a[..., :r], p, "kv_norm", cfg["eps"])
+        return c_kv, self.ops.split_heads(a[..., r:], 1)
+
+    def rope(self, z, cfg, offset: int):
+        return self.k.rope(z, offset=offset, **cfg["rot"])
+
+    def attend(self, x, keep, cfg, offset: int, p, past=None):
+        """y (B, t, D) for the rows x at positions offset.., over the cached latent rows
+        past = (c_kv (B, n, R), k_rot (B, 1, n, Dr)) and the new ones; returns (y, (c_kv,
+        k_rot)) of all n + t rows."""
+        ops, h, dn, dv = self.ops, cfg["h"], cfg["dn"], cfg["dv"]
+        q_nope, q_pe = self.queries(x, cfg, p)
+        c_kv, k_pe = self.latent(x, cfg, p)
+        k_rot = self.rope(k_pe, cfg, offset)  # (B, 1, t, Dr)
+        if past is not None:
+            c_kv = ops.concat([past[0], c_kv], axis=1)  # (B, n + t, R)
+            k_rot = ops.concat([past[1], k_rot], axis=2)  # (B, 1, n + t, Dr)
+        kv = ops.split_heads(self.project(c_kv, p, "w_kv_b", h * (dn + dv)), h)  # (B, H, S, Dn+Dv)
+        k_nope, v = kv[..., :dn], kv[..., dn:]
+        q = ops.concat([q_nope, self.rope(q_pe, cfg, offset)], axis=-1)  # (B, H, t, Dn + Dr)
+        k = ops.concat([k_nope, ops.concat([k_rot] * h, axis=1)], axis=-1)  # (B, H, S, Dn + Dr)
+        out, _ = self.k.sdpa(q, k, v, keep, scale=cfg["scale"])  # (B, H, t, Dv)
+        y = self.project(ops.merge_heads(out), p, "w_o", x.shape[-1])  # (B, t, D)
+        return y, (c_kv, k_rot)
