@@ -1,6 +1,12 @@
 """Multi-head latent attention (DeepSeek-V2/V3), written once for every backend: the latent
 query (optional) and key/value projections with their RMSNorms, the decoupled RoPE key
-shared by the heads, the softmax scale with YaRN's mscale squared (spec/components/mla.md)."""
+shared by the heads, the softmax scale with YaRN's mscale squared (spec/components/mla.md);
+its latent cache (``mla_init_cache`` / ``mla_step``, module ``decoding``):
+    "length":  n, the number of rows already processed (int)
+    "keep":    (B, n) bool, False where a row is padding (masked as a key)
+    "c_kv":    (B, n, R) the normed latent of each row
+    "k_rope":  (B, 1, n, Dr) its shared rope key, already rotated at its own position
+``mla_step`` never modifies the cache it is given; it returns a new one."""
 
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ CONVENTIONS = ("interleaved", "half")
 
 
 class Mla(Composite):
-    EXPORTS = ("mla",)
+    EXPORTS = ("mla", "mla_init_cache", "mla_step")
 
     def mla(self, x, mask=None, *, num_heads, qk_nope_head_dim, qk_rope_head_dim, v_head_dim,
             eps=1e-6, rope_base=10000.0, rope_convention="interleaved", yarn_factor=1.0,
@@ -32,6 +38,44 @@ class Mla(Composite):
         p = check.params_of(params)
         y, _ = self.attend(x, keep, cfg, offset, p)
         return y
+
+    # -- the latent cache ---------------------------------------------------------------
+
+    def mla_init_cache(self, *, batch_size, params):
+        """An empty cache (length 0) for ``batch_size`` rows, in the dtype of w_kv_a; R is
+        kv_norm.gamma's length, Dr = w_kv_a.shape[1] - R."""
+        ops = self.ops
+        b = check.integer("batch_size", batch_size, lo=1)
+        p = check.params_of(params)
+        r = check.shape(p.require("kv_norm.gamma", (None,)))[0]
+        w = ops.floating(p.path("w_kv_a"), p.require("w_kv_a", (None, None)))
+        dr = check.shape(w)[1] - r
+        if dr < 2:
+            raise ParameterError(f"{p.path('w_kv_a')!r} of shape {check.shape(w)} leaves "
+                                 f"{dr} rope features after R={r} latent ones (need >= 2)")
+        return {"length": 0, "keep": ops.falses((b, 0), like=w), "c_kv": ops.zeros((b, 0, r), like=w),
+                "k_rope": ops.zeros((b, 1, 0, dr), like=w)}
+
+    def mla_step(self, x, cache, mask=None, *, num_heads, qk_nope_head_dim, qk_rope_head_dim,
+                 v_head_dim, eps=1e-6, rope_base=10000.0, rope_convention="interleaved",
+                 yarn_factor=1.0, mscale_all_dim=0.0, params):
+        """(y (B, t, D), new cache) for the t new rows x (B, t, D) at positions n..n+t-1,
+        n = cache["length"]; mask (B, t) bool marks the real rows (None: all): equal to
+        mla(all rows so far, mask=keep[:, None, None, :])[:, n:]."""
+        ops = self.ops
+        x = self.ops.floating("x", x)
+        b, t, _ = check.rank("x", x, min_rank=3, max_rank=3)
+        cfg = self.config(num_heads, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, eps,
+                          rope_base, rope_convention, yarn_factor, mscale_all_dim)
+        n = int(cache["length"])
+        check.same("batch size", **{"x.shape[0]": b, "cache['keep'].shape[0]": cache["keep"].shape[0]})
+        new = ops.full((b, t), 1, like=x) == 1 if mask is None else mask  # (B, t)
+        check.broadcastable("mask", new, (b, t))
+        keep = ops.concat([cache["keep"], new], axis=1)  # (B, n + t)
+        attn_mask = Layers.llama_keep(self, keep[:, None, None, :], b, t, n + t, None, keep)
+        y, (c_kv, k_rot) = self.attend(x, attn_mask, cfg, n, check.params_of(params),
+                                       past=(cache["c_kv"], cache["k_rope"]))
+        return y, {"length": n + t, "keep": keep, "c_kv": c_kv, "k_rope": k_rot}
 
     # -- the attributes --------------------------------------------------------------------
 

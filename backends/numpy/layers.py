@@ -4,4 +4,4 @@ from ..composite.layers import Layers
 from ..composite.mla import Mla
 
 encoder_layer, decoder_layer, encoder, decoder, llama_layer = Layers.bind(__package__)
-(mla,) = Mla.bind(__package__)
+(mla,) = Mla.bind(__package__, "mla")
