@@ -389,7 +389,14 @@ def hf_checks(device):
     return [("agree/transformers.BertLayer", agree_hf_encoder_layer(device, "post")),
             ("agree/transformers.GPT2Block", agree_hf_encoder_layer(device, "pre")),
             ("agree/transformers.LlamaDecoderLayer", agree_hf_llama(device, "llama_layer")),
-            ("agree/transformers.LlamaForCausalLM", agree_hf_llama(device, "llama_decoder_only"))]
+            ("agree/transformers.LlamaForCausalLM", agree_hf_llama(device, "llama_decoder_only")),
+            ("agree/transformers.DeepseekV3Attention", _agree_hf_mla(device))]
+
+
+def _agree_hf_mla(device):
+    from .hf_mla import agree_hf_mla
+
+    return agree_hf_mla(device)
 
 
 # -- error contract --------------------------------------------------------------------------
