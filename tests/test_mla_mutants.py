@@ -131,7 +131,7 @@ def _incremental(backend, seed):
     session = types.SimpleNamespace(property_dtype="float64")
     props.test_mla_incremental_decoding_with_latent_cache_equals_full_forward.hypothesis.inner_test(
         backend=backend, device="cpu", attnspec_session=session, ops=_ops(backend), seed=seed,
-        shape=(8, 2, 4, 2, 2, 4, 6), convention="interleaved", yarn=(40.0, 1.0), t=6, data=_Data())
+        shape=(8, 2, 4, 2, 2, 4, 6), t=6, data=_Data())
 
 
 @pytest.mark.parametrize("name", sorted(STEP_BUGS))

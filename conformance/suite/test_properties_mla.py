@@ -7,10 +7,13 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 pytestmark = pytest.mark.properties
+# a quarter of the profile's examples: every new shape is a new trace (and XLA compile) of
+# mla, rope, rms_norm and sdpa in TensorFlow's graph/xla modes
+_FEWER = settings(settings.default, max_examples=max(3, settings.default.max_examples // 4))
 
 seeds = st.integers(0, 2**32 - 1)
 # (D, H, Dn, Dr, Dv, R, R_q): with and without a query latent, Dv != Dn + Dr
@@ -67,6 +70,7 @@ def absorbed(ops, x, mask, a, p):
     return o.transpose(0, 2, 1, 3).reshape(b, t, h * dv) @ p["w_o"]
 
 
+@_FEWER
 @given(seed=seeds, shape=shapes, convention=conventions, yarn=yarns, t=st.integers(1, 6),
        offset=st.integers(0, 4))
 def test_mla_absorbed_weights_equal_naive_form(ops, seed, shape, convention, yarn, t, offset):
@@ -78,12 +82,13 @@ def test_mla_absorbed_weights_equal_naive_form(ops, seed, shape, convention, yar
     ops.assert_close(ops.mla(x=x, mask=mask, params=p, **a), absorbed(ops, x, mask, a, p), scale=8)
 
 
-@given(seed=seeds, shape=shapes, convention=conventions, yarn=yarns, t=st.integers(2, 7),
-       data=st.data())
+@_FEWER
+@given(seed=seeds, shape=shapes, t=st.integers(2, 6), data=st.data())
 def test_mla_incremental_decoding_with_latent_cache_equals_full_forward(
-        backend, device, attnspec_session, ops, seed, shape, convention, yarn, t, data):
+        backend, device, attnspec_session, ops, seed, shape, t, data):
     """mla_step over chunks of the rows gives the rows of mla on all of them, padding rows
-    masked as keys; the cache holds the latent (B, n, R) and the rotated rope key (B, 1, n, Dr)."""
+    masked as keys; the cache holds the latent (B, n, R) and the rotated rope key (B, 1, n, Dr).
+    (One convention and DeepSeek-V3's mscale: each new shape is a new trace in graph modes.)"""
     d, h, dn, dr, dv, rank, r_q = shape
     dtype = attnspec_session.property_dtype
     r = np.random.default_rng(seed)
@@ -91,7 +96,7 @@ def test_mla_incremental_decoding_with_latent_cache_equals_full_forward(
     keep = r.uniform(0, 1, (2, t)) < 0.8
     keep[:, 0] = True
     cuts = sorted(set(data.draw(st.lists(st.integers(1, t - 1), max_size=3))))
-    a = attrs(h, dn, dr, dv, convention, yarn)
+    a = attrs(h, dn, dr, dv, "interleaved", (40.0, 1.0))
     step_attrs = {k: v for k, v in a.items() if k != "offset"}
     init, step = ops.raw("mla_init_cache", "decoding"), ops.raw("mla_step", "decoding")
     bp = {k: backend.asarray(v, dtype=dtype, device=device) for k, v in p.items()}
@@ -108,6 +113,7 @@ def test_mla_incremental_decoding_with_latent_cache_equals_full_forward(
                      ops.mla(x=x, mask=keep[:, None, None, :], params=p, **a), scale=8)
 
 
+@_FEWER
 @given(seed=seeds, shape=shapes, t=st.integers(2, 6))
 def test_mla_future_rows_change_no_past_output(ops, seed, shape, t):
     d, h, dn, dr, dv, rank, r_q = shape
