@@ -4,7 +4,7 @@ to and from the spec's mla parameters, from tiny local configs with random weigh
 (a) from_hf: the module's forward equals the NumPy backend's mla on the converted parameters,
     at float32 accuracy (transformers computes RMSNorm and the RoPE angles in float32 even for
     float64 tensors);
-(b) to_hf: the mla vectors through the module (agree_hf_mla, the suite's extra), and a planted
+(b) to_hf: the mla vectors through the module (extras.agree_hf_mla, the suite's extra), and a planted
     mapping bug that they reject;
 (c) to_hf(from_hf(m)) is bit identical to m;
 (d) a config mla cannot express raises ConfigError naming the field.
@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("transformers")
 
 from attnspec.backends.numpy.layers import mla
-from attnspec.backends.torch import hf, hf_mla
+from attnspec.backends.torch import extras, hf, hf_mla
 from attnspec.spec.errors import ConfigError
 from attnspec.spec.vectors import default_spec
 from transformers import DeepseekV3Config
@@ -63,7 +63,7 @@ def test_deepseek_v3_attention_from_hf_agrees(config):
 
 
 def test_mla_vectors_agree_through_to_hf():
-    hf_mla.agree_hf_mla("cpu")(default_spec())
+    extras.agree_hf_mla("cpu")(default_spec())
 
 
 def test_a_mapping_bug_is_rejected_by_the_vectors(monkeypatch):
@@ -77,7 +77,7 @@ def test_a_mapping_bug_is_rejected_by_the_vectors(monkeypatch):
 
     monkeypatch.setattr(hf_mla, "mla_to_hf", inverted)
     with pytest.raises(AssertionError):
-        hf_mla.agree_hf_mla("cpu")(default_spec())
+        extras.agree_hf_mla("cpu")(default_spec())
 
 
 # -- (c) round trip ------------------------------------------------------------------------------
