@@ -66,8 +66,8 @@ def value_cases(r):
                 params=mla_params(r, 8, 2, 4, 4, 4, 6, r_q=6), flags=["scale"])
     yield value("mla/offset-001", "mla",
                 "offset = 5 (positions 5..8), rope_base = 100, T = 4, H = 2, Dn = 2, Dr = 4: "
-                "scores depend on i - j only, but the output of each row is that of the same "
-                "rows at offset 0 only if RoPE is applied to q and k alike.",
+                "the scores depend on i - j only, so y equals offset 0's when q and k are "
+                "rotated alike; one of them rotated at 0.. fails.",
                 inputs={"x": r.uniform((2, 4, 8))},
                 attributes={**dims(2, 2, 4, 4), "offset": 5, "rope_base": 100.0},
                 params=mla_params(r, 8, 2, 2, 4, 4, 6), flags=["offset", "base"])
@@ -141,9 +141,12 @@ def defaults_cases(r):
                 flags=["defaults", "default-eps"], omit_defaults=True)
     yield value("mla/defaults-002", "mla",
                 "The same attributes left out on x in [-2, 2], T = 8, Dr = 8: positions up to "
-                "7 where 'half' pairs, base 500000 or offset 1 give other scores.",
+                "7 where 'half' pairs or base 500000 give other scores. (A wrong offset is "
+                "invisible: the scores depend on i - j only; yarn_factor and mscale_all_dim "
+                "change the scale only together.)",
                 inputs={"x": r.uniform((2, 8, 8))}, attributes=dims(2, 2, 8, 4),
-                params=mla_params(r, 8, 2, 2, 8, 4, 6), flags=["defaults"], omit_defaults=True)
+                params=mla_params(r, 8, 2, 2, 8, 4, 6, scale=1.0), flags=["defaults"],
+                omit_defaults=True)
 
 
 # -- gradients: mla/grad-*, their own stream (Rng("mla/grad")) --------------------------------
