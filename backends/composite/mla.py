@@ -10,9 +10,7 @@ its latent cache (``mla_init_cache`` / ``mla_step``, module ``decoding``):
 
 from __future__ import annotations
 
-import math
-
-from attnspec.spec.errors import ConfigError, ParameterError, ShapeError
+from attnspec.spec.errors import ParameterError, ShapeError
 
 from .. import _checks as check
 from . import Composite
@@ -89,14 +87,10 @@ class Mla(Composite):
         if dr % 2:
             raise ShapeError(f"RoPE needs an even width: qk_rope_head_dim={dr}")
         dv = check.integer("v_head_dim", dv, lo=1)
-        factor = check.eps(yarn_factor, "yarn_factor")
-        if not check._real(mscale_all_dim) or not math.isfinite(mscale_all_dim):
-            raise ConfigError(f"mscale_all_dim must be a finite number, got {mscale_all_dim!r}")
-        m = 0.1 * float(mscale_all_dim) * math.log(factor) + 1.0 if factor > 1 else 1.0
         return {"h": heads, "dn": dn, "dr": dr, "dv": dv, "eps": check.eps(eps),
                 "rot": {"base": rope_base,
                         "convention": check.choice("rope_convention", rope_convention, CONVENTIONS)},
-                "scale": m * m / math.sqrt(dn + dr)}
+                "scale": check.mla_scale(dn, dr, yarn_factor, mscale_all_dim)}
 
     # -- the projections ----------------------------------------------------------------
 
