@@ -294,6 +294,17 @@ def scale(value, width: int, name: str = "scale") -> float:
     return float(value)
 
 
+def mla_scale(dn: int, dr: int, yarn_factor, mscale_all_dim) -> float:
+    """MLA's softmax scale m^2 / sqrt(Dn + Dr), m = 0.1 mscale_all_dim ln(yarn_factor) + 1
+    when yarn_factor > 1, else 1 (transformers' yarn_get_mscale); yarn_factor a finite
+    number > 0, mscale_all_dim a finite number."""
+    factor = eps(yarn_factor, "yarn_factor")
+    if not _real(mscale_all_dim) or not math.isfinite(mscale_all_dim):
+        raise ConfigError(f"mscale_all_dim must be a finite number, got {mscale_all_dim!r}")
+    m = 0.1 * float(mscale_all_dim) * math.log(factor) + 1.0 if factor > 1 else 1.0
+    return m * m / math.sqrt(dn + dr)
+
+
 def softcap(value, name: str = "softcap") -> float | None:
     """A logit soft-cap c (scores -> c tanh(scores / c)): None (no capping) or a finite
     real number > 0 (bool and str refused), as a Python float."""

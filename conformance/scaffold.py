@@ -104,7 +104,7 @@ Stubs: implement them and delete @missing.{shared}"""
 '''
 
 SHARED = """
-Shared composites ({names}):
+{head}
 attnspec's backends/composite/ over this package's kernels and ops.py; to override
 one, write it here instead of the binding."""
 
@@ -187,7 +187,8 @@ def _module(module: str, fns: list) -> str:
             bound[families[name]].append(name)
     names = ", ".join(n for ns in bound.values() for n in ns)
     text = MODULE.format(module=module, functions=_wrap(", ".join(f[0] for f in fns)),
-                         shared=SHARED.format(names=names) if bound else "")
+                         shared=SHARED.format(head=_wrap(f"Shared composites ({names}):")) if bound
+                         else "")
     if not own:
         text = text.replace("\nStubs: implement them and delete @missing.", "")
     imports = ["from attnspec.backends.base import missing"] if own else []

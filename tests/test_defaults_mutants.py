@@ -107,6 +107,9 @@ WRONG = [
     ("greedy_decode", {"rope_base": 500000.0}),
     ("greedy_decode", {"window": 2}),
     ("greedy_decode", {"num_kv_heads": 1}),
+    ("mla", {"eps": 1e-5}),
+    ("mla", {"rope_base": 500000.0}),
+    ("mla", {"rope_convention": "half"}),
     ("cross_entropy", {"ignore_index": 0}),
     ("cross_entropy", {"label_smoothing": 0.1}),
     ("cross_entropy", {"reduction": "sum"}),
@@ -142,9 +145,13 @@ COARSE = [
 # likewise.
 # min_tokens_to_keep acts only through a filter, and the defaults vectors have none on
 # (sampling/min-tokens-001 states it with every filter on).
+# mla's offset likewise; its yarn_factor and mscale_all_dim change the softmax scale only
+# together (m = 1 unless factor > 1 and mscale_all_dim != 0), so one wrong default alone
+# leaves y unchanged (mla/mscale-001 states both).
 UNOBSERVABLE = {("dropout", "seed"), ("greedy_decode", "eps"), ("llama_layer", "offset"),
                 ("moe_router", "eps"), ("moe", "eps"), ("parallel_layer", "offset"),
-                ("sampling_filter", "min_tokens_to_keep"), ("sample", "min_tokens_to_keep")}
+                ("sampling_filter", "min_tokens_to_keep"), ("sample", "min_tokens_to_keep"),
+                ("mla", "offset"), ("mla", "yarn_factor"), ("mla", "mscale_all_dim")}
 
 
 def wrong_default(name: str, defaults: dict):

@@ -71,7 +71,7 @@ MODULES = {
     "decoder_only_step": "decoding", "llama_layer": "layers", "llama_decoder_only": "models",
     "llama_init_cache": "decoding", "llama_step": "decoding", "parallel_layer": "layers",
     "cross_entropy": "losses", "decoder_only_loss": "models", "sdpa_varlen": "attention",
-    "sdpa_fp8": "attention", "moe_router": "moe", "moe": "moe",
+    "sdpa_fp8": "attention", "moe_router": "moe", "moe": "moe", "mla": "layers",
 }
 
 
@@ -129,12 +129,13 @@ def shared() -> dict[str, type]:
     from .decoding import Decoding
     from .fp8 import Fp8
     from .layers import Layers
+    from .mla import Mla
     from .models import Models
     from .moe import MoE
     from .rnn import Seq2Seq
     from .varlen import Varlen
 
     found = {"residual": Layers}
-    for family in (Layers, Models, Decoding, Seq2Seq, Varlen, Fp8, MoE):
+    for family in (Layers, Models, Decoding, Seq2Seq, Varlen, Fp8, MoE, Mla):
         found.update(dict.fromkeys(family.__dict__["EXPORTS"], family))
     return found

@@ -1,5 +1,7 @@
 """Transformer layers and stacks: the shared composites (backends/composite/layers.py)."""
 
 from ..composite.layers import Layers
+from ..composite.mla import Mla
 
 encoder_layer, decoder_layer, encoder, decoder, llama_layer, parallel_layer = Layers.bind(__package__)
+(mla,) = Mla.bind(__package__, "mla")

@@ -2,7 +2,9 @@
 under ``attention=fused`` their attention computes no weights."""
 
 from ..composite.decoding import Decoding
+from ..composite.mla import Mla
 from ._core import no_weights_unless_traced as _fast
 
 (greedy_decode, decoder_only_init_cache, decoder_only_step, llama_init_cache,
  llama_step) = map(_fast, Decoding.bind(__package__))
+mla_init_cache, mla_step = map(_fast, Mla.bind(__package__, "mla_init_cache", "mla_step"))

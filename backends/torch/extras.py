@@ -457,6 +457,50 @@ def agree_hf_zoo(device, model):
     return check
 
 
+def _mla_attributes(v):
+    """The vector's attributes for mla_to_hf, or None if DeepseekV3Config cannot hold them
+    (YaRN's mscale comes with YaRN's frequency scaling there)."""
+    a = dict(v.attributes)
+    if a.get("yarn_factor", 1.0) > 1 and a.get("mscale_all_dim", 0.0):
+        return None
+    a.pop("yarn_factor", None)
+    a.pop("mscale_all_dim", None)
+    return a
+
+
+def agree_hf_mla(device):
+    """Every expressible mla vector through ``mla_to_hf``, judged at the vector's float32
+    tolerance: at float64 transformers still computes RMSNorm and the RoPE angles in float32.
+    Left out: YaRN's mscale (see _mla_attributes) and a query row with no key to attend to
+    (uniform weights in HF, zeros in the spec)."""
+    from .hf_mla import forward, mla_to_hf
+
+    name = "transformers.DeepseekV3Attention"
+
+    def one(v, x, p):
+        t = x["x"].shape[1]
+        a = _mla_attributes(v)
+        keep = np.tril(np.ones((t, t), dtype=bool))
+        if "mask" in v.inputs:
+            keep = keep & np.asarray(v.inputs["mask"])
+        if a is None or not _no_empty_rows(keep, t, t):
+            return False
+        offset = a.pop("offset", 0)
+        y = forward(mla_to_hf(p, a), x["x"], x.get("mask"), offset=offset)
+        _close_at(name, y, v, "y", "float32")
+        return True
+
+    def check(spec):
+        vectors = [v for v in spec.vectors if v.function == "mla"]
+        if not vectors:
+            pytest.skip(f"the spec (attnspec {spec.version}) has no mla vectors")
+        compared = sum(bool(_finite(v) and one(v, _tensors(v.inputs, device),
+                                                _tensors(v.params, device)))
+                       for v in vectors if v.expect == "value" and not v.deprecated)
+        assert compared, f"{name}: no mla vector could be expressed"
+    return check
+
+
 def hf_checks(device):
     if importlib.util.find_spec("transformers") is None:
         reason = "transformers is not installed: pip install 'attnspec[hf]' (tox -e hf)"
@@ -472,7 +516,8 @@ def hf_checks(device):
             ("agree/transformers.DeepseekV3MoE", agree_hf_moe(device, "DeepseekV3MoE")),
             *[(f"agree/transformers.{m}", agree_hf_zoo(device, m))
               for m in ("MistralDecoderLayer", "Qwen2DecoderLayer", "Phi3DecoderLayer",
-                        "GPTNeoXLayer", "FalconDecoderLayer")]]
+                        "GPTNeoXLayer", "FalconDecoderLayer")],
+            ("agree/transformers.DeepseekV3Attention", agree_hf_mla(device))]
 
 
 # -- error contract --------------------------------------------------------------------------

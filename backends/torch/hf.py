@@ -397,8 +397,12 @@ def from_hf(module) -> tuple[dict, dict]:
     for cls, convert in _zoo().FROM.items():
         if isinstance(module, cls):
             return convert(module)
+    from . import hf_mla  # DeepseekV3Attention -> mla (its own module)
+
+    if isinstance(module, hf_mla.DeepseekV3Attention):
+        return hf_mla.mla_from_hf(module)
     raise ConfigError(f"module: {type(module).__name__} has no converter; supported: "
-                      f"{', '.join(SPEC_FUNCTION)}")
+                      f"{', '.join(SPEC_FUNCTION)}, DeepseekV3Attention")
 
 
 def to_hf(params, attributes: dict, model: str | None = None):
@@ -406,12 +410,16 @@ def to_hf(params, attributes: dict, model: str | None = None):
     parameters (``embed.table``) give a ``LlamaForCausalLM``, ``llama_layer`` ones
     (``attn_norm.gamma``) a ``LlamaDecoderLayer``; ``encoder_layer`` ones a ``BertLayer``
     (norm="post", the default) or a ``GPT2Block`` (norm="pre"); ``moe`` ones (``router.w``)
-    a MoE block. ``model`` names one of :data:`.hf_zoo.SPEC_FUNCTION`
+    a MoE block, ``mla`` ones (``w_kv_a``) a ``DeepseekV3Attention``. ``model`` names one of :data:`.hf_zoo.SPEC_FUNCTION`
     (``"Qwen2DecoderLayer"``, ``"GPTNeoXLayer"``...) instead."""
     if model is not None:
         return _zoo().to_hf(params, attributes, model)
     if "router.w" in params_of(params):
         return moe_to_hf(params, attributes)  # MixtralSparseMoeBlock / Qwen2MoeSparseMoeBlock
+    if "w_kv_a" in params_of(params):  # mla: a DeepseekV3Attention (hf_mla.py)
+        from .hf_mla import mla_to_hf
+
+        return mla_to_hf(params, attributes)
     if "embed.table" in params_of(params):
         return llama_for_causal_lm_to_hf(params, attributes)
     if "attn_norm.gamma" in params_of(params):

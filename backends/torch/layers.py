@@ -2,7 +2,9 @@
 under ``attention=fused`` and without a trace, their attention computes no weights."""
 
 from ..composite.layers import Layers
+from ..composite.mla import Mla
 from ._core import no_weights_unless_traced as _fast
 
 (encoder_layer, decoder_layer, encoder, decoder, llama_layer,
  parallel_layer) = map(_fast, Layers.bind(__package__))
+(mla,) = map(_fast, Mla.bind(__package__, "mla"))

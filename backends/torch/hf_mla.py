@@ -1,0 +1,123 @@
+"""transformers' ``DeepseekV3Attention`` (multi-head latent attention) to and from the spec's
+``mla`` parameters (spec/components/mla.md), and calling it as ``mla`` is called.
+
+- every ``nn.Linear`` stores W as (out, in): each weight is transposed; no bias
+  (``attention_bias=True`` is refused);
+- ``rope_interleave`` True (DeepSeek-V3's default) is ``rope_convention="interleaved"``,
+  False is ``"half"``; ``rope_parameters["rope_theta"]`` is ``rope_base``;
+- YaRN (``rope_type`` other than ``"default"``) also rescales the RoPE frequencies, which
+  ``mla`` does not express: refused (ConfigError naming ``rope_parameters``);
+- ``q_a_layernorm`` / ``kv_a_layernorm`` are built with DeepseekV3RMSNorm's default eps
+  (1e-6), read from the module, not the config's ``rms_norm_eps``.
+"""
+
+from __future__ import annotations
+
+import torch
+from attnspec.spec.errors import ConfigError
+from transformers import DeepseekV3Config
+from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
+    DeepseekV3Attention,
+    DeepseekV3RotaryEmbedding,
+)
+
+from .._checks import integer, params_of
+
+# (HF state_dict name, spec path); every one a transposed nn.Linear weight but the gains
+Q_DIRECT = [("q_proj.weight", "w_q")]
+Q_LATENT = [("q_a_proj.weight", "w_q_a"), ("q_a_layernorm.weight", "q_norm.gamma"),
+            ("q_b_proj.weight", "w_q_b")]
+KV = [("kv_a_proj_with_mqa.weight", "w_kv_a"), ("kv_a_layernorm.weight", "kv_norm.gamma"),
+      ("kv_b_proj.weight", "w_kv_b"), ("o_proj.weight", "w_o")]
+ATTRIBUTES = {"num_heads", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "eps",
+              "rope_base", "rope_convention", "yarn_factor", "mscale_all_dim", "offset"}
+
+
+def _table(q_lora_rank):
+    return (Q_DIRECT if q_lora_rank is None else Q_LATENT) + KV
+
+
+def _transposed(name: str) -> bool:
+    return "layernorm" not in name
+
+
+def _config_checks(c) -> None:
+    if c.attention_bias:
+        raise ConfigError("DeepseekV3Attention: attention_bias=True: mla has no biases")
+    rope = c.rope_parameters or {}
+    if rope.get("rope_type", "default") != "default":
+        raise ConfigError(f"DeepseekV3Attention: rope_parameters rope_type="
+                          f"{rope.get('rope_type')!r}: YaRN's frequency scaling is not mla's "
+                          f"(mla takes its mscale only; apply plain RoPE)")
+
+
+def mla_from_hf(attn: DeepseekV3Attention) -> tuple[dict, dict]:
+    """(attributes, params) of ``mla`` for a DeepseekV3Attention."""
+    c = attn.config
+    _config_checks(c)
+    norm = attn.kv_a_layernorm
+    attributes = {"num_heads": c.num_attention_heads, "qk_nope_head_dim": c.qk_nope_head_dim,
+                  "qk_rope_head_dim": c.qk_rope_head_dim, "v_head_dim": c.v_head_dim,
+                  "eps": float(norm.variance_epsilon),
+                  "rope_base": float(c.rope_parameters["rope_theta"]),
+                  "rope_convention": "interleaved" if c.rope_interleave else "half"}
+    state = attn.state_dict()
+    params = {spec: (state[hf].T if _transposed(hf) else state[hf]).detach().clone()
+              for hf, spec in _table(c.q_lora_rank)}
+    return attributes, params
+
+
+def mla_to_hf(params, attributes: dict) -> DeepseekV3Attention:
+    """A DeepseekV3Attention (eager attention) holding ``params``, in their dtype/device."""
+    unknown = sorted(set(attributes) - ATTRIBUTES)
+    if unknown:
+        raise ConfigError(f"DeepseekV3Attention: attributes {unknown} are not mla's")
+    if attributes.get("yarn_factor", 1.0) > 1 and attributes.get("mscale_all_dim", 0.0):
+        raise ConfigError("DeepseekV3Attention: yarn_factor/mscale_all_dim come with YaRN's "
+                          "frequency scaling in transformers, which mla does not express")
+    if attributes.get("offset", 0):
+        raise ConfigError("DeepseekV3Attention: offset is forward()'s, not the module's")
+    p = params_of(params)
+    h = integer("num_heads", attributes["num_heads"], lo=1)
+    r = p.require("kv_norm.gamma", (None,)).shape[0]
+    w_kv_a = p.require("w_kv_a", (None, None))
+    r_q = p.require("q_norm.gamma", (None,)).shape[0] if "w_q_a" in p else None
+    eps = float(attributes.get("eps", 1e-6))
+    config = DeepseekV3Config(
+        hidden_size=w_kv_a.shape[0], num_attention_heads=h, num_key_value_heads=h,
+        q_lora_rank=r_q, kv_lora_rank=r, qk_nope_head_dim=attributes["qk_nope_head_dim"],
+        qk_rope_head_dim=attributes["qk_rope_head_dim"], v_head_dim=attributes["v_head_dim"],
+        rope_interleave=attributes.get("rope_convention", "interleaved") == "interleaved",
+        rope_parameters={"rope_type": "default",
+                         "rope_theta": float(attributes.get("rope_base", 10000.0))},
+        attention_bias=False, attn_implementation="eager", rms_norm_eps=eps)
+    attn = DeepseekV3Attention(config, layer_idx=0).to(dtype=w_kv_a.dtype, device=w_kv_a.device)
+    for norm in (attn.q_a_layernorm, attn.kv_a_layernorm):
+        if norm is not None:
+            norm.variance_epsilon = eps
+    like = attn.state_dict()
+    state = {}
+    for hf, spec in _table(r_q):
+        want = like[hf].T.shape if _transposed(hf) else like[hf].shape
+        w = p.require(spec, tuple(want))
+        state[hf] = w.T if _transposed(hf) else w
+    attn.load_state_dict(state)
+    return attn.eval()
+
+
+def forward(attn: DeepseekV3Attention, x, mask=None, *, offset: int = 0) -> torch.Tensor:
+    """``y`` of ``mla`` through the module: causal ANDed with the spec's boolean ``mask``
+    (as HF's additive mask), RoPE cos/sin for positions offset..offset+T-1."""
+    integer("offset", offset, lo=0)
+    t = x.shape[1]
+    keep = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+    keep = keep if mask is None else torch.as_tensor(mask, device=x.device) & keep
+    positions = torch.arange(offset, offset + t, device=x.device)[None]
+    cos_sin = DeepseekV3RotaryEmbedding(attn.config).to(x.device)(x, positions)
+    with torch.no_grad():
+        zero = torch.zeros((), dtype=x.dtype, device=x.device)
+        additive = torch.where(keep, zero, torch.finfo(x.dtype).min)  # HF's mask
+        additive = additive.reshape((1,) * (4 - additive.dim()) + tuple(additive.shape))
+        y, _ = attn(x, position_embeddings=cos_sin, attention_mask=additive)
+    return y
+

@@ -1,0 +1,38 @@
+"""The mla oracle: its VJP against 50-digit central differences (tests/test_grad_oracle.py's
+check), with and without a query latent, and its softmax scale against yarn_get_mscale."""
+
+import math
+
+import numpy as np
+import pytest
+from attnspec.spec.oracle.mla import mla, softmax_scale
+
+from .test_grad_oracle import VJP, _check, _working_precision  # noqa: F401 (autouse)
+
+
+def _params(r, d, h, dn, dr, dv, rank, r_q):
+    w = lambda *s: r.uniform(-0.6, 0.6, s)  # noqa: E731
+    p = {"w_kv_a": w(d, rank + dr), "kv_norm.gamma": 1 + w(rank), "w_kv_b": w(rank, h * (dn + dv)),
+         "w_o": w(h * dv, d)}
+    if r_q:
+        return {**p, "w_q_a": w(d, r_q), "q_norm.gamma": 1 + w(r_q), "w_q_b": w(r_q, h * (dn + dr))}
+    return {**p, "w_q": w(d, h * (dn + dr))}
+
+
+@pytest.mark.parametrize("r_q, convention", [(None, "interleaved"), (2, "half")])
+def test_mla_vjp_matches_central_differences(r_q, convention):
+    r = np.random.default_rng(3)
+    attrs = {"num_heads": 2, "qk_nope_head_dim": 1, "qk_rope_head_dim": 2, "v_head_dim": 2,
+             "rope_convention": convention, "offset": 2, "yarn_factor": 4.0, "mscale_all_dim": 0.5,
+             "eps": 0.1}
+    mask = np.array([[[[True, False, True]]]])
+    _check(mla, VJP["mla"], {"y": r.uniform(-1, 1, (1, 3, 3))},
+           {"x": r.uniform(-1, 1, (1, 3, 3)), "mask": mask}, attrs,
+           _params(r, 3, 2, 1, 2, 2, 2, r_q))
+
+
+def test_softmax_scale_squares_yarn_mscale():
+    m = 0.1 * 1.0 * math.log(40.0) + 1  # transformers' yarn_get_mscale(40, 1)
+    assert float(softmax_scale(64, 128 - 64, 40.0, 1.0)) == pytest.approx(m * m / math.sqrt(128), rel=1e-15)
+    assert float(softmax_scale(4, 4, 1.0, 1.0)) == pytest.approx(8 ** -0.5, rel=1e-15)
+    assert float(softmax_scale(4, 4, 40.0, 0.0)) == pytest.approx(8 ** -0.5, rel=1e-15)
