@@ -1,0 +1,79 @@
+"""The rope_frequencies oracle against transformers' ROPE_INIT_FUNCTIONS (the reference for the
+conventions), float32 there, so rtol 2e-6 (transformers is
+a test dependency: a missing one fails, never skips)."""
+
+import numpy as np
+import pytest
+from attnspec.spec.oracle.rope_frequencies import rope_frequencies
+
+K, BASE, L0 = 16, 10000.0, 64
+
+CASES = [
+    ("default", {}, None),
+    ("linear", {"factor": 4.0}, None),
+    ("dynamic", {"factor": 2.0}, 200),
+    ("dynamic", {"factor": 2.0}, 30),
+    ("yarn", {"factor": 8.0, "original_max_position_embeddings": L0}, None),
+    ("yarn", {"factor": 8.0, "original_max_position_embeddings": L0, "beta_fast": 4.0,
+              "beta_slow": 0.5, "mscale": 1.0, "mscale_all_dim": 0.5}, None),
+    ("yarn", {"factor": 4.0, "original_max_position_embeddings": L0, "truncate": False}, None),
+    ("llama3", {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": L0}, None),
+    ("longrope", {"short_factor": [1.0 + i / 8 for i in range(K // 2)],
+                  "long_factor": [2.0 + i for i in range(K // 2)],
+                  "original_max_position_embeddings": L0}, 100),
+    ("longrope", {"short_factor": [1.0 + i / 8 for i in range(K // 2)],
+                  "long_factor": [2.0 + i for i in range(K // 2)],
+                  "original_max_position_embeddings": L0}, 40),
+]
+
+
+def _hf(rope_type, params, seq_len):
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    max_pos = 4 * L0 if rope_type == "longrope" else L0
+    rp = {"rope_type": rope_type, "rope_theta": BASE, **params}
+    cfg = LlamaConfig(hidden_size=2 * K, num_attention_heads=2, max_position_embeddings=max_pos,
+                      rope_parameters=rp)
+    if rope_type == "default":
+        from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+        inv, att = LlamaRotaryEmbedding.compute_default_rope_parameters(cfg)
+    else:
+        inv, att = ROPE_INIT_FUNCTIONS[rope_type](cfg, "cpu", seq_len=seq_len)
+    return inv.double().numpy(), float(att), max_pos
+
+
+@pytest.mark.parametrize("rope_type,params,seq_len", CASES)
+def test_oracle_matches_transformers(rope_type, params, seq_len):
+    inv, att, max_pos = _hf(rope_type, params, seq_len)
+    kw = dict(params)
+    if rope_type == "dynamic":
+        kw["original_max_position_embeddings"] = max_pos  # transformers' L0 is max_position_embeddings
+    out = rope_frequencies(head_dim=K, base=BASE, rope_type=rope_type, seq_len=seq_len,
+                           max_position_embeddings=max_pos, **kw)
+    np.testing.assert_allclose(np.array(out["inv_freq"], dtype=float), inv, rtol=2e-6)
+    assert float(out["attention_factor"]) == pytest.approx(att, rel=1e-12)
+
+
+def test_factor_one_equals_default():
+    d = rope_frequencies(head_dim=K)["inv_freq"]
+    for rope_type, kw in [("linear", {}), ("dynamic", {"seq_len": L0}),
+                          ("yarn", {}), ("llama3", {"low_freq_factor": 1, "high_freq_factor": 4})]:
+        out = rope_frequencies(head_dim=K, rope_type=rope_type, factor=1.0,
+                               original_max_position_embeddings=L0, **kw)
+        np.testing.assert_allclose(np.array(out["inv_freq"], float), np.array(d, float), rtol=1e-15)
+
+
+def test_dynamic_below_original_length_equals_default_at_any_factor():
+    d = np.array(rope_frequencies(head_dim=K)["inv_freq"], float)
+    out = rope_frequencies(head_dim=K, rope_type="dynamic", factor=4.0, seq_len=L0 // 2,
+                           original_max_position_embeddings=L0)
+    np.testing.assert_allclose(np.array(out["inv_freq"], float), d, rtol=1e-15)
+
+
+def test_dynamic_factor_one_beyond_original_length_is_not_default():
+    """b' = b (L / L0)^(K/(K-2)) when factor = 1: NTK scaling still grows the base past L0."""
+    d = np.array(rope_frequencies(head_dim=K)["inv_freq"], float)
+    out = rope_frequencies(head_dim=K, rope_type="dynamic", factor=1.0, seq_len=4 * L0,
+                           original_max_position_embeddings=L0)
+    assert np.all(np.array(out["inv_freq"], float)[1:] < d[1:] * 0.9)
