@@ -77,3 +77,22 @@ def test_dynamic_factor_one_beyond_original_length_is_not_default():
     out = rope_frequencies(head_dim=K, rope_type="dynamic", factor=1.0, seq_len=4 * L0,
                            original_max_position_embeddings=L0)
     assert np.all(np.array(out["inv_freq"], float)[1:] < d[1:] * 0.9)
+
+
+@pytest.mark.parametrize("edge", ["high", "low"])
+def test_llama3_band_edges_are_continuous(edge):
+    """L0 chosen so that pair 2's wavelength sits exactly on a band edge (50 digits): sigma = 1
+    at w = L0 / high gives theta, sigma = 0 at w = L0 / low gives theta / factor."""
+    import mpmath
+    with mpmath.workdps(50):
+        _llama3_edge(edge, mpmath)
+
+
+def _llama3_edge(edge, mpmath):
+    theta = mpmath.power(mpmath.mpf(BASE), -mpmath.mpf(4) / K)
+    w = 2 * mpmath.pi / theta
+    l0 = w * (4 if edge == "high" else 1)
+    out = rope_frequencies(head_dim=K, rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                           high_freq_factor=4.0, original_max_position_embeddings=l0)
+    want = theta if edge == "high" else theta / 8
+    assert abs(out["inv_freq"][2] - want) < mpmath.mpf(10) ** -40 * want
