@@ -96,3 +96,31 @@ def _llama3_edge(edge, mpmath):
                            high_freq_factor=4.0, original_max_position_embeddings=l0)
     want = theta if edge == "high" else theta / 8
     assert abs(out["inv_freq"][2] - want) < mpmath.mpf(10) ** -40 * want
+
+
+@pytest.mark.parametrize("rope_type,params,seq_len", CASES)
+def test_numpy_matches_oracle(rope_type, params, seq_len):
+    from attnspec.backends.numpy.positional import rope_frequencies as np_rope_frequencies
+    kw = dict(params, original_max_position_embeddings=params.get("original_max_position_embeddings", L0))
+    want = rope_frequencies(head_dim=K, base=BASE, rope_type=rope_type, seq_len=seq_len,
+                            max_position_embeddings=4 * L0, **kw)
+    inv, att = np_rope_frequencies(head_dim=K, base=BASE, rope_type=rope_type, seq_len=seq_len,
+                                   max_position_embeddings=4 * L0, **kw)
+    np.testing.assert_allclose(inv, np.array(want["inv_freq"], float), rtol=1e-13)
+    assert att == pytest.approx(float(want["attention_factor"]), rel=1e-13)
+
+
+@pytest.mark.parametrize("kw,err,mention", [
+    ({"head_dim": 7}, "ShapeError", "head_dim"),
+    ({"head_dim": 8, "rope_type": "ntk"}, "ConfigError", "rope_type"),
+    ({"head_dim": 8, "rope_type": "linear", "factor": 0.0}, "ConfigError", "factor"),
+    ({"head_dim": 8, "rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 64,
+      "low_freq_factor": 4.0, "high_freq_factor": 1.0}, "ConfigError", "high_freq_factor"),
+    ({"head_dim": 8, "rope_type": "yarn", "factor": 8.0}, "ConfigError",
+     "original_max_position_embeddings"),
+])
+def test_numpy_errors(kw, err, mention):
+    from attnspec.backends.numpy.positional import rope_frequencies as np_rope_frequencies
+    from attnspec.spec import errors
+    with pytest.raises(getattr(errors, err), match=mention):
+        np_rope_frequencies(**kw)

@@ -110,6 +110,88 @@ def rope(x, *, offset=0, base=10000.0, convention="interleaved"):
     return np.concatenate([ya, yb], axis=-1)
 
 
+# -- rope_frequencies (draft, issue 25 item 1; spec/components/rope_frequencies.md) --------
+
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
+
+
+def rope_frequencies(*, head_dim, base=10000.0, rope_type="default", seq_len=None, factor=None,
+                     original_max_position_embeddings=None, max_position_embeddings=None,
+                     beta_fast=32.0, beta_slow=1.0, mscale=None, mscale_all_dim=None,
+                     attention_factor=None, low_freq_factor=None, high_freq_factor=None,
+                     short_factor=None, long_factor=None, truncate=True):
+    """inv_freq (K/2,) float64 and the attention factor under transformers' rope_type rules."""
+    k = check.integer("head_dim", head_dim, lo=0)
+    if k % 2:
+        raise ShapeError(f"rope_frequencies needs an even head_dim, got {k}")
+    rope_type = check.choice("rope_type", rope_type, ROPE_TYPES)
+    base = _positive("base", base)
+    exponent = np.arange(0, k, 2, dtype=np.float64) / k  # (K/2,)
+    theta = base ** -exponent
+    if rope_type == "default":
+        return theta, 1.0
+    l0 = _positive("original_max_position_embeddings", original_max_position_embeddings) \
+        if rope_type != "linear" else None
+    if rope_type == "longrope":
+        f = long_factor if seq_len is not None and seq_len > l0 else short_factor
+        f = np.asarray(f, dtype=np.float64)
+        if f.shape != theta.shape:
+            raise ShapeError(f"longrope factors need shape {theta.shape}, got {f.shape}")
+        s = factor if factor is not None else _positive("max_position_embeddings",
+                                                       max_position_embeddings) / l0
+        m = attention_factor if attention_factor is not None else (
+            1.0 if s <= 1 else float(np.sqrt(1 + np.log(s) / np.log(l0))))
+        return theta / f, float(m)
+    s = _positive("factor", factor)
+    if rope_type == "linear":
+        return theta / s, 1.0
+    if rope_type == "dynamic":
+        length = max(check.integer("seq_len", seq_len, lo=0), l0)
+        b2 = base * (s * length / l0 - (s - 1)) ** (k / (k - 2))  # NTK-aware base
+        return b2 ** -exponent, 1.0
+    if rope_type == "llama3":
+        return _llama3(theta, s, l0, _positive("low_freq_factor", low_freq_factor),
+                       _positive("high_freq_factor", high_freq_factor)), 1.0
+    return _yarn(theta, k, base, s, l0, beta_fast, beta_slow, truncate), \
+        _yarn_attention(s, mscale, mscale_all_dim, attention_factor)
+
+
+def _positive(name, v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+        raise ConfigError(f"{name} must be a positive number, got {v!r}")
+    return float(v)
+
+
+def _llama3(theta, s, l0, low, high):
+    if not high > low:
+        raise ConfigError(f"high_freq_factor ({high}) must exceed low_freq_factor ({low})")
+    w = 2 * np.pi / theta                                   # wavelengths (K/2,)
+    sigma = (l0 / w - low) / (high - low)
+    smooth = (1 - sigma) * theta / s + sigma * theta
+    return np.where(w < l0 / high, theta, np.where(w > l0 / low, theta / s, smooth))
+
+
+def _yarn(theta, k, base, s, l0, beta_fast, beta_slow, truncate):
+    def d(r):  # the pair index whose wavelength turns r times over L0
+        return k * np.log(l0 / (2 * np.pi * r)) / (2 * np.log(base))
+    lo, hi = d(beta_fast), d(beta_slow)
+    if truncate:
+        lo, hi = np.floor(lo), np.ceil(hi)
+    lo, hi = max(lo, 0), min(hi, k - 1)
+    hi = hi + 0.001 if lo == hi else hi
+    gamma = 1 - np.clip((np.arange(k // 2) - lo) / (hi - lo), 0, 1)  # 1: keep theta_i
+    return theta / s * (1 - gamma) + theta * gamma
+
+
+def _yarn_attention(s, mscale, mscale_all_dim, attention_factor):
+    if attention_factor is not None:
+        return float(attention_factor)
+
+    def mu(c=1.0):
+        return 1.0 if s <= 1 else 0.1 * c * np.log(s) + 1.0
+    return float(mu(mscale) / mu(mscale_all_dim)) if mscale and mscale_all_dim else float(mu())
+
+
 # == grad2: backward (vector-Jacobian products) =============================================
 
 # y = R x, R the rotation of each pair (a, b) by p theta_i: orthogonal, so dx = R^T dy,
