@@ -23,6 +23,7 @@ _BUILTIN = {
     "torch": "attnspec.backends.torch:TorchBackend",
     "tensorflow": "attnspec.backends.tensorflow:TensorFlowBackend",
     "jax": "attnspec.backends.jax:JaxBackend",
+    "mlx": "attnspec.backends.mlx:MlxBackend",
 }
 
 

@@ -66,9 +66,11 @@ def batch_broadcast(what: str, **shapes: tuple) -> tuple:
 
 
 def dtype_name(x) -> str:
-    """``x``'s dtype as NumPy names it (``float32``, ``bfloat16``), whatever the framework."""
-    name = getattr(x.dtype, "name", None)  # NumPy, JAX, TensorFlow
-    return name if isinstance(name, str) else str(x.dtype).removeprefix("torch.")
+    """``x``'s dtype as NumPy names it (``float32``, ``bfloat16``), whatever the framework:
+    its ``name`` (NumPy, JAX, TensorFlow), else its printed form without the module
+    (``torch.float32``, ``mlx.core.float32``)."""
+    name = getattr(x.dtype, "name", None)
+    return name if isinstance(name, str) else str(x.dtype).rsplit(".", 1)[-1]
 
 
 FLOATING = ("float64", "float32", "float16", "bfloat16")
@@ -601,3 +603,27 @@ def paged_append_plan(a, k_cache, v_cache, block_table, seq_lens, k, v) -> tuple
         raise DomainError(problem)
     dtype = np.asarray(seq_lens).dtype
     return k_cache, v_cache, k, v, index, (lens + t).astype(dtype)  # (B,)
+
+
+def moe_router(x_shape: tuple, bias_shape, top_k, scoring, renormalize, eps, n_group,
+               topk_group, routed_scaling_factor) -> tuple:
+    """The router's attributes against logits (N, E) and a bias (E,) (shapes; bias_shape
+    None when absent): ``(top_k, n_group, topk_group)`` or ConfigError / ShapeError."""
+    if len(x_shape) != 2:
+        raise ShapeError(f"logits must have rank 2 (N, E), got shape {tuple(x_shape)}")
+    e = x_shape[1]
+    if bias_shape is not None and tuple(bias_shape) != (e,):
+        raise ShapeError(f"correction_bias must have shape ({e},) (one per expert of logits "
+                         f"{tuple(x_shape)}), got {tuple(bias_shape)}")
+    choice("scoring", scoring, ("softmax", "sigmoid"))
+    flag("renormalize", renormalize)
+    for name, v in (("eps", eps), ("routed_scaling_factor", routed_scaling_factor)):
+        if not _real(v) or not math.isfinite(v) or v < 0:
+            raise ConfigError(f"{name} must be a finite number >= 0, got {v!r}")
+    n_group = integer("n_group", n_group, lo=1)
+    if e % n_group or (n_group > 1 and e // n_group < 2):
+        raise ConfigError(f"n_group={n_group} must divide the {e} experts of logits "
+                          f"{tuple(x_shape)} into groups of at least 2")
+    topk_group = integer("topk_group", topk_group, lo=1, hi=n_group)
+    top_k = integer("top_k", top_k, lo=1, hi=topk_group * (e // n_group))
+    return top_k, n_group, topk_group

@@ -83,6 +83,16 @@ class Backend:
         device (bfloat16 may come back as float32)."""
         raise self._unwritten("to_numpy")
 
+    def dtype_name(self, x) -> str | None:
+        """The spec's name of an array's dtype ('float32', 'bfloat16', 'int64', 'bool'), or
+        None for something that is not an array; the output contract compares it with the
+        spec's dtype. The default reads ``x.dtype.name`` (NumPy, JAX, TensorFlow) or
+        ``str(x.dtype)`` without its module (``torch.float32``, ``mlx.core.float32``);
+        override it where the framework spells dtypes otherwise."""
+        from attnspec.conformance.runner import dtype_name
+
+        return dtype_name(x)
+
     def versions(self) -> dict[str, str]:
         """``{"mylib": "1.2.3", ...}``: the framework and the libraries that decide its
         numbers, shown in the suite's header and in ``attnspec report``."""

@@ -371,7 +371,7 @@ def cmd_verify(args) -> int:
         return 2
     print()
     print(summary_table(doc))
-    for note in doc.get("notes", []):
+    for note in [*doc.get("notes", []), *float64_hints(doc)]:
         print(f"attnspec verify: {note}")
     for line in doc.get("stale_known_failures", []):
         print(f"attnspec verify: stale known failure: {line}", file=sys.stderr)
@@ -380,17 +380,42 @@ def cmd_verify(args) -> int:
     return code
 
 
+# A float64 failure this many ULPs off is a float32-accurate result, not a float64 one.
+FLOAT32_ACCURATE_ULPS = 1e6
+
+
+def float64_hints(doc: dict) -> list[str]:
+    """One hint naming the components with a float64 failure (not a known one) off by a
+    float32-sized error while all their float32 results pass: float32 inside."""
+    by_dtype: dict = {}
+    for r in doc["results"]:
+        by_dtype.setdefault((r["component"], r["dtype"]), []).append(r)
+    wide = sorted({comp for (comp, dtype), rs in by_dtype.items() if dtype == "float64"
+                   and any(r["status"] == "fail" and not r.get("known_failure")
+                           and (r.get("max_ulp") or 0) > FLOAT32_ACCURATE_ULPS for r in rs)
+                   and by_dtype.get((comp, "float32"))
+                   and all(r["status"] == "pass" for r in by_dtype[comp, "float32"])})
+    if not wide:
+        return []
+    return [f"hint: {', '.join(wide)} fail at float64 by more than {FLOAT32_ACCURATE_ULPS:.0e} "
+            f"ULP while float32 passes: does the framework compute float64 (exp, sin, erf, "
+            f"sigmoid...) in float32? (backends/README.md, \"Lessons from a port\")"]
+
+
 def summary_table(doc: dict) -> str:
-    """The verify table: one row per (component, dtype), from :mod:`.results`."""
+    """The verify table: one row per (component, dtype), from :mod:`.results`. The max
+    absolute error stands beside the max ULP: a gradient whose expectation is near zero
+    can pass at a ULP error of 1e12 (its tolerance is absolute there)."""
     from . import results
 
     rows = results.tally(doc["results"])
     head = (f"{'component':22s} {'dtype':9s} {'vectors':>7s} {'passed':>7s} {'failed':>7s} "
-            f"{'error':>6s} {'missing':>7s} {'known':>6s} {'max ULP':>9s}")
+            f"{'error':>6s} {'missing':>7s} {'known':>6s} {'max abs':>9s} {'max ULP':>9s}")
     lines = [f"attnspec {doc.get('spec_version')} · backend {doc['backend']} · device "
              f"{doc['device']}", head, "-" * len(head)]
     for (comp, dtype), t in sorted(rows.items()):
-        lines.append(f"{comp:22s} {dtype:9s} {_counts(t)} {results.fmt(t.max_ulp):>9s}")
+        lines.append(f"{comp:22s} {dtype:9s} {_counts(t)} {results.fmt(t.max_abs, '.2g'):>9s} "
+                     f"{results.fmt(t.max_ulp):>9s}")
     lines += ["-" * len(head), f"{'total':32s} {_counts(results.total(rows.values()))}"]
     return "\n".join(lines)
 

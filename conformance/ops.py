@@ -27,9 +27,12 @@ class Ops:
     def __init__(self, backend, spec, device: str, dtype: str):
         self.backend, self.spec, self.device, self.dtype = backend, spec, device, dtype
         self.tol = DEFAULT_TOLERANCES[dtype]
+        self.called: list[str] = []  # the spec functions this test called, in order
 
     def __call__(self, name: str, *, params=None, trace: bool = False, **kwargs):
         fn = self.spec.functions[name]
+        if name not in self.called:
+            self.called.append(name)
         inputs = {k: v for k, v in kwargs.items() if k in fn.inputs and v is not None}
         attributes = {k: v for k, v in kwargs.items() if k not in fn.inputs}
         try:
@@ -63,7 +66,15 @@ class Ops:
         return lambda **kw: self(name, **kw)
 
     def assert_close(self, actual, desired, *, scale: float = 1.0, what: str = "") -> None:
-        """Equal within the dtype's default tolerance (times ``scale``)."""
-        np.testing.assert_allclose(
-            np.asarray(actual, dtype=np.float64), np.asarray(desired, dtype=np.float64),
-            rtol=self.tol["rtol"] * scale, atol=self.tol["atol"] * scale, err_msg=what)
+        """Equal within the dtype's default tolerance (times ``scale``). A failure names
+        the backend, the spec functions called, the dtype and the tolerance, and prints
+        the arrays in full precision (at NumPy's default 8 digits a float32 mismatch can
+        print ACTUAL and DESIRED alike)."""
+        where = (f"{self.backend.name} {', '.join(self.called) or 'no spec function'} at "
+                 f"{self.dtype} (rtol={self.tol['rtol'] * scale:g}, "
+                 f"atol={self.tol['atol'] * scale:g})")
+        with np.printoptions(precision=17, floatmode="maxprec", threshold=200):
+            np.testing.assert_allclose(
+                np.asarray(actual, dtype=np.float64), np.asarray(desired, dtype=np.float64),
+                rtol=self.tol["rtol"] * scale, atol=self.tol["atol"] * scale,
+                err_msg=f"{what}: {where}" if what else where)

@@ -64,17 +64,25 @@ FAMILIES = {
 }
 # The test reports' user_properties key under which a worker ships a vector's result.
 RESULT_PROPERTY = "attnspec_result"
+# ... and the outcome of a differential or property test (suite/conftest.py, Outcome).
+OUTCOME_PROPERTY = "attnspec_outcome"
 
+_NO_EXPLAIN = ("explicit", "reuse", "generate", "target", "shrink")
+_NO_SHRINK = ("explicit", "reuse", "generate", "target")
 HYPOTHESIS_PROFILES = {
-    # What tox and `attnspec verify` use: reproducible, bounded, no timing flakiness.
+    # What tox and `attnspec verify` use: reproducible, bounded, no timing flakiness; a
+    # failure is shrunk but not "explained" (the explain phase annotates the lines of
+    # NumPy's own printing code) and prints no @reproduce_failure blob (it points into the
+    # installed package; the rerun line the suite prints is the way back).
     "ci": dict(derandomize=True, max_examples=20, deadline=None, database=None,
-               print_blob=True),
+               print_blob=False, phases=_NO_EXPLAIN),
     # For local hunting: many more examples, random seeds, the example database.
     "thorough": dict(max_examples=500, deadline=None, print_blob=True),
     # For iterating on a backend, and for tests of the runner itself: reproducible, three
-    # examples per property (the vectors still all run).
+    # examples per property (the vectors still all run), no shrinking: a red run is as
+    # quick as a green one.
     "quick": dict(derandomize=True, max_examples=3, deadline=None, database=None,
-                  print_blob=True),
+                  print_blob=False, phases=_NO_SHRINK),
 }
 
 # option dest -> environment variable
@@ -165,6 +173,8 @@ class Session:
         self.requested_dtypes, self.options, self.timeout = None, {}, DEFAULT_TIMEOUT
         self.known: list = []
         self.results: list = []
+        self.outcomes: list = []  # differential and property tests: known.Outcome
+        self.property_tests: set[str] = set()  # the property tests' names (collected)
         self.backend = None
         self.spec = None
         self.problem: str | None = None
@@ -265,10 +275,12 @@ class Session:
 
     def stale_known_failures(self, results=None) -> list[str]:
         """Known-failure patterns whose every result in this run (or in ``results``,
-        objects with id, dtype and status) passed."""
+        objects with id, dtype and status) passed, the outcomes of the differential and
+        property tests they name included."""
         from .known import now_passing
 
-        found = now_passing(self.known, self.results if results is None else results)
+        found = now_passing(self.known, [*(self.results if results is None else results),
+                                         *self.outcomes])
         return [f"{self.known_path}:{k.line}: {k.pattern} now passes ({n} result(s)); remove "
                 f"it from the known failures" for k, n in found]
 
@@ -345,17 +357,22 @@ class WorkerResults:
     def pytest_runtest_logreport(self, report):
         if getattr(report, "node", None) is None or report.when != "call":
             return  # a report of this process: its results are recorded already
+        from .known import Outcome
         from .runner import Result
 
         self.s.workers.add(str(getattr(report.node, "gateway", report.node).id))
         self.s.results += [Result.from_json(value) for key, value in report.user_properties
                            if key == RESULT_PROPERTY]
+        self.s.outcomes += [Outcome(**value) for key, value in report.user_properties
+                            if key == OUTCOME_PROPERTY]
 
 
 def _register_hypothesis_profiles() -> None:
-    from hypothesis import HealthCheck, settings
+    from hypothesis import HealthCheck, Phase, settings
 
     for name, kw in HYPOTHESIS_PROFILES.items():
+        if "phases" in kw:
+            kw = {**kw, "phases": [Phase[p] for p in kw["phases"]]}
         settings.register_profile(
             f"attnspec-{name}",
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], **kw)
@@ -431,6 +448,7 @@ def results_doc(s: Session, exitstatus: int) -> dict:
         **({"jobs": len(s.workers), "workers": sorted(s.workers)} if s.workers else {}),
         **({"interrupted": True} if s.interrupted else {}),
         "results": [r.as_json() for r in s.results],
+        "outcomes": [vars(o) for o in s.outcomes],
     }
 
 

@@ -102,12 +102,27 @@ def call(backend, fn: Function, inputs: dict, attributes: dict, params: dict | N
 
 
 def dtype_name(x) -> str | None:
-    """'float32', 'bfloat16', 'int64', 'bool'... for a NumPy, torch, TensorFlow or JAX array."""
-    d = getattr(x, "dtype", None)
-    if d is None:
-        return None
-    name = getattr(d, "name", None)
-    return (name if isinstance(name, str) else str(d)).removeprefix("torch.")
+    """'float32', 'bfloat16', 'int64', 'bool'... for an array of any framework the backends'
+    checks know (Backend.dtype_name's default), None for something without a dtype."""
+    from attnspec.backends._checks import dtype_name as named
+
+    return None if getattr(x, "dtype", None) is None else named(x)
+
+
+_SPEC_DTYPE_NAMES = {"float64", "float32", "float16", "bfloat16", "int64", "bool"}
+_SPELLING_HINT = (" (a dtype name the spec does not use: if the framework spells its dtypes "
+                  "otherwise, override Backend.dtype_name)")
+
+
+def _unknown_spelling(name: str) -> bool:
+    """A dtype name neither the spec's nor NumPy's (``fw.float32``)."""
+    if name in _SPEC_DTYPE_NAMES:
+        return False
+    try:
+        np.dtype(name)
+    except TypeError:
+        return True
+    return False
 
 
 def contract_problems(backend, fn: Function, raw: tuple, expected: dict, dtype: str | None,
@@ -119,15 +134,17 @@ def contract_problems(backend, fn: Function, raw: tuple, expected: dict, dtype: 
     bool for masks. The device is checked when the backend can tell
     (``Backend.device_of``)."""
     device_of = getattr(backend, "device_of", None)
+    name_of = getattr(backend, "dtype_name", dtype_name)
     problems = []
     for name, x in zip(fn.returns, raw):
-        got = dtype_name(x)
+        got = name_of(x)
         if got is None:
             problems.append(f"output {name!r} is a {type(x).__name__}, not an array")
             continue
         want = dtype if expected[name].dtype.kind == "f" else expected[name].dtype.name
         if want is not None and got != want:
-            problems.append(f"output {name!r} is {got}, the spec's dtype here is {want}")
+            problems.append(f"output {name!r} is {got}, the spec's dtype here is {want}"
+                            + _SPELLING_HINT * _unknown_spelling(got))
         where = device_of(x) if device_of is not None else None
         if where is not None and where != device:
             problems.append(f"output {name!r} is on device {where!r}, requested {device!r}")
@@ -198,9 +215,10 @@ def vjp(backend, fn: Function, inputs: dict, attributes: dict, params: dict | No
     grad_inputs, grad_params = backend.vjp(fn.name, fn.module, call_kwargs, cot)
     problems = []
     device_of = getattr(backend, "device_of", None)
+    name_of = getattr(backend, "dtype_name", dtype_name)
     for group, grads in (("input", grad_inputs), ("param", grad_params)):
         for name, g in grads.items():
-            got = dtype_name(g)
+            got = name_of(g)
             if got != dtype:
                 problems.append(f"gradient of {group} {name!r} is {got}, the spec's dtype "
                                 f"here is {dtype}")

@@ -56,11 +56,22 @@ from __future__ import annotations
 
 import numpy as np
 from attnspec.backends.base import Backend as _Base
+from attnspec.spec.errors import ConfigError
 
 
 class Backend(_Base):
     name = "{name}"
     package = __name__
+    # the --backend-option keys this backend reads (``self.options[key]``, strings);
+    # any other is refused, so a typo never runs the suite under a default
+    OPTIONS: tuple[str, ...] = ()
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        unknown = sorted(set(options) - set(self.OPTIONS))
+        if unknown:
+            raise ConfigError(f"unknown {name} backend option(s) {{unknown}}; known: "
+                              f"{{', '.join(self.OPTIONS) or 'none'}}")
 
     def devices(self) -> list[str]:
         return ["cpu"]
@@ -129,8 +140,20 @@ def _wrap(doc: str) -> str:
     return textwrap.fill(doc, width=100, subsequent_indent="    ")
 
 
+def _def_line(name: str, signature: str) -> str:
+    """``def name(signature):``, its parameters wrapped under the parenthesis past ruff's
+    110 columns (moe_router's attributes alone are longer)."""
+    line = f"def {name}({signature}):"
+    if len(line) <= 110:
+        return line
+    indent = " " * (len(name) + 5)
+    body = textwrap.fill(f"{signature}):", width=110, initial_indent=indent,
+                         subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+    return f"def {name}(" + body[len(indent):]
+
+
 def _stub(name: str, signature: str, doc: str) -> str:
-    return (f"\n\n@missing\ndef {name}({signature}):\n    \"\"\"{_wrap(doc)}\"\"\"\n"
+    return (f"\n\n@missing\n{_def_line(name, signature)}\n    \"\"\"{_wrap(doc)}\"\"\"\n"
             f"    raise NotImplementedError\n")
 
 

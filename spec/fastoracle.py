@@ -401,7 +401,8 @@ def _key_used(keep, x):
 
 
 def sdpa_vjp(cot, q, k, v, mask=None, bias=None, scale=None, num_kv_heads=None, softcap=None):
-    """dq, dk, dv (DD) for cotangents on output (and optionally weights); no bias gradient."""
+    """dq, dk, dv (DD) for cotangents on output (and optionally weights, or sdpa_lse's lse);
+    no bias gradient."""
     if bias is not None:
         raise InexactInput("sdpa_vjp: the stress family has no bias gradient")
     h, h_kv = q.shape[-3] if q.ndim >= 3 else 1, num_kv_heads
@@ -421,6 +422,9 @@ def sdpa_vjp(cot, q, k, v, mask=None, bias=None, scale=None, num_kv_heads=None, 
         dp = dp + np.asarray(cot["weights"], dtype=np.float64)  # exact: both on fine grids
     dp = np.where(keep, dp, 0.0)
     ds = _softmax_back(w, dp)  # (..., T, S)
+    if "lse" in cot:  # sdpa_lse: d lse / dS = W, so dS += W dlse
+        g = np.broadcast_to(np.asarray(cot["lse"], dtype=np.float64)[..., None], w[0].shape)
+        ds = add(ds, mul(w, dd(np.where(keep, g, 0.0))))
     if softcap is not None:  # d(c tanh(u/c))/du = 1 - tanh^2
         one = dd(np.ones(t[0].shape))
         ds = mul(ds, sub(one, mul(t, t)))
@@ -649,3 +653,116 @@ def mha_vjp(cot, query, key, value, mask=None, num_heads=1, num_kv_heads=None, p
     if "b_k" in p:  # every score of a row moves by q . b_k: softmax cancels it, db_k = 0 exactly
         grads["b_k"] = dd(np.zeros(np.shape(p["b_k"])))
     return dx, grads
+
+
+# -- the kernel interfaces: log-sum-exp, sinks, packed and paged batches ---------------------
+
+def _row_lse(s, keep):
+    """m + log(sum exp(s - m)) over the kept scores of each row (DD); -inf for a row with
+    none kept."""
+    hi = np.where(keep, s[0], -np.inf)
+    m = np.max(hi, axis=-1, initial=-np.inf)
+    m0 = np.where(np.isfinite(m), m, 0.0)
+    x = sub((np.where(keep, s[0], 0.0), np.where(keep, s[1], 0.0)),
+            dd(np.broadcast_to(m0[..., None], s[0].shape)))
+    e = exp(x)
+    total = tree_sum((np.where(keep, e[0], 0.0), np.where(keep, e[1], 0.0)), -1)
+    empty = total[0] <= 0
+    lse = add(dd(m0), log((np.where(empty, 1.0, total[0]), np.where(empty, 0.0, total[1]))))
+    return np.where(empty, -np.inf, lse[0]), np.where(empty, 0.0, lse[1])
+
+
+def _attend(q, k, v, mask, scale, num_kv_heads, softcap, sinks=None, bias=None):
+    """(output, weights, lse) as DD, the scores masked, capped, biased and (optionally)
+    joined by a sink column per query head, the sink's weight dropped from the output."""
+    if num_kv_heads is not None:
+        k, v = _repeat(k, q.shape[-3], num_kv_heads), _repeat(v, q.shape[-3], num_kv_heads)
+    keep = _keep(q, k, v, mask)
+    s, _, _ = _scores(q, np.where(_key_used(keep, k), k, 0.0), scale, softcap)
+    s = (np.broadcast_to(s[0], keep.shape), np.broadcast_to(s[1], keep.shape))
+    if bias is not None:
+        b = np.where(keep, np.broadcast_to(np.asarray(bias, dtype=np.float64), keep.shape), 0.0)
+        s, keep = add(s, dd(b)), keep & ~np.isneginf(b)
+    keep = keep & ~np.isneginf(s[0])
+    if sinks is not None:  # (H,) against the scores' axis -3
+        col = np.broadcast_to(np.asarray(sinks, np.float64)[:, None, None], keep.shape[:-1] + (1,))
+        s = (np.concatenate([s[0], col], -1), np.concatenate([s[1], np.zeros(col.shape)], -1))
+        keep = np.concatenate([keep, np.ones(col.shape, bool)], -1)
+    lse = _row_lse(s, keep)
+    w, keep = softmax_rows(s, keep)
+    if sinks is not None:
+        w, keep = (w[0][..., :-1], w[1][..., :-1]), keep[..., :-1]
+    out = dd_matmul(w, np.where(_key_used(keep, v), v, 0.0))
+    return out, w, lse
+
+
+def sdpa_lse(q, k, v, mask=None, bias=None, scale=None, num_kv_heads=None, softcap=None):
+    """sdpa's output and the log-sum-exp of each query row's kept scores (sdpa_lse.md)."""
+    out, _, lse = _attend(q, k, v, mask, scale, num_kv_heads, softcap, bias=bias)
+    return {"output": out, "lse": lse}
+
+
+def sdpa_sinks(q, k, v, sinks, mask=None, bias=None, scale=None, num_kv_heads=None,
+               softcap=None):
+    """Attention with a learned sink logit per query head in the softmax's denominator
+    (attention_sinks.md): {output, weights}, the sink's column dropped."""
+    out, w, _ = _attend(q, k, v, mask, scale, num_kv_heads, softcap, sinks, bias)
+    return {"output": out, "weights": w}
+
+
+def local_keep(t, s, causal=False, window=None, left=None, right=None):
+    """(T, S) bottom-right mask of sdpa_varlen's attributes: query i at p = i + S - T."""
+    p = np.arange(t)[:, None] + (s - t)
+    j = np.arange(s)[None, :]
+    keep = np.ones((t, s), bool)
+    if causal:
+        keep &= j <= p
+    if window is not None:
+        keep &= (j <= p) & (j > p - window)
+    if left is not None:
+        keep &= j >= p - left
+    if right is not None:
+        keep &= j <= p + right
+    return keep
+
+
+def _one_sequence(q, k, v, keep, scale):
+    """q (T, H, K), k and v (S, H_kv, .) in the packed layout: sdpa's output (T, H, V)."""
+    t, h = q.shape[:2]
+    if t == 0 or k.shape[0] == 0 or not keep.any():
+        return np.zeros((t, h, v.shape[-1])), np.zeros((t, h, v.shape[-1]))
+    h_kv = k.shape[1]
+    out = sdpa(np.swapaxes(q, 0, 1)[None], np.swapaxes(k, 0, 1)[None], np.swapaxes(v, 0, 1)[None],
+               keep, None, scale, None if h_kv == h else h_kv, None)["output"]
+    return np.swapaxes(out[0][0], 0, 1), np.swapaxes(out[1][0], 0, 1)
+
+
+def sdpa_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, scale=None, causal=False, window=None,
+                window_left=None, window_right=None):
+    """sdpa run on each packed sequence (sdpa_varlen.md): output (total_q, H, V) as DD."""
+    hi, lo = np.zeros(q.shape[:2] + v.shape[-1:]), np.zeros(q.shape[:2] + v.shape[-1:])
+    for b in range(len(cu_seqlens_q) - 1):
+        rq = slice(int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1]))
+        rk = slice(int(cu_seqlens_k[b]), int(cu_seqlens_k[b + 1]))
+        keep = local_keep(rq.stop - rq.start, rk.stop - rk.start, causal, window, window_left,
+                          window_right)
+        hi[rq], lo[rq] = _one_sequence(q[rq], k[rk], v[rk], keep, scale)
+    return {"output": (hi, lo)}
+
+
+def gather_pages(cache, blocks, length):
+    """The first ``length`` slots of the pages ``blocks`` of a (num_blocks, P, H_kv, .) cache."""
+    return cache[np.asarray(blocks, np.int64)].reshape((-1,) + cache.shape[2:])[:length]
+
+
+def paged_attention(q, k_cache, v_cache, block_table, seq_lens, scale=None, causal=False):
+    """sdpa of each sequence's new queries over its gathered keys (paged_attention.md):
+    output (B, T, H, V) as DD."""
+    page = k_cache.shape[1]
+    hi, lo = np.zeros(q.shape[:3] + v_cache.shape[-1:]), np.zeros(q.shape[:3] + v_cache.shape[-1:])
+    for b, n in enumerate(int(x) for x in seq_lens):
+        blocks = block_table[b][: -(-n // page)]
+        k, v = gather_pages(k_cache, blocks, n), gather_pages(v_cache, blocks, n)
+        keep = local_keep(q.shape[1], n, causal)
+        hi[b], lo[b] = _one_sequence(q[b], k, v, keep, scale)
+    return {"output": (hi, lo)}

@@ -21,6 +21,9 @@ def _cases():
              "v": (np.ones(5), F64)}
     mha_p = {n: (np.eye(4), F64) for n in ("w_q", "w_k", "w_v", "w_o")}
     cache = np.ones((3, 2, 1, 4))  # (N, P, H_kv, K)
+    fp8 = {n: (np.full((1, 2, 2, 4), 0.75), F64) for n in ("q", "k", "v")}  # (B, H, T, K)
+    off_grid = np.full((1, 2, 2, 4), 0.75)
+    off_grid[0, 1, 0, 2] = 1.0625  # not an e4m3fn value
     paged = {"q": (np.ones((1, 1, 2, 4)), F64), "k_cache": (cache, F64), "v_cache": (cache, F64),
              "block_table": (np.array([[0, 1]]), None), "seq_lens": (np.array([3]), None)}
     return {
@@ -108,6 +111,13 @@ def _cases():
         "gru-w_ih-shape": ("gru_cell", "rnn", {"x": (np.ones((1, 2)), F64),
                                                "h": (np.ones((1, 2)), F64)},
                            {"params": {**gru, "w_ih": (np.ones((3, 6)), F64)}}),
+        "fp8-q-off-grid": ("sdpa_fp8", "attention", {**fp8, "q": (off_grid, F64)}, {}),
+        "fp8-descale-float32": ("sdpa_fp8", "attention",
+                                {**fp8, "k_descale": (np.array(0.5), F32)}, {}),
+        "fp8-descale-negative": ("sdpa_fp8", "attention",
+                                 {**fp8, "v_descale": (np.array([[0.5, -0.5]]), F64)}, {}),
+        "fp8-descale-shape": ("sdpa_fp8", "attention",
+                              {**fp8, "q_descale": (np.ones((1, 3)), F64)}, {}),
     }
 
 

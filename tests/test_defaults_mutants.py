@@ -41,6 +41,16 @@ WRONG = [
     ("sdpa_varlen", {"window": 1}),
     ("sdpa_varlen", {"window_left": 0}),  # flash-attn's (0, -1) where (-1, -1) is meant
     ("sdpa_varlen", {"window_right": 0}),  # a causal band where none is asked
+    ("sdpa_fp8", {"fp8_format": "e5m2"}),  # e4m3fn values with three fraction bits: refused
+    ("sdpa_fp8", {"scale": 1.0}),
+    ("sdpa_fp8", {"causal": True}),
+    ("sdpa_fp8", {"num_kv_heads": 1}),
+    ("sdpa_fp8", {"softcap": 50.0}),
+    ("moe_router", {"scoring": "sigmoid"}),  # DeepSeek-V3's scores where Mixtral's are meant
+    ("moe_router", {"renormalize": True}),  # norm_topk_prob on by default
+    ("moe_router", {"routed_scaling_factor": 2.5}),
+    ("moe_router", {"n_group": 3}),  # groups of two: top-2 from the best group only
+    ("moe_router", {"topk_group": 2}),  # more groups kept than there are: refused
     ("chunked_mask", {"causal": False}),
     ("mha", {"num_kv_heads": 1}),  # multi-query by default: w_k, w_v read as the wrong shapes
     ("topk_attention", {"scale": 1.0}),
@@ -104,7 +114,10 @@ COARSE = [
 # llama_layer's offset: RoPE scores depend on i - j only, so shifting every query and key
 # of the layer by the same offset leaves y unchanged (it matters in llama_step, whose cached
 # keys sit at other positions: the incremental-decoding property and greedy_decode catch it).
-UNOBSERVABLE = {("dropout", "seed"), ("greedy_decode", "eps"), ("llama_layer", "offset")}
+# moe_router's eps divides only when renormalize is True, which its defaults vector leaves
+# False (mixtral-001 states eps with renormalisation on).
+UNOBSERVABLE = {("dropout", "seed"), ("greedy_decode", "eps"), ("llama_layer", "offset"),
+                ("moe_router", "eps")}
 
 
 def wrong_default(name: str, defaults: dict):

@@ -174,3 +174,10 @@ def test_scaffold_installs_and_is_discovered(tmp_path):
     n_after = int(re.search(r"(\d+) spec function\(s\) missing", log).group(1))
     assert n_after == n_before - 1
     assert "softmax.softmax" not in log.split("spec function(s) missing")[1].split("\n=")[0]
+
+    # the scaffold's __init__ refuses an option it does not read: one line, no suite run
+    proc = _run([str(py), "-m", "attnspec.conformance.cli", "verify", "--backend", "stubby",
+                 "--backend-option", "threads=4"], cwd=tmp_path)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode != 0 and len(lines) == 1, proc.stdout + proc.stderr
+    assert "unknown stubby backend option(s) ['threads']; known: none" in lines[0]

@@ -70,3 +70,39 @@ def test_outputs_on_another_device_fail():
     results = _results(Returning(lambda y: y, device="gpu"), "softmax", "float64")
     assert all(r.status == "fail" for r in results)
     assert all("output 'y' is on device 'gpu', requested 'cpu'" in r.messages for r in results)
+
+
+class Spelled:
+    """An array whose framework spells its dtype ``fw.float32`` (as MLX's
+    ``mlx.core.float32``)."""
+
+    def __init__(self, a):
+        self.a = np.asarray(a)
+        self.dtype = type("DType", (), {"name": f"fw.{self.a.dtype.name}"})()
+        self.shape = self.a.shape
+
+    def __array__(self, dtype=None, copy=None):
+        return self.a if dtype is None else self.a.astype(dtype)
+
+
+class SpelledBackend(Returning):
+    def __init__(self):
+        super().__init__(Spelled)
+
+    def to_numpy(self, x):
+        return np.asarray(x)
+
+
+def test_a_framework_dtype_spelling_fails_with_the_hook_named():
+    results = _results(SpelledBackend(), "softmax", "float32")
+    assert all(r.status == "fail" for r in results)
+    assert all(any("is fw.float32, the spec's dtype here is float32" in m
+                   and "override Backend.dtype_name" in m for m in r.messages) for r in results)
+
+
+def test_the_dtype_name_hook_reads_the_spelling():
+    class Hooked(SpelledBackend):
+        def dtype_name(self, x):
+            return x.dtype.name.removeprefix("fw.") if isinstance(x, Spelled) else super().dtype_name(x)
+
+    assert {r.status for r in _results(Hooked(), "softmax", "float32")} == {"pass"}

@@ -27,18 +27,19 @@ DOC = {"backend": "numpy", "device": "cpu", "dtypes": ["float64", "float32"],
            r("softmax/a-001", "float64", "missing"),
        ]}
 
-# By hand: (vectors, pass, fail, error, missing, known, max ULP as both tables print it).
-EXPECTED = {("sdpa", "float64"): (6, 2, 1, 1, 1, 1, "1e+09"),
-            ("sdpa", "float32"): (1, 1, 0, 0, 0, 0, "2"),
-            ("softmax", "float64"): (1, 0, 0, 0, 1, 0, "-")}
+# By hand: (vectors, pass, fail, error, missing, known, max abs, max ULP as both tables
+# print them).
+EXPECTED = {("sdpa", "float64"): (6, 2, 1, 1, 1, 1, "0.5", "1e+09"),
+            ("sdpa", "float32"): (1, 1, 0, 0, 0, 0, "1e-07", "2"),
+            ("softmax", "float64"): (1, 0, 0, 0, 1, 0, "-", "-")}
 
 
 def cli_rows(doc) -> dict:
     rows = {}
     for line in summary_table(doc).splitlines():
         cols = line.split()
-        if len(cols) == 9 and cols[1].startswith("float"):
-            rows[cols[0], cols[1]] = (*map(int, cols[2:8]), cols[8])
+        if len(cols) == 10 and cols[1].startswith("float"):
+            rows[cols[0], cols[1]] = (*map(int, cols[2:8]), cols[8], cols[9])
     return rows
 
 
@@ -71,12 +72,12 @@ def test_the_verify_table_counts_by_hand():
 def test_the_report_matrix_agrees_with_the_verify_table():
     cells = report_cells(DOC)
     assert set(cells) == set(EXPECTED)
-    for key, (n, passed, _fail, _error, missing, known, ulp) in cli_rows(DOC).items():
+    for key, (n, passed, _fail, _error, missing, known, abs_err, ulp) in cli_rows(DOC).items():
         text = cells[key]
         assert text.startswith(f"{passed}/{n}"), (key, text)
         assert (f"({known} known)" in text) == bool(known), (key, text)
         assert (f"({missing} missing)" in text) == bool(missing), (key, text)
-        assert text.endswith(f", {ulp} ULP"), (key, text)
+        assert text.endswith(f", {abs_err}, {ulp} ULP"), (key, text)
     assert cells["sdpa", "float64"] == "2/6 (1 known) (1 missing), 0.5, 1e+09 ULP"
 
 
@@ -108,3 +109,17 @@ def test_a_malformed_results_document_names_the_field(tmp_path, doc, says):
 def test_an_unreadable_results_file_is_named(tmp_path):
     with pytest.raises(results.ResultsError, match="cannot read results .*nope.json"):
         results.load(tmp_path / "nope.json")
+
+
+def test_verify_hints_at_a_float64_that_is_float32_inside():
+    from attnspec.conformance.cli import float64_hints
+
+    doc = {"results": [r("softmax/a-001", "float64", "fail", 1e-8, 4e8),
+                       r("softmax/a-001", "float32", "pass", 1e-8, 1.0),
+                       r("sdpa/a-001", "float64", "fail", 1e-3, 4e8),  # float32 fails too
+                       r("sdpa/a-001", "float32", "fail", 1e-3, 5e3),
+                       r("gru/a-001", "float64", "fail", 1e-15, 12.0),  # a real float64 bug
+                       r("gru/a-001", "float32", "pass", 1e-8, 1.0)]}
+    hints = float64_hints(doc)
+    assert len(hints) == 1 and hints[0].startswith("hint: softmax fail at float64")
+    assert float64_hints(DOC) == []

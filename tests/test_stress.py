@@ -321,3 +321,23 @@ def test_dd_dot_rows_cuts_a_long_input_into_digits():
     for i in range(3):
         want = sum((Fraction(a) + Fraction(b)) * Fraction(c) for a, b, c in zip(x[0][i], x[1][i], y[i]))
         assert got[i] == float(want), i
+
+
+@pytest.mark.parametrize("recipe", [
+    {"op": "ints", "shape": [3], "values": [0, 1]},  # too few
+    {"op": "ints", "shape": [2], "values": [0, 1.5]},  # not an integer
+    {"op": "ints", "shape": [2], "values": [0, True]},  # a bool is not an index
+    {"op": "ints", "shape": [1 << 25], "values": []},  # over the bound, refused before reading
+], ids=["count", "float", "bool", "bound"])
+def test_an_ints_recipe_that_does_not_spell_its_shape_is_refused(recipe):
+    from attnspec.spec.stress.recipes import build
+
+    with pytest.raises(VectorFileError, match="stress recipe"):
+        build(recipe, "x.cu_seqlens")
+
+
+def test_an_ints_recipe_is_its_values_in_row_major_order():
+    from attnspec.spec.stress.recipes import build
+
+    a = build({"op": "ints", "shape": [2, 3], "values": [5, 4, 3, 2, 1, 0]})
+    assert a.dtype == np.int64 and a.tolist() == [[5, 4, 3], [2, 1, 0]]

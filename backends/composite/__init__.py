@@ -71,6 +71,7 @@ MODULES = {
     "decoder_only_step": "decoding", "llama_layer": "layers", "llama_decoder_only": "models",
     "llama_init_cache": "decoding", "llama_step": "decoding",
     "cross_entropy": "losses", "decoder_only_loss": "models", "sdpa_varlen": "attention",
+    "sdpa_fp8": "attention",
 }
 
 
@@ -126,12 +127,13 @@ class Composite:
 def shared() -> dict[str, type]:
     """Spec function name -> the family (class) that writes it once for every backend."""
     from .decoding import Decoding
+    from .fp8 import Fp8
     from .layers import Layers
     from .models import Models
     from .rnn import Seq2Seq
     from .varlen import Varlen
 
     found = {"residual": Layers}
-    for family in (Layers, Models, Decoding, Seq2Seq, Varlen):
+    for family in (Layers, Models, Decoding, Seq2Seq, Varlen, Fp8):
         found.update(dict.fromkeys(family.__dict__["EXPORTS"], family))
     return found

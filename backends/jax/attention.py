@@ -401,6 +401,7 @@ def _sdpa_sink_column(q, k, v, column, mask, bias, c, full, cap=None):
     scores = _scores(q, k, c, bias, full, cap)  # (..., T, S)
     keep = jnp.broadcast_to(True if mask is None else mask, full)
     kept = jnp.concatenate([keep, jnp.ones(full[:-1] + (1,), bool)], axis=-1)
+    column = jnp.broadcast_to(column, full[:-1] + (1,))  # (H, 1, 1) where no bucket applies
     weights = _softmax_core(jnp.concatenate([scores, column], axis=-1), kept, -1)[..., :-1]
     return weighted_sum(weights, v), weights  # (..., T, V), (..., T, S)
 
@@ -466,3 +467,19 @@ def paged_kv_append(k_cache, v_cache, block_table, seq_lens, k, v):
 from ..composite.varlen import Varlen  # noqa: E402
 
 (sdpa_varlen,) = Varlen.bind(__package__, "sdpa_varlen")
+
+
+# == float8 inputs with descales (issue 22 item 6) =========================================
+
+def fp8_grid(x, fp8_format):
+    """x cast to JAX's float8 of the format (jnp.float8_e4m3fn, jnp.float8_e5m2) and back."""
+    f8 = {"e4m3fn": jnp.float8_e4m3fn, "e5m2": jnp.float8_e5m2}[fp8_format]
+    return jax.lax.stop_gradient(x).astype(f8).astype(x.dtype)
+
+
+# sdpa on float8 inputs: the shared composite over this sdpa (one path for every backend;
+# a float8 dot_general with float32 accumulation exists, unused): the inputs are checked
+# through JAX's float8 and dequantised explicitly (x * descale), then this sdpa.
+from ..composite.fp8 import Fp8  # noqa: E402
+
+(sdpa_fp8,) = Fp8.bind(__package__, "sdpa_fp8")

@@ -479,3 +479,48 @@ def paged_kv_append(k_cache, v_cache, block_table, seq_lens, k, v):
 from ..composite.varlen import Varlen  # noqa: E402
 
 (sdpa_varlen,) = Varlen.bind(__package__, "sdpa_varlen")
+
+
+# == float8 inputs with descales (issue 22 item 6) =========================================
+
+def fp8_grid(x, fp8_format):
+    """x cast to ml_dtypes' float8 of the format and back (NumPy's own float8 dtypes):
+    equal to x where x is a value of the format."""
+    import ml_dtypes
+
+    f8 = {"e4m3fn": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}[fp8_format]
+    with np.errstate(invalid="ignore", over="ignore"):
+        return x.astype(f8).astype(x.dtype)
+
+
+# sdpa on float8 inputs: the shared composite over this sdpa. NumPy has no float8 matmul:
+# the inputs are checked through ml_dtypes' float8 and dequantised explicitly (x * descale).
+from ..composite.fp8 import Fp8  # noqa: E402
+
+sdpa_fp8, _fp8_plan = Fp8.bind(__package__, "sdpa_fp8", "plan")
+
+
+def _descale_grad(g, x, d):
+    """d(descale) = sum of g * x over the elements the descale multiplies: () or (B, H_kv)."""
+    gx = np.sum(g * x, axis=(2, 3))  # (B, heads)
+    if np.ndim(d) == 0:
+        return np.sum(gx)
+    b, h_kv = np.shape(d)
+    return gx.reshape(b, h_kv, -1).sum(-1)  # (B, H_kv)
+
+
+# With x^ = x * d (d broadcast per head) and dx^ sdpa's gradient w.r.t. x^:
+#   dx = dx^ * d,  d(descale) = sum of dx^ * x over each descale entry's elements.
+def sdpa_fp8_vjp(cotangents, q, k, v, q_descale=None, k_descale=None, v_descale=None, *,
+                 fp8_format="e4m3fn", scale=None, causal=False, num_kv_heads=None, softcap=None):
+    xs, scales, mask = _fp8_plan(q, k, v, q_descale, k_descale, v_descale,
+                                 fp8_format=fp8_format, causal=causal)
+    hats = [x if d is None else x * d for x, d in zip(xs, scales)]
+    g, _ = sdpa_vjp(cotangents, *hats, mask, scale=scale, num_kv_heads=num_kv_heads,
+                    softcap=softcap)
+    grads = {}
+    for name, x, d, given in zip("qkv", xs, scales, (q_descale, k_descale, v_descale)):
+        grads[name] = g[name] if d is None else g[name] * d
+        if given is not None:
+            grads[f"{name}_descale"] = _descale_grad(g[name], x, np.asarray(given))
+    return grads, {}

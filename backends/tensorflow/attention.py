@@ -373,3 +373,20 @@ def paged_kv_append(k_cache, v_cache, block_table, seq_lens, k, v):
 from ..composite.varlen import Varlen  # noqa: E402
 
 (sdpa_varlen,) = Varlen.bind(__package__, "sdpa_varlen")
+
+
+# == float8 inputs with descales (issue 22 item 6) =========================================
+
+def fp8_grid(x, fp8_format):
+    """x cast to TensorFlow's float8 of the format (tf.dtypes.experimental) and back."""
+    f8 = {"e4m3fn": tf.dtypes.experimental.float8_e4m3fn,
+          "e5m2": tf.dtypes.experimental.float8_e5m2}[fp8_format]
+    return tf.cast(tf.cast(tf.stop_gradient(x), f8), x.dtype)
+
+
+# sdpa on float8 inputs: the shared composite over this sdpa. TensorFlow has float8 dtypes
+# but no CPU float8 matmul: the inputs are checked through them and dequantised explicitly
+# (x * descale in the computation dtype), then this sdpa.
+from ..composite.fp8 import Fp8  # noqa: E402
+
+(sdpa_fp8,) = Fp8.bind(__package__, "sdpa_fp8")

@@ -408,3 +408,19 @@ def paged_kv_append(k_cache, v_cache, block_table, seq_lens, k, v):
 from ..composite.varlen import Varlen  # noqa: E402
 
 (sdpa_varlen,) = Varlen.bind(__package__, "sdpa_varlen")
+
+
+# == float8 inputs with descales (issue 22 item 6) =========================================
+
+def fp8_grid(x, fp8_format):
+    """x cast to torch's float8 of the format and back (no gradient: a check of values)."""
+    f8 = {"e4m3fn": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[fp8_format]
+    return x.detach().to(f8).to(x.dtype)
+
+
+# sdpa on float8 inputs: the shared composite over this sdpa. torch's CPU float8 `@` rounds
+# its result to float8 and _scaled_mm (float32 accumulation) is 2-D only: the inputs are
+# checked through torch's float8 and dequantised explicitly (x * descale), then this sdpa.
+from ..composite.fp8 import Fp8  # noqa: E402
+
+(sdpa_fp8,) = Fp8.bind(__package__, "sdpa_fp8")

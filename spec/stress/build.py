@@ -90,6 +90,13 @@ def expected(fn: str, x: dict, p: dict, a: dict, cot: dict | None):
             g = fo.cross_entropy_vjp(float(cot["loss"]), x["logits"], x["targets"], a["ignore_index"])
             grads = {"inputs": {"logits": _f(g["logits"])}, "params": {}}
         return {"loss": _f(loss)}, grads
+    if fn == "sdpa_lse" and cot:
+        kw = {k: a.get(k) for k in ("scale", "num_kv_heads", "softcap")}
+        g = fo.sdpa_vjp(cot, x["q"], x["k"], x["v"], x.get("mask"), None, **kw)
+        return (_interface_expected(fn, x, a, None),
+                {"inputs": {n: _f(g[n]) for n in ("q", "k", "v")}, "params": {}})
+    if fn in INTERFACES:
+        return _interface_expected(fn, x, a, cot), None
     if fn in ("causal_mask", "sliding_window_mask", "local_window_mask", "chunked_mask",
               "rope"):  # exact or small: the oracle itself
         from ..oracle import masks, rope
@@ -112,6 +119,29 @@ def expected(fn: str, x: dict, p: dict, a: dict, cot: dict | None):
             grads = {"inputs": {"x": _np(dx["x"])}, "params": {}}
         return {k: _np(v) for k, v in out.items()}, grads
     raise StressError(f"no fast oracle for {fn!r}")
+
+
+INTERFACES = ("sdpa_lse", "sdpa_sinks", "sdpa_varlen", "paged_attention")
+
+
+def _interface_expected(fn: str, x: dict, a: dict, cot) -> dict:
+    """The kernel interfaces' outputs (stress gradients: sdpa_lse's only, in expected)."""
+    if cot:
+        raise StressError(f"{fn}: no stress gradients")
+    attention = {k: a.get(k) for k in ("scale", "num_kv_heads", "softcap")}
+    if fn == "sdpa_lse":
+        out = fo.sdpa_lse(x["q"], x["k"], x["v"], x.get("mask"), x.get("bias"), **attention)
+    elif fn == "sdpa_sinks":
+        out = fo.sdpa_sinks(x["q"], x["k"], x["v"], x["sinks"], x.get("mask"), x.get("bias"),
+                            **attention)
+    elif fn == "sdpa_varlen":
+        out = fo.sdpa_varlen(x["q"], x["k"], x["v"], x["cu_seqlens_q"], x["cu_seqlens_k"],
+                             **{k: a.get(k) for k in ("scale", "causal", "window", "window_left",
+                                                      "window_right")})
+    else:
+        out = fo.paged_attention(x["q"], x["k_cache"], x["v_cache"], x["block_table"],
+                                 x["seq_lens"], a.get("scale"), a.get("causal", False))
+    return {k: _f(v) for k, v in out.items()}
 
 
 # -- the mpmath check --------------------------------------------------------------------
@@ -219,7 +249,69 @@ def mp_check(vid: str, fn: str, x: dict, p: dict, a: dict, cot, outputs: dict, g
             gi, _ = VJPS["cross_entropy"](cot, logits=z, targets=t, **a)
             n += _same(got, gi["logits"], f"{vid} dlogits of rows {rows}")
         return n
+    if fn in INTERFACES:
+        n = _interface_check(vid, fn, x, a, outputs, rng)
+        if grads:  # sdpa_lse: the whole VJP in mpmath (the case is kept small enough)
+            kw = {k: a.get(k) for k in ("scale", "num_kv_heads", "softcap")}
+            gi, _ = VJPS["sdpa_lse"](cot, **x, **kw)
+            for name in ("q", "k", "v"):
+                n += _same(grads["inputs"][name], gi[name], f"{vid} d{name}")
+        return n
     return 0  # masks, rope: computed by the mpmath oracle itself
+
+
+def _interface_check(vid, fn, x, a, outputs, rng) -> int:
+    """Sampled query rows against mpmath: sdpa_lse and sdpa_sinks through their own
+    oracles; a packed or paged row through the sdpa oracle on its sequence's keys."""
+    from ..oracle.sdpa import sdpa as mp_sdpa
+
+    n = 0
+    if fn in ("sdpa_lse", "sdpa_sinks"):
+        from ..oracle.attention_sinks import sdpa_sinks as mp_sinks
+        from ..oracle.sdpa_lse import sdpa_lse as mp_lse
+
+        q, attention = x["q"], {k: a.get(k) for k in ("scale", "num_kv_heads", "softcap")}
+        full = q.shape[:-2]
+        for b in _rows(rng, full[0], 0):
+            for t in _rows(rng, q.shape[-2], 2):
+                sub = _sdpa_row(x, b, t, full)
+                if fn == "sdpa_lse":
+                    want = mp_lse(**sub, **attention)
+                    n += _same(outputs["lse"][b:b + 1, ..., t:t + 1], want["lse"], f"{vid} lse[{b},..,{t}]")
+                else:
+                    want = mp_sinks(**sub, sinks=x["sinks"], **attention)
+                    n += _same(outputs["weights"][b:b + 1, ..., t:t + 1, :], want["weights"],
+                               f"{vid} weights[{b},..,{t}]")
+                n += _same(outputs["output"][b:b + 1, ..., t:t + 1, :], want["output"],
+                           f"{vid} output[{b},..,{t}]")
+        return n
+    for q, k, v, keep, where in _sequences(fn, x, a):
+        for t in (_rows(rng, q.shape[0], 1) if q.shape[0] else []):
+            h_kv = k.shape[1]
+            want = mp_sdpa(np.swapaxes(q[t:t + 1], 0, 1)[None], np.swapaxes(k, 0, 1)[None],
+                           np.swapaxes(v, 0, 1)[None], keep[t:t + 1], scale=a.get("scale"),
+                           num_kv_heads=None if h_kv == q.shape[1] else h_kv)["output"]
+            got = outputs["output"][where][t:t + 1]  # (1, H, V)
+            n += _same(got, np.swapaxes(np.asarray(want)[0], 0, 1), f"{vid} output row {t} of {where}")
+    return n
+
+
+def _sequences(fn, x, a):
+    """(q (T, H, K), k, v (S, H_kv, .), keep (T, S), where in the output) per sequence."""
+    if fn == "sdpa_varlen":
+        cq, ck = x["cu_seqlens_q"], x["cu_seqlens_k"]
+        for b in range(len(cq) - 1):
+            rq, rk = slice(int(cq[b]), int(cq[b + 1])), slice(int(ck[b]), int(ck[b + 1]))
+            keep = fo.local_keep(rq.stop - rq.start, rk.stop - rk.start, a.get("causal", False),
+                                 a.get("window"), a.get("window_left"), a.get("window_right"))
+            yield x["q"][rq], x["k"][rk], x["v"][rk], keep, (rq,)
+        return
+    page = x["k_cache"].shape[1]
+    for b, n in enumerate(int(s) for s in x["seq_lens"]):
+        blocks = x["block_table"][b][: -(-n // page)]
+        keep = fo.local_keep(x["q"].shape[1], n, a.get("causal", False))
+        yield (x["q"][b], fo.gather_pages(x["k_cache"], blocks, n),
+               fo.gather_pages(x["v_cache"], blocks, n), keep, (b,))
 
 
 def _sdpa_row(x: dict, b: int, t: int, full) -> dict:

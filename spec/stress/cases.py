@@ -454,7 +454,126 @@ def mha_cases():
                       "weights-cotangent", "no-bias", "tile-boundary"])
 
 
+def ints(values, shape=None) -> dict:
+    return {"op": "ints", "shape": list(shape or [len(values)]), "values": [int(v) for v in values]}
+
+
+def lse_cases():
+    yield case("sdpa_lse/stress-far-below-001", "sdpa_lse",
+               "Every kept score is -131072 + (at most +-8), causal bottom-right T = 97 over "
+               "S = 1025 (query i sees j <= i + 928), H = 2, K = V = 64: the log-sum-exp is "
+               "about -131070; a row maximum started at a finite sentinel returns the "
+               "sentinel's log-sum-exp (or -inf), a kernel that adds the row maximum back in "
+               "float16 loses it.",
+               inputs=_far_below(1, 2, 97, 1025, 64, 64), dtypes=WIDE, dtype_note=WIDE_NOTE,
+               flags=["finite-sentinel", "underflow", "causal", "t-ne-s", "tile-boundary", "long"])
+    yield case("sdpa_lse/stress-empty-rows-001", "sdpa_lse",
+               "Causal bottom-right T = 129 over S = 65, GQA (H = 4 over H_kv = 2), K = V = 80: "
+               "queries 0..63 see no key (log-sum-exp -inf, output 0), query 64 sees one key "
+               "(log-sum-exp = its score), the rest cross a 64-key tile edge.",
+               inputs={**qkv(1, 4, 129, 65, 80, 80, h_kv=2), "mask": mask(129, 65, causal=True)},
+               attributes={"num_kv_heads": 2},
+               flags=["fully-masked", "causal", "t-ne-s", "tile-boundary", "gqa", "odd-width"])
+    yield case("sdpa_lse/stress-grad-001", "sdpa_lse",
+               "Gradients (dq, dk, dv) of the output and the log-sum-exp together, every kept "
+               "score near -131072 (k[..., 0] jittered so dq[..., 0] is not a cancelling 0), "
+               "causal T = 17 over S = 129, H = 2, K = V = 64: d lse / dS = W, so a kernel whose "
+               "backward reads the log-sum-exp it saved at a finite sentinel gets every "
+               "gradient wrong.",
+               inputs=_far_below(1, 2, 17, 129, 64, 64, jitter=True),
+               cotangents={"output": u((1, 2, 17, 64)), "lse": u((1, 2, 17))},
+               dtypes=WIDE, dtype_note=WIDE_NOTE,
+               flags=["finite-sentinel", "underflow", "causal", "t-ne-s", "tile-boundary",
+                      "gradient"])
+
+
+SINKS = [12.0, -12.0, 0.0, 3.5]  # one far above every score, one far below, two in between
+
+
+def _floats(values) -> dict:
+    return {"op": "full", "shape": [len(values)], "value": 0.0,
+            "set": [{"index": [i], "value": float(v)} for i, v in enumerate(values)]}
+
+
+def sinks_cases():
+    yield case("attention_sinks/stress-gqa-window-001", "sdpa_sinks",
+               "GQA (H = 4 query heads over H_kv = 2), a different sink per query head (12, -12, "
+               "0, 3.5 against scores of about +-4), T = 65 over S = 127, K = V = 64, a sliding "
+               "window of 32 keys (bottom-right): the first head's sink takes nearly all the "
+               "weight, the second's none; a sink read from the kv head's index or from head 0 "
+               "is off everywhere.",
+               inputs={**qkv(1, 4, 65, 127, 64, 64, h_kv=2), "sinks": _floats(SINKS),
+                       "mask": mask(65, 127, window=32)},
+               attributes={"num_kv_heads": 2},
+               flags=["gqa", "per-head", "sliding-window", "t-ne-s", "tile-boundary"])
+    x = _far_below(1, 2, 63, 129, 64, 64)
+    x["sinks"] = {"op": "full", "shape": [2], "value": -131072.0,
+                  "set": [{"index": [1], "value": -131080.0}]}
+    yield case("attention_sinks/stress-far-below-001", "sdpa_sinks",
+               "Every kept score is -131072 + (at most +-8) and the sinks are -131072 and "
+               "-131080, causal T = 63 over S = 129, H = 2: the sink and the keys share the "
+               "weight only when the row maximum is the true one; a finite sentinel gives the "
+               "sink all of it (or NaN).",
+               inputs=x, dtypes=WIDE, dtype_note=WIDE_NOTE,
+               flags=["finite-sentinel", "underflow", "causal", "t-ne-s", "tile-boundary"])
+
+
+# (T_b, S_b) per packed sequence: a single token, one short of a tile, an empty sequence,
+# one past a tile, and a long one (97 new queries over 1025 keys).
+PACKED = [(1, 1), (63, 63), (0, 0), (65, 65), (97, 1025)]
+
+
+def _offsets(lengths):
+    out = [0]
+    for n in lengths:
+        out.append(out[-1] + n)
+    return out
+
+
+def varlen_cases():
+    tq, tk = sum(t for t, _ in PACKED), sum(s for _, s in PACKED)
+    yield case("sdpa_varlen/stress-packed-001", "sdpa_varlen",
+               "Five packed sequences of (T, S) = (1, 1), (63, 63), (0, 0), (65, 65), (97, 1025), "
+               "causal bottom-right per sequence, GQA (H = 4 over H_kv = 2), K = V = 64: an empty "
+               "sequence, tile edges on both sides, and one sequence 16 times longer than the "
+               "rest (a kernel that reads max_seqlen_k for every sequence, or a neighbour's "
+               "offsets, attends to the wrong keys).",
+               inputs={"q": u((tq, 4, 64)), "k": u((tk, 2, 64)), "v": u((tk, 2, 64)),
+                       "cu_seqlens_q": ints(_offsets(t for t, _ in PACKED)),
+                       "cu_seqlens_k": ints(_offsets(s for _, s in PACKED))},
+               attributes={"max_seqlen_q": 97, "max_seqlen_k": 1025, "causal": True},
+               flags=["causal", "gqa", "t-ne-s", "tile-boundary", "empty", "long"])
+
+
+PAGE = 16
+# sequence 0: 1025 keys = 64 pages + 1 slot, its pages in a shuffled order; sequences 1 and 2
+# share their first page (a common prefix) and end one past a page edge (17) and on one (32).
+SEQ_LENS = [1025, 17, 32]
+
+
+def _block_table():
+    pool = [(7 * i + 3) % 71 for i in range(71)]  # a permutation of the 71 pages
+    first = pool[:65]
+    shared, rest = pool[65], pool[66:]
+    rows = [first, [shared, rest[0]], [shared, rest[1]]]
+    return [r + [0] * (65 - len(r)) for r in rows]
+
+
+def paged_cases():
+    yield case("paged_attention/stress-pages-001", "paged_attention",
+               "Three sequences in a pool of 71 pages of 16 slots, T = 3 new queries each, causal "
+               "bottom-right, GQA (H = 4 over H_kv = 2), K = V = 64: 1025 keys over 65 shuffled "
+               "pages (the last holds one key), two sequences sharing their first page and "
+               "ending one past a page edge (17) and on one (32).",
+               inputs={"q": u((3, 3, 4, 64)), "k_cache": u((71, PAGE, 2, 64)),
+                       "v_cache": u((71, PAGE, 2, 64)),
+                       "block_table": ints(sum(_block_table(), []), (3, 65)),
+                       "seq_lens": ints(SEQ_LENS)},
+               attributes={"causal": True},
+               flags=["paged", "shared-page", "causal", "gqa", "tile-boundary", "long"])
+
+
 def every():
     for group in (sdpa_cases, softmax_cases, masks_cases, norm_cases, loss_cases, rope_cases,
-                  mha_cases):
+                  mha_cases, lse_cases, sinks_cases, varlen_cases, paged_cases):
         yield from group()

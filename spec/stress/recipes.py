@@ -7,6 +7,8 @@ A recipe is ``{"op": ..., ...}``:
   optional ``mul`` and ``add`` (exact: powers of two and short dyadics), then ``set``;
 - ``integers``: ``shape, lo, hi, stream`` (Rng.integers), then ``set``;
 - ``full``: ``shape, value``, then ``set``;
+- ``ints``: ``shape, values`` -- integers given one by one, row-major (sequence offsets,
+  block tables), then ``set``;
 - ``mask``: boolean ``(B, 1, T, S)`` or ``(T, S)``: ``t, s`` and any of ``causal`` (bottom-right,
   masks.md), ``window`` (W keys, bottom-right), ``left``/``right`` (a local window: keys
   p - left .. p + right), ``chunk`` (keys in the query's chunk of C positions), ``left_pad``
@@ -69,6 +71,13 @@ def build(recipe: dict, where: str = "") -> np.ndarray:
     elif op == "full":
         _count(shape)
         a = np.full(shape, _value(recipe["value"]))
+    elif op == "ints":
+        values = recipe.get("values")
+        if (not isinstance(values, list) or len(values) != _count(shape)
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in values)):
+            raise VectorFileError(f"stress recipe {where}: ints needs {_count(shape)} integers "
+                                  f"for shape {shape}")
+        a = np.array(values, dtype=np.int64).reshape(shape)
     elif op == "mask":
         a = mask(recipe)
     elif op == "bools":

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.nn.attention.flex_attention import flex_attention
+from torch.nn.attention.flex_attention import AuxRequest, flex_attention
 
 from .vectors import Call
 
@@ -87,8 +87,17 @@ def _flex_call(q, k, v, bias, cap, keep):
     return flex_attention(q, k, v, score_mod=score_mod, scale=1.0, enable_gqa=True)
 
 
+def _flex_call_lse(q, k, v, bias, cap, keep):
+    """_flex_call with FlexAttention's log-sum-exp (natural log, (N, H, T))."""
+    def score_mod(score, b, h, i, j):
+        return _score_mod(score, b, h, i, j, bias, cap, keep)
+    out, aux = flex_attention(q, k, v, score_mod=score_mod, scale=1.0, enable_gqa=True,
+                              return_aux=AuxRequest(lse=True))
+    return out, aux.lse
+
+
 @functools.cache
-def compiled_flex():
+def compiled_flex(lse: bool = False):
     """Compiled with static shapes (torch 2.13's CPU FlexAttention template fails to build
     its C++ on a second shape under dynamic=True): every call is padded to a bucket
     (:func:`_bucket`) and passes every per-call tensor (bias, scale and cap, the mask) as an
@@ -100,7 +109,7 @@ def compiled_flex():
 
     dynamo_config.fail_on_recompile_limit_hit = True
     dynamo_config.recompile_limit = 64  # one program per dtype and bucket: 18 for the vectors
-    return torch.compile(_flex_call, dynamic=False)
+    return torch.compile(_flex_call_lse if lse else _flex_call, dynamic=False)
 
 
 FLEX_DTYPES = ("float32", "float16", "bfloat16")
@@ -116,10 +125,11 @@ def _pad(x, shape):
     return out
 
 
-def flex(c: Call, dtype: str, *, compiled=True):
+def flex(c: Call, dtype: str, *, compiled=True, lse=False):
     """FlexAttention on the CPU (float32, float16, bfloat16: compiled FlexAttention refuses
     float64 there). Padded keys are masked out, padded queries and columns dropped
-    (zero columns change no score; the scale is passed). Returns {"output": ...}."""
+    (zero columns change no score; the scale is passed). Returns {"output": ...}, and with
+    ``lse`` its log-sum-exp {"lse": (..., T)} (sdpa_lse's output)."""
     (q, k, v), batch = _four_d(c)
     full_batch, shape = _scores_shape(c, batch, (q, k, v))
     if 0 in shape or v.shape[-1] == 0:
@@ -137,11 +147,15 @@ def flex(c: Call, dtype: str, *, compiled=True):
         bias[:n, :, :t, :s] = np.broadcast_to(c.bias, (*full_batch, t, s)).reshape(shape)
     scale = 1 / np.sqrt(c.q.shape[-1]) if c.scale is None else c.scale
     cap = torch.tensor([scale, c.softcap or 1.0, 1.0 if c.softcap else 0.0], dtype=torch.float32)
-    fn = compiled_flex() if compiled else _flex_call
+    fn = compiled_flex(lse) if compiled else (_flex_call_lse if lse else _flex_call)
     out = fn(_t(_pad(q, (pn, h, pt, pk)), dtype), _t(_pad(k, (pn, hk, ps, pk)), dtype),
              _t(_pad(v, (pn, hk, ps, pv)), dtype), _t(bias, "float32"), cap, keep_t)
-    out = out[:n, :, :t, :v.shape[-1]]
-    return {"output": out.to(torch.float64).numpy().reshape(*full_batch, t, v.shape[-1])}
+    out, rows = out if lse else (out, None)
+    got = {"output": out[:n, :, :t, :v.shape[-1]].to(torch.float64).numpy()
+           .reshape(*full_batch, t, v.shape[-1])}
+    if lse:
+        got["lse"] = rows[:n, :, :t].to(torch.float64).numpy().reshape(*full_batch, t)
+    return got
 
 
 def sdpa(c: Call, dtype: str, *, backend: SDPBackend):

@@ -1,0 +1,5 @@
+"""Transformer layers and stacks: the shared composites (backends/composite/layers.py)."""
+
+from ..composite.layers import Layers
+
+encoder_layer, decoder_layer, encoder, decoder, llama_layer = Layers.bind(__package__)

@@ -1,0 +1,6 @@
+"""Whole models on token ids: the shared composites (backends/composite/models.py)."""
+
+from ..composite.models import Models
+
+(transformer, encoder_only, decoder_only, llama_decoder_only,
+ decoder_only_loss) = Models.bind(__package__)

@@ -1,0 +1,143 @@
+"""Planted bugs in moe_router (forward and backward) that the vectors must catch at every
+dtype."""
+
+import functools
+
+import numpy as np
+import pytest
+from attnspec.backends.numpy import moe
+
+from .mutants import assert_rejected, gradient_rejections, mutant
+from .test_mutants_grad import assert_gradient_bug_fails
+
+
+def _ranked_high(s):
+    """Ties to the highest id: a stable sort of the reversed columns."""
+    e = s.shape[-1]
+    return e - 1 - np.argsort(-s[:, ::-1], axis=-1, kind="stable")
+
+
+def _group_max(s, top_k, n_group, topk_group):
+    n, e = s.shape
+    if n_group > 1:
+        g = s.reshape(n, n_group, e // n_group).max(axis=-1)        # (N, G)
+        chosen = moe._ranked(g)[:, :topk_group]
+        allowed = np.zeros((n, n_group), dtype=bool)
+        np.put_along_axis(allowed, chosen, True, axis=-1)
+        s = np.where(np.repeat(allowed, e // n_group, axis=-1), s, -np.inf)
+    return moe._ranked(s)[:, :top_k]
+
+
+def _router(logits, correction_bias=None, *, top_k, scoring="softmax", renormalize=False,
+            eps=1e-20, n_group=1, topk_group=1, routed_scaling_factor=1.0, bug):
+    x = np.asarray(logits, np.float64)
+    b = np.zeros(x.shape[-1]) if correction_bias is None else np.asarray(correction_bias)
+    p = moe._scores(x, scoring)
+    select = _group_max if bug == "group_max" else moe._select
+    idx = select(p + b, top_k, n_group, topk_group)
+    w = np.take_along_axis(p, idx, axis=-1)
+    if bug == "raw_logits":
+        w = np.take_along_axis(x, idx, axis=-1)
+    if bug == "softmax_of_top_k":
+        w = moe._scores(np.take_along_axis(x, idx, axis=-1), scoring)
+    if bug == "bias_in_weights":
+        w = w + b[idx]
+    norm = {"always_renormalised": True, "never_renormalised": False}.get(bug, renormalize)
+    if norm:
+        w = w / (w.sum(axis=-1, keepdims=True) + eps)
+    scale = 1.0 if bug == "scale_ignored" else routed_scaling_factor
+    return w * scale, idx
+
+
+def _ties_high(logits, correction_bias=None, **attrs):
+    real = moe._ranked
+    moe._ranked = _ranked_high
+    try:
+        return moe.moe_router(logits, correction_bias, **attrs)
+    finally:
+        moe._ranked = real
+
+
+BUGS = {name: functools.partial(_router, bug=name)
+        for name in ("raw_logits", "softmax_of_top_k", "bias_in_weights", "always_renormalised",
+                     "never_renormalised", "scale_ignored", "group_max")}
+BUGS["ties_to_highest_id"] = _ties_high
+
+
+@pytest.mark.parametrize("bug", sorted(BUGS))
+def test_moe_router_mutant_is_rejected(bug):
+    assert_rejected(mutant(moe_router=BUGS[bug]), "moe_router")
+
+
+def test_moe_router_sketch_without_a_bug_passes():
+    """The sketch the bugs are planted in passes every vector (so a rejection is the bug's)."""
+    from .mutants import rejections
+    fails = rejections(mutant(moe_router=functools.partial(_router, bug=None)),
+                       "moe_router")
+    assert fails == dict.fromkeys(fails, 0)
+
+
+def vjp_renormalisation_ignored(cotangents, logits, correction_bias=None, **attrs):
+    """The backward of the renormalisation left out (w/S differentiated as w/const)."""
+    return moe.moe_router_vjp(cotangents, logits, correction_bias,
+                              **{**attrs, "renormalize": False})
+
+
+def vjp_cotangents_to_sorted_ids(cotangents, logits, correction_bias=None, **attrs):
+    """The cotangents scattered to the chosen experts in ascending id, not in the order of
+    the weights."""
+    _, idx = moe.moe_router(logits, correction_bias, **attrs)
+    return _vjp_at(cotangents, logits, correction_bias, np.sort(idx, axis=-1), attrs)
+
+
+def _vjp_at(cotangents, logits, correction_bias, idx, attrs):
+    real = moe._select
+    moe._select = lambda s, top_k, n_group, topk_group: idx
+    try:
+        return moe.moe_router_vjp(cotangents, logits, correction_bias, **attrs)
+    finally:
+        moe._select = real
+
+
+def vjp_scale_ignored(cotangents, logits, correction_bias=None, **attrs):
+    return moe.moe_router_vjp(cotangents, logits, correction_bias,
+                              **{**attrs, "routed_scaling_factor": 1.0})
+
+
+GRAD_BUGS = {"renormalisation_ignored": vjp_renormalisation_ignored,
+             "cotangents_to_sorted_ids": vjp_cotangents_to_sorted_ids,
+             "scale_ignored": vjp_scale_ignored}
+
+
+@pytest.mark.parametrize("bug", sorted(GRAD_BUGS))
+def test_moe_router_backward_bug_fails_at_every_dtype(bug):
+    assert_gradient_bug_fails(mutant(moe_router_vjp=GRAD_BUGS[bug]), "moe_router")
+
+
+def test_moe_router_correct_backward_passes():
+    fails = gradient_rejections(mutant(), "moe_router")
+    assert fails == dict.fromkeys(fails, 0)
+
+
+@pytest.mark.parametrize("attrs", [
+    {"top_k": 2, "renormalize": True},
+    {"top_k": 3},
+    {"top_k": 4, "scoring": "sigmoid", "renormalize": True, "n_group": 4, "topk_group": 2,
+     "routed_scaling_factor": 2.5},
+], ids=["softmax-renormalised", "softmax", "sigmoid-grouped"])
+def test_moe_router_oracle_vjp_matches_central_differences(attrs):
+    """The oracle's backward against 50-digit central differences of its forward (the choice
+    is locally constant on these well-separated logits), the bias's gradient 0."""
+    from attnspec.spec.cases._build import Rng
+    from attnspec.spec.oracle.core import precision
+    from attnspec.spec.oracle.moe_router import moe_router as oracle
+    from attnspec.spec.oracle.moe_router import moe_router_vjp
+
+    from .test_grad_oracle import _check
+    r = Rng("test/grad/moe_router")
+    x = np.linspace(-3.0, 3.0, 8)[np.argsort(r.integers(0, 2**30, (8,)))]
+    logits = np.stack([x, x[::-1]])
+    bias = r.uniform((8,), -0.0625, 0.0625)
+    with precision():
+        _check(oracle, moe_router_vjp, {"weights": r.uniform((2, attrs["top_k"]))},
+               {"logits": logits, "correction_bias": bias}, attrs)
