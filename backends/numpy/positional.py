@@ -7,6 +7,7 @@ import numpy as np
 from attnspec.spec.errors import ConfigError, DomainError, ShapeError
 
 from .. import _checks as check
+from .. import _rope as rope_rules
 from ._core import boolean, floating, integers
 from .attention import softmax, softmax_backward, weighted_sum
 
@@ -82,37 +83,51 @@ def relative_attention(q, k, v, mask=None, *, max_distance, scale=None, params):
     return z, alpha
 
 
-def rope(x, *, offset=0, base=10000.0, convention="interleaved"):
+def rope(x, *, offset=0, base=10000.0, convention="interleaved", rotary_dim=None, scaling=None):
     """Rotate feature pairs (a, b) of row t by p * theta_i, p = offset + t,
-    theta_i = base^(-2i/K):  y_a = x_a cos - x_b sin,  y_b = x_a sin + x_b cos.
+    theta_i = base^(-2i/R):  y_a = m (x_a cos - x_b sin),  y_b = m (x_a sin + x_b cos).
 
-    "interleaved" pairs (2i, 2i+1) (RoFormer, GPT-J); "half" pairs (i, i + K/2)
-    (GPT-NeoX, Hugging Face rotate_half).
+    "interleaved" pairs (2i, 2i+1) (RoFormer, GPT-J); "half" pairs (i, i + R/2)
+    (GPT-NeoX, Hugging Face rotate_half). Only the first R = rotary_dim features (None: K)
+    are rotated, the rest pass through; `scaling` (transformers' rope_parameters) gives theta
+    and m through rope_frequencies (m = 1 without it).
     """
     x = floating("x", x)
+    cos, sin, r = _tables(x, offset, base, convention, rotary_dim, scaling)
+    return _apply(x, cos, sin, r, convention)
+
+
+def _tables(x, offset, base, convention, rotary_dim, scaling):
+    """m cos(p theta_i), m sin(p theta_i) (T, R/2) in x's dtype (angles in float64), and R."""
     *_, t, kw = check.rank("x", x, min_rank=2)
     if kw % 2:
         raise ShapeError(f"rope needs an even feature width, x has shape {x.shape}")
     offset = check.integer("offset", offset, lo=0)
-    convention = check.choice("convention", convention, ("interleaved", "half"))
+    check.choice("convention", convention, ("interleaved", "half"))
     if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 0:
         raise ConfigError(f"base must be a positive number, got {base!r}")
-    theta = float(base) ** (-2.0 * np.arange(kw // 2) / kw)  # (K/2,)
-    angle = np.arange(offset, offset + t, dtype=np.float64)[:, None] * theta  # (T, K/2)
-    cos, sin = np.cos(angle).astype(x.dtype), np.sin(angle).astype(x.dtype)
+    r = rope_rules.rotary_width(rotary_dim, kw)
+    theta, m = rope_rules.scaled(scaling, rotary_dim=r, base=base, seq_len=offset + t)  # (R/2,)
+    angle = np.arange(offset, offset + t, dtype=np.float64)[:, None] * theta  # (T, R/2)
+    return (m * np.cos(angle)).astype(x.dtype), (m * np.sin(angle)).astype(x.dtype), r
+
+
+def _apply(x, cos, sin, r, convention):
+    """y = the pairs of x[..., :R] rotated by (cos, sin), x[..., R:] passed through."""
+    xr, rest = x[..., :r], x[..., r:]
     if convention == "interleaved":
-        xa, xb = x[..., 0::2], x[..., 1::2]
+        xa, xb = xr[..., 0::2], xr[..., 1::2]
     else:
-        xa, xb = x[..., : kw // 2], x[..., kw // 2:]
+        xa, xb = xr[..., : r // 2], xr[..., r // 2:]
     ya, yb = xa * cos - xb * sin, xa * sin + xb * cos
     if convention == "interleaved":
-        return np.stack([ya, yb], axis=-1).reshape(x.shape)
-    return np.concatenate([ya, yb], axis=-1)
+        yr = np.stack([ya, yb], axis=-1).reshape(xr.shape)
+    else:
+        yr = np.concatenate([ya, yb], axis=-1)
+    return np.concatenate([yr, rest], axis=-1)
 
 
-# -- rope_frequencies (draft, issue 25 item 1; spec/components/rope_frequencies.md) --------
-
-ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
+ROPE_TYPES = rope_rules.ROPE_TYPES
 
 
 def rope_frequencies(*, head_dim, base=10000.0, rope_type="default", seq_len=None, factor=None,
@@ -120,97 +135,29 @@ def rope_frequencies(*, head_dim, base=10000.0, rope_type="default", seq_len=Non
                      beta_fast=32.0, beta_slow=1.0, mscale=None, mscale_all_dim=None,
                      attention_factor=None, low_freq_factor=None, high_freq_factor=None,
                      short_factor=None, long_factor=None, truncate=True):
-    """inv_freq (K/2,) float64 and the attention factor under transformers' rope_type rules."""
-    k = check.integer("head_dim", head_dim, lo=0)
-    if k % 2:
-        raise ShapeError(f"rope_frequencies needs an even head_dim, got {k}")
-    rope_type = check.choice("rope_type", rope_type, ROPE_TYPES)
-    base = _positive("base", base)
-    exponent = np.arange(0, k, 2, dtype=np.float64) / k  # (K/2,)
-    theta = base ** -exponent
-    if rope_type == "default":
-        return theta, 1.0
-    l0 = _positive("original_max_position_embeddings", original_max_position_embeddings) \
-        if rope_type != "linear" else None
-    if rope_type == "longrope":
-        f = long_factor if seq_len is not None and seq_len > l0 else short_factor
-        f = np.asarray(f, dtype=np.float64)
-        if f.shape != theta.shape:
-            raise ShapeError(f"longrope factors need shape {theta.shape}, got {f.shape}")
-        s = factor if factor is not None else _positive("max_position_embeddings",
-                                                       max_position_embeddings) / l0
-        m = attention_factor if attention_factor is not None else (
-            1.0 if s <= 1 else float(np.sqrt(1 + np.log(s) / np.log(l0))))
-        return theta / f, float(m)
-    s = _positive("factor", factor)
-    if rope_type == "linear":
-        return theta / s, 1.0
-    if rope_type == "dynamic":
-        length = max(check.integer("seq_len", seq_len, lo=0), l0)
-        b2 = base * (s * length / l0 - (s - 1)) ** (k / (k - 2))  # NTK-aware base
-        return b2 ** -exponent, 1.0
-    if rope_type == "llama3":
-        return _llama3(theta, s, l0, _positive("low_freq_factor", low_freq_factor),
-                       _positive("high_freq_factor", high_freq_factor)), 1.0
-    return _yarn(theta, k, base, s, l0, beta_fast, beta_slow, truncate), \
-        _yarn_attention(s, mscale, mscale_all_dim, attention_factor)
-
-
-def _positive(name, v):
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-        raise ConfigError(f"{name} must be a positive number, got {v!r}")
-    return float(v)
-
-
-def _llama3(theta, s, l0, low, high):
-    if not high > low:
-        raise ConfigError(f"high_freq_factor ({high}) must exceed low_freq_factor ({low})")
-    w = 2 * np.pi / theta                                   # wavelengths (K/2,)
-    sigma = (l0 / w - low) / (high - low)
-    smooth = (1 - sigma) * theta / s + sigma * theta
-    return np.where(w < l0 / high, theta, np.where(w > l0 / low, theta / s, smooth))
-
-
-def _yarn(theta, k, base, s, l0, beta_fast, beta_slow, truncate):
-    def d(r):  # the pair index whose wavelength turns r times over L0
-        return k * np.log(l0 / (2 * np.pi * r)) / (2 * np.log(base))
-    lo, hi = d(beta_fast), d(beta_slow)
-    if truncate:
-        lo, hi = np.floor(lo), np.ceil(hi)
-    lo, hi = max(lo, 0), min(hi, k - 1)
-    hi = hi + 0.001 if lo == hi else hi
-    gamma = 1 - np.clip((np.arange(k // 2) - lo) / (hi - lo), 0, 1)  # 1: keep theta_i
-    return theta / s * (1 - gamma) + theta * gamma
-
-
-def _yarn_attention(s, mscale, mscale_all_dim, attention_factor):
-    if attention_factor is not None:
-        return float(attention_factor)
-
-    def mu(c=1.0):
-        return 1.0 if s <= 1 else 0.1 * c * np.log(s) + 1.0
-    return float(mu(mscale) / mu(mscale_all_dim)) if mscale and mscale_all_dim else float(mu())
+    """inv_freq (K/2,) and the attention factor (a 0-d array), float64, under transformers'
+    rope_type rules: one float64 computation shared by every backend (backends/_rope.py)."""
+    inv_freq, m = rope_rules.frequencies(
+        head_dim=head_dim, base=base, rope_type=rope_type, seq_len=seq_len, factor=factor,
+        original_max_position_embeddings=original_max_position_embeddings,
+        max_position_embeddings=max_position_embeddings, beta_fast=beta_fast, beta_slow=beta_slow,
+        mscale=mscale, mscale_all_dim=mscale_all_dim, attention_factor=attention_factor,
+        low_freq_factor=low_freq_factor, high_freq_factor=high_freq_factor,
+        short_factor=short_factor, long_factor=long_factor, truncate=truncate)
+    return inv_freq, np.float64(m)
 
 
 # == grad2: backward (vector-Jacobian products) =============================================
 
-# y = R x, R the rotation of each pair (a, b) by p theta_i: orthogonal, so dx = R^T dy,
-# the rotation by the opposite angle:  dx_a = dy_a cos + dy_b sin,  dx_b = -dy_a sin + dy_b cos
-def rope_vjp(cotangents, x, *, offset=0, base=10000.0, convention="interleaved"):
-    y = rope(x, offset=offset, base=base, convention=convention)     # the checks, once
-    dy = np.asarray(cotangents["y"], dtype=y.dtype)
-    *_, t, kw = y.shape
-    theta = float(base) ** (-2.0 * np.arange(kw // 2) / kw)           # (K/2,)
-    angle = np.arange(offset, offset + t, dtype=np.float64)[:, None] * theta  # (T, K/2)
-    cos, sin = np.cos(angle).astype(y.dtype), np.sin(angle).astype(y.dtype)
-    if convention == "interleaved":
-        da, db = dy[..., 0::2], dy[..., 1::2]
-    else:
-        da, db = dy[..., : kw // 2], dy[..., kw // 2:]
-    dxa, dxb = da * cos + db * sin, -da * sin + db * cos
-    if convention == "interleaved":
-        return {"x": np.stack([dxa, dxb], axis=-1).reshape(y.shape)}, {}
-    return {"x": np.concatenate([dxa, dxb], axis=-1)}, {}
+# y = m R x on the first R features, R the rotation of each pair (a, b) by p theta_i:
+# orthogonal, so dx = m R^T dy, the rotation by the opposite angle:
+#   dx_a = m (dy_a cos + dy_b sin),  dx_b = m (-dy_a sin + dy_b cos);  dx = dy on the rest
+def rope_vjp(cotangents, x, *, offset=0, base=10000.0, convention="interleaved", rotary_dim=None,
+             scaling=None):
+    x = floating("x", x)
+    cos, sin, r = _tables(x, offset, base, convention, rotary_dim, scaling)  # the checks, once
+    dy = np.asarray(cotangents["y"], dtype=x.dtype)
+    return {"x": _apply(dy, cos, -sin, r, convention)}, {}
 
 
 # pe[...] = table[positions[...]]:  a scatter-add, repeated positions accumulate:

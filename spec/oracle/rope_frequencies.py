@@ -16,7 +16,8 @@ multiplies cos and sin (1 except yarn and longrope).
               s = (L0 / w_i - low) / (high - low): (1 - s) theta_i / factor + s theta_i
     longrope: theta_i / f_i, f = long_factor if seq_len > L0 else short_factor;
               attention factor sqrt(1 + ln(s) / ln(L0)), s = factor, or max_position_embeddings / L0
-              when factor is not given (1 if s <= 1); dynamic's L0 is transformers' max_position_embeddings
+              when factor is not given (1 if s <= 1)
+    dynamic's L0 is max_position_embeddings (transformers' spelling); seq_len None means L0
 """
 
 import mpmath
@@ -39,7 +40,7 @@ def rope_frequencies(*, head_dim, base=10000.0, rope_type="default", seq_len=Non
     elif rope_type == "linear":
         out, att = [t / mpmath.mpf(factor) for t in theta], one
     elif rope_type == "dynamic":
-        out, att = _dynamic(k, b, mpmath.mpf(factor), l0, seq_len), one
+        out, att = _dynamic(k, b, mpmath.mpf(factor), mpmath.mpf(max_position_embeddings), seq_len), one
     elif rope_type == "yarn":
         out = _yarn(theta, k, b, mpmath.mpf(factor), l0, beta_fast, beta_slow, truncate)
         att = _yarn_attention(factor, mscale, mscale_all_dim, attention_factor)
@@ -56,7 +57,9 @@ def rope_frequencies(*, head_dim, base=10000.0, rope_type="default", seq_len=Non
 
 def _dynamic(k, b, factor, l0, seq_len):
     # b' = b (factor L / L0 - (factor - 1))^(K / (K - 2)),  L = max(seq_len, L0)
-    length = max(mpmath.mpf(seq_len), l0)
+    length = l0 if seq_len is None else max(mpmath.mpf(seq_len), l0)
+    if k <= 2:  # theta_0 = 1 whatever the base (and K / (K - 2) undefined at K = 2)
+        return [mpmath.mpf(1)] * (k // 2)
     b2 = b * mpmath.power(factor * length / l0 - (factor - 1), mpmath.mpf(k) / (k - 2))
     return [mpmath.power(b2, -mpmath.mpf(2 * i) / k) for i in range(k // 2)]
 
