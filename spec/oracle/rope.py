@@ -45,7 +45,7 @@ def _theta(base, r, t_len, offset, scaling):
         theta = [mpmath.power(mpmath.mpf(base), -mpmath.mpf(2 * i) / r) for i in range(r // 2)]
         return theta, mpmath.mpf(1)
     freq = rope_frequencies(head_dim=r, base=base, **{"seq_len": offset + t_len, **scaling})
-    return list(freq["inv_freq"]), freq["attention_factor"]
+    return list(freq["inv_freq"]), freq["attention_factor"][()]
 
 
 def _rotate(x, offset, base, convention, sign, rotary_dim=None, scaling=None):

@@ -52,7 +52,7 @@ def rope_frequencies(*, head_dim, base=10000.0, rope_type="default", seq_len=Non
         att = _longrope_attention(factor, max_position_embeddings, l0, attention_factor)
     else:
         raise ValueError(rope_type)
-    return {"inv_freq": np.array(out, dtype=object), "attention_factor": att}
+    return {"inv_freq": np.array(out, dtype=object), "attention_factor": np.array(att, dtype=object)}
 
 
 def _dynamic(k, b, factor, l0, seq_len):
