@@ -8,7 +8,7 @@ K = rotary width, b = base, theta_i = b^(-2i/K), i = 0..K/2-1, L0 the original c
 from __future__ import annotations
 
 import numpy as np
-from attnspec.spec.errors import ConfigError
+from attnspec.spec.errors import ConfigError, ShapeError
 
 from . import _checks as check
 
@@ -64,6 +64,27 @@ def scaled(scaling, *, rotary_dim, base, seq_len) -> tuple:
     if unknown:
         raise ConfigError(f"scaling has unknown keys {unknown}; known: {list(SCALING_KEYS)}")
     return frequencies(head_dim=rotary_dim, base=base, **{"seq_len": seq_len, **scaling})
+
+
+def tables(shape, offset, base, convention, rotary_dim, scaling) -> tuple:
+    """rope's checks on x's shape and the attributes, then m cos(p theta_i), m sin(p theta_i)
+    (T, R/2) in float64 (angles in float64, as the spec computes them) and R."""
+    *_, t, kw = check.rank("x", _Shape(shape), min_rank=2)
+    if kw % 2:
+        raise ShapeError(f"rope needs an even feature width, x has shape {tuple(shape)}")
+    offset = check.integer("offset", offset, lo=0)
+    check.choice("convention", convention, ("interleaved", "half"))
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 0:
+        raise ConfigError(f"base must be a positive number, got {base!r}")
+    r = rotary_width(rotary_dim, kw)
+    theta, m = scaled(scaling, rotary_dim=r, base=base, seq_len=offset + t)  # (R/2,)
+    angle = np.arange(offset, offset + t, dtype=np.float64)[:, None] * theta  # (T, R/2)
+    return m * np.cos(angle), m * np.sin(angle), r
+
+
+class _Shape:
+    def __init__(self, shape):
+        self.shape = tuple(int(d) for d in shape)
 
 
 def rotary_width(rotary_dim, kw: int) -> int:

@@ -4,7 +4,7 @@ attention, rotary position embedding (RoPE)."""
 from __future__ import annotations
 
 import numpy as np
-from attnspec.spec.errors import ConfigError, DomainError, ShapeError
+from attnspec.spec.errors import DomainError
 
 from .. import _checks as check
 from .. import _rope as rope_rules
@@ -99,17 +99,8 @@ def rope(x, *, offset=0, base=10000.0, convention="interleaved", rotary_dim=None
 
 def _tables(x, offset, base, convention, rotary_dim, scaling):
     """m cos(p theta_i), m sin(p theta_i) (T, R/2) in x's dtype (angles in float64), and R."""
-    *_, t, kw = check.rank("x", x, min_rank=2)
-    if kw % 2:
-        raise ShapeError(f"rope needs an even feature width, x has shape {x.shape}")
-    offset = check.integer("offset", offset, lo=0)
-    check.choice("convention", convention, ("interleaved", "half"))
-    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 0:
-        raise ConfigError(f"base must be a positive number, got {base!r}")
-    r = rope_rules.rotary_width(rotary_dim, kw)
-    theta, m = rope_rules.scaled(scaling, rotary_dim=r, base=base, seq_len=offset + t)  # (R/2,)
-    angle = np.arange(offset, offset + t, dtype=np.float64)[:, None] * theta  # (T, R/2)
-    return (m * np.cos(angle)).astype(x.dtype), (m * np.sin(angle)).astype(x.dtype), r
+    cos, sin, r = rope_rules.tables(x.shape, offset, base, convention, rotary_dim, scaling)
+    return cos.astype(x.dtype), sin.astype(x.dtype), r
 
 
 def _apply(x, cos, sin, r, convention):
@@ -135,15 +126,9 @@ def rope_frequencies(*, head_dim, base=10000.0, rope_type="default", seq_len=Non
                      beta_fast=32.0, beta_slow=1.0, mscale=None, mscale_all_dim=None,
                      attention_factor=None, low_freq_factor=None, high_freq_factor=None,
                      short_factor=None, long_factor=None, truncate=True):
-    """inv_freq (K/2,) and the attention factor (a 0-d array), float64, under transformers'
-    rope_type rules: one float64 computation shared by every backend (backends/_rope.py)."""
-    inv_freq, m = rope_rules.frequencies(
-        head_dim=head_dim, base=base, rope_type=rope_type, seq_len=seq_len, factor=factor,
-        original_max_position_embeddings=original_max_position_embeddings,
-        max_position_embeddings=max_position_embeddings, beta_fast=beta_fast, beta_slow=beta_slow,
-        mscale=mscale, mscale_all_dim=mscale_all_dim, attention_factor=attention_factor,
-        low_freq_factor=low_freq_factor, high_freq_factor=high_freq_factor,
-        short_factor=short_factor, long_factor=long_factor, truncate=truncate)
+    """inv_freq (K/2,) and the attention factor (0-d), float64, under transformers' rope_type
+    rules: configuration numbers, computed once for every backend (backends/_rope.py)."""
+    inv_freq, m = rope_rules.frequencies(**locals())  # the attributes, as given
     return inv_freq, np.float64(m)
 
 
