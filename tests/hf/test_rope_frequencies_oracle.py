@@ -111,7 +111,7 @@ def test_numpy_matches_oracle(rope_type, params, seq_len):
 
 
 @pytest.mark.parametrize("kw,err,mention", [
-    ({"head_dim": 7}, "ShapeError", "head_dim"),
+    ({"head_dim": 7}, "ConfigError", "head_dim"),
     ({"head_dim": 8, "rope_type": "ntk"}, "ConfigError", "rope_type"),
     ({"head_dim": 8, "rope_type": "linear", "factor": 0.0}, "ConfigError", "factor"),
     ({"head_dim": 8, "rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 64,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from attnspec.spec.oracle import rope_frequencies as rf
 
-from tests.test_rope_scaling_oracle import BASE, CASES, K, _hf
+from tests.hf.test_rope_frequencies_oracle import BASE, CASES, K, _hf
 
 
 def _llama3_edges_swapped(theta, factor, l0, low, high):
