@@ -4,6 +4,12 @@ rules (default, linear, dynamic, yarn, llama3, longrope), from configuration num
 from ..oracle.rope_frequencies import rope_frequencies as oracle
 from ._build import Component, Fn, error, value
 
+# The outputs are float64 configuration numbers whatever the dtype under test (as alibi_bias),
+# so every dtype is judged near float64; rtol 1e-6 leaves room for a backend that stores them in
+# float32 (MLX), and no low-precision atol hides a relative error in the small theta_i.
+TIGHT = {"float64": {"rtol": 1e-10, "atol": 1e-12},
+         **{d: {"rtol": 1e-6, "atol": 1e-9} for d in ("float32", "float16", "bfloat16")}}
+
 COMPONENT = Component("rope_frequencies", {
     "rope_frequencies": Fn(
         module="positional", inputs=[], required=["head_dim"], returns=["inv_freq", "attention_factor"],
@@ -13,7 +19,7 @@ COMPONENT = Component("rope_frequencies", {
                     "attention_factor": None, "low_freq_factor": None, "high_freq_factor": None,
                     "short_factor": None, "long_factor": None, "truncate": True},
         oracle=oracle),
-})
+}, tolerances=TIGHT)
 
 K, L0 = 16, 64
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
