@@ -8,7 +8,7 @@ import pytest
 from attnspec.backends import _rope
 from attnspec.backends.numpy import positional
 
-from .mutants import assert_rejected, mutant
+from .mutants import assert_rejected, mutant, rejections
 
 
 def _patched(fn, **rules):
@@ -44,10 +44,16 @@ RULE_BUGS = {
 
 
 @pytest.mark.parametrize("bug", sorted(RULE_BUGS))
-@pytest.mark.parametrize("component,fn", [("rope_frequencies", "rope_frequencies"), ("rope", "rope")])
-def test_rope_scaling_rule_bug_is_rejected(bug, component, fn):
-    broken = _patched(getattr(positional, fn), **RULE_BUGS[bug])
-    assert_rejected(mutant(**{fn: broken}), component)
+def test_rope_scaling_rule_bug_is_rejected(bug):
+    assert_rejected(mutant(rope=_patched(positional.rope, **RULE_BUGS[bug])), "rope")
+
+
+@pytest.mark.parametrize("bug", sorted(RULE_BUGS))
+def test_rope_frequencies_rule_bug_fails_float64_and_float32(bug):
+    """rope_frequencies' vectors are judged at float64 and float32 only (configuration)."""
+    broken = mutant(rope_frequencies=_patched(positional.rope_frequencies, **RULE_BUGS[bug]))
+    fails = rejections(broken, "rope_frequencies")
+    assert fails["float64"] and fails["float32"], fails
 
 
 def rope_linear_on_positions_too(x, *, scaling=None, **kw):

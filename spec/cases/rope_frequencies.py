@@ -7,8 +7,8 @@ from ._build import Component, Fn, error, value
 # The outputs are float64 configuration numbers whatever the dtype under test (as alibi_bias),
 # so every dtype is judged near float64; rtol 1e-6 leaves room for a backend that stores them in
 # float32 (MLX), and no low-precision atol hides a relative error in the small theta_i.
-TIGHT = {"float64": {"rtol": 1e-10, "atol": 1e-12},
-         **{d: {"rtol": 1e-6, "atol": 1e-9} for d in ("float32", "float16", "bfloat16")}}
+TIGHT = {"float64": {"rtol": 1e-10, "atol": 1e-12}, "float32": {"rtol": 1e-6, "atol": 1e-9},
+         "float16": {"rtol": 1e-2, "atol": 2e-3}, "bfloat16": {"rtol": 4e-2, "atol": 1e-2}}  # unused
 
 COMPONENT = Component("rope_frequencies", {
     "rope_frequencies": Fn(
@@ -27,9 +27,17 @@ SHORT = [1.0 + i / 8 for i in range(K // 2)]
 LONG = [2.0 + i for i in range(K // 2)]
 
 
+# Configuration numbers, float64 whatever the model's dtype: judged at float64 and float32 (a
+# backend that stores them in float32, MLX); a float16 or bfloat16 run has nothing to judge.
+DTYPES = ["float64", "float32"]
+NOTE = ("float64 configuration numbers whatever the dtype under test: judged at float64 and "
+        "float32 only")
+
+
 def freq(id, description, flags, **attributes):
     return value(f"rope_frequencies/{id}", "rope_frequencies", description, inputs={},
-                 attributes={"head_dim": K, **attributes}, flags=["rope-scaling", *flags])
+                 attributes={"head_dim": K, **attributes}, flags=["rope-scaling", *flags],
+                 dtypes=DTYPES, dtype_note=NOTE)
 
 
 def cases(rng):
@@ -77,7 +85,8 @@ def cases(rng):
     yield value("rope_frequencies/defaults-001", "rope_frequencies",
                 "Only head_dim = 12 given: base 10000, rope_type default (theta_i = 10000^(-i/6)), "
                 "attention factor 1; a default base of 500000 or 10000 fails.",
-                inputs={}, attributes={"head_dim": 12}, flags=["defaults"], omit_defaults=True)
+                inputs={}, attributes={"head_dim": 12}, flags=["defaults"], omit_defaults=True,
+                dtypes=DTYPES, dtype_note=NOTE)
     yield error("rope_frequencies/rope-type-001", "rope_frequencies",
                 "rope_type = 'ntk' is not one of transformers' rope types.", inputs={},
                 attributes={"head_dim": 8, "rope_type": "ntk"}, error="ConfigError",
