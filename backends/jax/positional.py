@@ -9,9 +9,10 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-from attnspec.spec.errors import ConfigError, DomainError, ShapeError
+from attnspec.spec.errors import DomainError
 
 from .. import _checks as check
+from .. import _rope as rope_rules
 from ..numpy import positional as numpy_positional  # the host-built tables
 from . import buckets
 from ._core import boolean, const, floating, host, integers, weighted_sum
@@ -112,32 +113,44 @@ def _rotate(x, cos, sin, half):
     return jnp.stack([ya, yb], axis=-1).reshape(x.shape)
 
 
-def rope(x, *, offset=0, base=10000.0, convention="interleaved"):
+def rope(x, *, offset=0, base=10000.0, convention="interleaved", rotary_dim=None, scaling=None):
     """Rotate feature pairs (a, b) of row t by p * theta_i, p = offset + t,
-    theta_i = base^(-2i/K):  y_a = x_a cos - x_b sin,  y_b = x_a sin + x_b cos.
+    theta_i = base^(-2i/R):  y_a = m (x_a cos - x_b sin),  y_b = m (x_a sin + x_b cos).
 
-    "interleaved" pairs (2i, 2i+1) (RoFormer, GPT-J); "half" pairs (i, i + K/2)
-    (GPT-NeoX, Hugging Face rotate_half).
+    "interleaved" pairs (2i, 2i+1) (RoFormer, GPT-J); "half" pairs (i, i + R/2)
+    (GPT-NeoX, Hugging Face rotate_half). Only the first R = rotary_dim features (None: K)
+    are rotated, the rest pass through; `scaling` (transformers' rope_parameters) gives theta
+    and m through rope_frequencies (m = 1 without it).
     """
     x = floating("x", x)
-    *_, t, kw = check.rank("x", x, min_rank=2)
-    if kw % 2:
-        raise ShapeError(f"rope needs an even feature width, x has shape {x.shape}")
-    offset = check.integer("offset", offset, lo=0)
-    convention = check.choice("convention", convention, ("interleaved", "half"))
-    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 0:
-        raise ConfigError(f"base must be a positive number, got {base!r}")
     # the angles in float64 on the host (NumPy), as the spec computes them, then cast
-    theta = float(base) ** (-2.0 * np.arange(kw // 2) / kw)  # (K/2,)
-    angle = np.arange(offset, offset + t, dtype=np.float64)[:, None] * theta  # (T, K/2)
-    cos, sin = np.cos(angle).astype(x.dtype), np.sin(angle).astype(x.dtype)
-    lead = x.shape[:-2]
+    cos, sin, r = rope_rules.tables(x.shape, offset, base, convention, rotary_dim, scaling)
+    cos, sin = cos.astype(x.dtype), sin.astype(x.dtype)  # (T, R/2)
+    if r == x.shape[-1]:
+        return _rope_rows(x, cos, sin, convention == "half")
+    return jnp.concatenate([_rope_rows(x[..., :r], cos, sin, convention == "half"), x[..., r:]], axis=-1)
+
+
+def _rope_rows(x, cos, sin, half):
+    """Every feature pair of x rotated by the (T, K/2) tables cos, sin."""
+    *lead, t, kw = x.shape
     n = math.prod(lead)
     N, T = buckets.size(n), buckets.size(t)
     if not (buckets.applies(x) and buckets.small((N, T, kw))):
-        return _rotate(x, host(cos), host(sin), convention == "half")
+        return _rotate(x, host(cos), host(sin), half)
     # bucketed (buckets.py): leading axes flattened, rows and positions padded, then cut
     xp = buckets.pad(np.asarray(x).reshape((n, t, kw)), (N, T, kw))
     y = _rotate(*buckets.on_device(xp, buckets.pad(cos, (T, kw // 2)),
-                                   buckets.pad(sin, (T, kw // 2))), convention == "half")
+                                   buckets.pad(sin, (T, kw // 2))), half)
     return buckets.cut(np.asarray(y)[:n, :t].reshape(x.shape), ...)
+
+
+def rope_frequencies(*, head_dim, base=10000.0, rope_type="default", seq_len=None, factor=None,
+                     original_max_position_embeddings=None, max_position_embeddings=None,
+                     beta_fast=32.0, beta_slow=1.0, mscale=None, mscale_all_dim=None,
+                     attention_factor=None, low_freq_factor=None, high_freq_factor=None,
+                     short_factor=None, long_factor=None, truncate=True):
+    """inv_freq (K/2,) and the attention factor (0-d), float64, under transformers' rope_type
+    rules: configuration numbers, computed once for every backend (backends/_rope.py)."""
+    inv_freq, m = rope_rules.frequencies(**locals())  # the attributes, as given
+    return host(inv_freq), host(np.float64(m))

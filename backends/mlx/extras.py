@@ -18,6 +18,8 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
+from .. import _rope as rope_rules
+
 
 def _f32(a):
     return mx.array(np.asarray(a, dtype=np.float32))
@@ -93,11 +95,20 @@ FAR = 1024  # positions from here on: mx.fast.rope's float32 angles leave the fl
 
 
 def _fast_rope(v):
-    """mx.fast.rope on a rope vector (traditional=True: the interleaved convention)."""
+    """mx.fast.rope on a rope vector (traditional=True: the interleaved convention; dims: the
+    rotary_dim; a scaling rule as mlx-lm spells it: freqs = 1 / theta_i, the rotated features
+    multiplied by the attention factor first)."""
     x, a = _f32(v.inputs["x"]), v.attributes
     interleaved = a.get("convention", "interleaved") == "interleaved"
-    y = mx.fast.rope(x[None] if x.ndim == 2 else x, x.shape[-1], traditional=interleaved,  # rank >= 3
-                     scale=1.0, base=float(a.get("base", 10000.0)), offset=int(a.get("offset", 0)))
+    r = x.shape[-1] if a.get("rotary_dim") is None else int(a["rotary_dim"])
+    base, offset = float(a.get("base", 10000.0)), int(a.get("offset", 0))
+    freq = {"base": base}
+    if a.get("scaling") is not None:
+        theta, m = rope_rules.scaled(a["scaling"], rotary_dim=r, base=base, seq_len=offset + x.shape[-2])
+        freq = {"base": None, "freqs": mx.array((1.0 / theta).astype(np.float32))}
+        x = mx.concatenate([x[..., :r] * m, x[..., r:]], axis=-1)
+    y = mx.fast.rope(x[None] if x.ndim == 2 else x, r, traditional=interleaved,  # rank >= 3
+                     scale=1.0, offset=offset, **freq)
     return y.reshape(v.outputs["y"].shape)
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import mlx.core as mx
 import numpy as np
-from attnspec.spec.errors import ConfigError, DomainError, ShapeError
+from attnspec.spec.errors import DomainError
 
 from .. import _checks as check
+from .. import _rope as rope_rules
 from ._core import boolean, floating, integers
 from .attention import softmax, weighted_sum
 
@@ -79,26 +80,37 @@ def relative_attention(q, k, v, mask=None, *, max_distance, scale=None, params):
     return z, alpha
 
 
-def rope(x, *, offset=0, base=10000.0, convention="interleaved"):
-    """Rotate feature pairs (a, b) of row t by p * theta_i, p = offset + t, theta_i =
-    base^(-2i/K): y_a = x_a cos - x_b sin, y_b = x_a sin + x_b cos; "interleaved" pairs
-    (2i, 2i+1), "half" pairs (i, i + K/2)."""
+def rope(x, *, offset=0, base=10000.0, convention="interleaved", rotary_dim=None, scaling=None):
+    """Rotate feature pairs (a, b) of row t by p * theta_i, p = offset + t,
+    theta_i = base^(-2i/R):  y_a = m (x_a cos - x_b sin),  y_b = m (x_a sin + x_b cos).
+
+    "interleaved" pairs (2i, 2i+1) (RoFormer, GPT-J); "half" pairs (i, i + R/2)
+    (GPT-NeoX, Hugging Face rotate_half). Only the first R = rotary_dim features (None: K)
+    are rotated, the rest pass through; `scaling` (transformers' rope_parameters) gives theta
+    and m through rope_frequencies (m = 1 without it).
+    """
     x = floating("x", x)
-    *_, t, kw = check.rank("x", x, min_rank=2)
-    if kw % 2:
-        raise ShapeError(f"rope needs an even feature width, x has shape {tuple(x.shape)}")
-    offset = check.integer("offset", offset, lo=0)
-    convention = check.choice("convention", convention, ("interleaved", "half"))
-    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 0:
-        raise ConfigError(f"base must be a positive number, got {base!r}")
-    theta = float(base) ** (-2.0 * np.arange(kw // 2) / kw)  # (K/2,)
-    angle = np.arange(offset, offset + t, dtype=np.float64)[:, None] * theta  # (T, K/2)
-    cos, sin = (mx.array(f(angle).astype(np.float32)).astype(x.dtype) for f in (np.cos, np.sin))
+    cos, sin, r = rope_rules.tables(tuple(x.shape), offset, base, convention, rotary_dim, scaling)
+    cos, sin = (mx.array(c.astype(np.float32)).astype(x.dtype) for c in (cos, sin))  # (T, R/2)
+    xr = x[..., :r]
     if convention == "interleaved":
-        xa, xb = x[..., 0::2], x[..., 1::2]
+        xa, xb = xr[..., 0::2], xr[..., 1::2]
     else:
-        xa, xb = x[..., : kw // 2], x[..., kw // 2:]
+        xa, xb = xr[..., : r // 2], xr[..., r // 2:]
     ya, yb = xa * cos - xb * sin, xa * sin + xb * cos
     if convention == "interleaved":
-        return mx.stack([ya, yb], axis=-1).reshape(x.shape)
-    return mx.concatenate([ya, yb], axis=-1)
+        yr = mx.stack([ya, yb], axis=-1).reshape(xr.shape)
+    else:
+        yr = mx.concatenate([ya, yb], axis=-1)
+    return yr if r == x.shape[-1] else mx.concatenate([yr, x[..., r:]], axis=-1)
+
+
+def rope_frequencies(*, head_dim, base=10000.0, rope_type="default", seq_len=None, factor=None,
+                     original_max_position_embeddings=None, max_position_embeddings=None,
+                     beta_fast=32.0, beta_slow=1.0, mscale=None, mscale_all_dim=None,
+                     attention_factor=None, low_freq_factor=None, high_freq_factor=None,
+                     short_factor=None, long_factor=None, truncate=True):
+    """inv_freq (K/2,) and the attention factor (0-d), float64, under transformers' rope_type
+    rules: configuration numbers, computed once for every backend (backends/_rope.py)."""
+    inv_freq, m = rope_rules.frequencies(**locals())  # the attributes, as given
+    return _host(inv_freq), _host(m)

@@ -4,9 +4,10 @@ attention, rotary position embedding (RoPE)."""
 from __future__ import annotations
 
 import numpy as np
-from attnspec.spec.errors import ConfigError, DomainError, ShapeError
+from attnspec.spec.errors import DomainError
 
 from .. import _checks as check
+from .. import _rope as rope_rules
 from ._core import boolean, floating, integers
 from .attention import softmax, softmax_backward, weighted_sum
 
@@ -82,53 +83,66 @@ def relative_attention(q, k, v, mask=None, *, max_distance, scale=None, params):
     return z, alpha
 
 
-def rope(x, *, offset=0, base=10000.0, convention="interleaved"):
+def rope(x, *, offset=0, base=10000.0, convention="interleaved", rotary_dim=None, scaling=None):
     """Rotate feature pairs (a, b) of row t by p * theta_i, p = offset + t,
-    theta_i = base^(-2i/K):  y_a = x_a cos - x_b sin,  y_b = x_a sin + x_b cos.
+    theta_i = base^(-2i/R):  y_a = m (x_a cos - x_b sin),  y_b = m (x_a sin + x_b cos).
 
-    "interleaved" pairs (2i, 2i+1) (RoFormer, GPT-J); "half" pairs (i, i + K/2)
-    (GPT-NeoX, Hugging Face rotate_half).
+    "interleaved" pairs (2i, 2i+1) (RoFormer, GPT-J); "half" pairs (i, i + R/2)
+    (GPT-NeoX, Hugging Face rotate_half). Only the first R = rotary_dim features (None: K)
+    are rotated, the rest pass through; `scaling` (transformers' rope_parameters) gives theta
+    and m through rope_frequencies (m = 1 without it).
     """
     x = floating("x", x)
-    *_, t, kw = check.rank("x", x, min_rank=2)
-    if kw % 2:
-        raise ShapeError(f"rope needs an even feature width, x has shape {x.shape}")
-    offset = check.integer("offset", offset, lo=0)
-    convention = check.choice("convention", convention, ("interleaved", "half"))
-    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 0:
-        raise ConfigError(f"base must be a positive number, got {base!r}")
-    theta = float(base) ** (-2.0 * np.arange(kw // 2) / kw)  # (K/2,)
-    angle = np.arange(offset, offset + t, dtype=np.float64)[:, None] * theta  # (T, K/2)
-    cos, sin = np.cos(angle).astype(x.dtype), np.sin(angle).astype(x.dtype)
+    cos, sin, r = _tables(x, offset, base, convention, rotary_dim, scaling)
+    return _apply(x, cos, sin, r, convention)
+
+
+def _tables(x, offset, base, convention, rotary_dim, scaling):
+    """m cos(p theta_i), m sin(p theta_i) (T, R/2) in x's dtype (angles in float64), and R."""
+    cos, sin, r = rope_rules.tables(x.shape, offset, base, convention, rotary_dim, scaling)
+    return cos.astype(x.dtype), sin.astype(x.dtype), r
+
+
+def _apply(x, cos, sin, r, convention):
+    """y = the pairs of x[..., :R] rotated by (cos, sin), x[..., R:] passed through."""
+    xr, rest = x[..., :r], x[..., r:]
     if convention == "interleaved":
-        xa, xb = x[..., 0::2], x[..., 1::2]
+        xa, xb = xr[..., 0::2], xr[..., 1::2]
     else:
-        xa, xb = x[..., : kw // 2], x[..., kw // 2:]
+        xa, xb = xr[..., : r // 2], xr[..., r // 2:]
     ya, yb = xa * cos - xb * sin, xa * sin + xb * cos
     if convention == "interleaved":
-        return np.stack([ya, yb], axis=-1).reshape(x.shape)
-    return np.concatenate([ya, yb], axis=-1)
+        yr = np.stack([ya, yb], axis=-1).reshape(xr.shape)
+    else:
+        yr = np.concatenate([ya, yb], axis=-1)
+    return np.concatenate([yr, rest], axis=-1)
+
+
+ROPE_TYPES = rope_rules.ROPE_TYPES
+
+
+def rope_frequencies(*, head_dim, base=10000.0, rope_type="default", seq_len=None, factor=None,
+                     original_max_position_embeddings=None, max_position_embeddings=None,
+                     beta_fast=32.0, beta_slow=1.0, mscale=None, mscale_all_dim=None,
+                     attention_factor=None, low_freq_factor=None, high_freq_factor=None,
+                     short_factor=None, long_factor=None, truncate=True):
+    """inv_freq (K/2,) and the attention factor (0-d), float64, under transformers' rope_type
+    rules: configuration numbers, computed once for every backend (backends/_rope.py)."""
+    inv_freq, m = rope_rules.frequencies(**locals())  # the attributes, as given
+    return inv_freq, np.float64(m)
 
 
 # == grad2: backward (vector-Jacobian products) =============================================
 
-# y = R x, R the rotation of each pair (a, b) by p theta_i: orthogonal, so dx = R^T dy,
-# the rotation by the opposite angle:  dx_a = dy_a cos + dy_b sin,  dx_b = -dy_a sin + dy_b cos
-def rope_vjp(cotangents, x, *, offset=0, base=10000.0, convention="interleaved"):
-    y = rope(x, offset=offset, base=base, convention=convention)     # the checks, once
-    dy = np.asarray(cotangents["y"], dtype=y.dtype)
-    *_, t, kw = y.shape
-    theta = float(base) ** (-2.0 * np.arange(kw // 2) / kw)           # (K/2,)
-    angle = np.arange(offset, offset + t, dtype=np.float64)[:, None] * theta  # (T, K/2)
-    cos, sin = np.cos(angle).astype(y.dtype), np.sin(angle).astype(y.dtype)
-    if convention == "interleaved":
-        da, db = dy[..., 0::2], dy[..., 1::2]
-    else:
-        da, db = dy[..., : kw // 2], dy[..., kw // 2:]
-    dxa, dxb = da * cos + db * sin, -da * sin + db * cos
-    if convention == "interleaved":
-        return {"x": np.stack([dxa, dxb], axis=-1).reshape(y.shape)}, {}
-    return {"x": np.concatenate([dxa, dxb], axis=-1)}, {}
+# y = m R x on the first R features, R the rotation of each pair (a, b) by p theta_i:
+# orthogonal, so dx = m R^T dy, the rotation by the opposite angle:
+#   dx_a = m (dy_a cos + dy_b sin),  dx_b = m (-dy_a sin + dy_b cos);  dx = dy on the rest
+def rope_vjp(cotangents, x, *, offset=0, base=10000.0, convention="interleaved", rotary_dim=None,
+             scaling=None):
+    x = floating("x", x)
+    cos, sin, r = _tables(x, offset, base, convention, rotary_dim, scaling)  # the checks, once
+    dy = np.asarray(cotangents["y"], dtype=x.dtype)
+    return {"x": _apply(dy, cos, -sin, r, convention)}, {}
 
 
 # pe[...] = table[positions[...]]:  a scatter-add, repeated positions accumulate:

@@ -8,7 +8,7 @@ from ._build import Component, Fn, Rng, error, gradient, value
 COMPONENT = Component("rope", {
     "rope": Fn(module="positional", inputs=["x"],
                attributes={"offset": 0, "base": 10000.0, "convention": "interleaved"},
-               returns=["y"], oracle=oracle),
+               added={"rotary_dim": None, "scaling": None}, returns=["y"], oracle=oracle),
 })
 
 
@@ -68,6 +68,7 @@ def cases(rng):
     yield from defaults_cases()
     yield from _edges(Rng(f"{COMPONENT.id}/edges"))
     yield from study_cases(Rng(f"{COMPONENT.id}/study"))
+    yield from scaling_cases(Rng(f"{COMPONENT.id}/scaling"))
 
 
 # -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
@@ -129,6 +130,7 @@ def grad_cases(r):
                    cotangents={"y": r.uniform((3, 10))},
                    flags=["gradient", "half", "base", "rank-2"])
     yield from grad_study_cases(Rng(f"{COMPONENT.id}/grad-study"))
+    yield from grad_scaling_cases(Rng(f"{COMPONENT.id}/grad-scaling"))
 
 
 # -- asked for by the mutation study (issue 19) --------------------------------------------
@@ -139,3 +141,116 @@ def grad_study_cases(r):
                    "the half convention or base 500000 fails.",
                    inputs={"x": r.uniform((1, 6, 8))}, cotangents={"y": r.uniform((1, 6, 8))},
                    flags=["gradient", "defaults"], omit_defaults=True)
+
+
+# -- partial rotary and scaled frequencies (issue 25 item 1) --------------------------------
+
+L0 = 16  # a small original context, so that the scaling rules act at positions <= 40
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 4 * L0}
+YARN = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": L0}
+
+
+def scaling_cases(r):
+    yield value("rope/rotary-dim-001", "rope",
+                "rotary_dim 4 of K = 12, half convention, offset 2 (GPT-NeoX's rotary_pct): pairs "
+                "(i, i + 2) of the first 4 features with theta_i = 10000^(-2i/4); features 4..11 "
+                "pass through; rotating the last 4, or every feature, or theta from K fails.",
+                inputs={"x": r.uniform((1, 5, 12))},
+                attributes={"offset": 2, "convention": "half", "rotary_dim": 4},
+                flags=["rotary-dim", "half"])
+    yield value("rope/rotary-dim-002", "rope",
+                "rotary_dim 8 of K = 16, interleaved, offset 3 (GPT-J's rotary_dim 64 of 256): "
+                "pairs (2i, 2i + 1) of the first 8 features.",
+                inputs={"x": r.uniform((2, 4, 16))}, attributes={"offset": 3, "rotary_dim": 8},
+                flags=["rotary-dim", "interleaved"])
+    yield value("rope/linear-001", "rope",
+                "scaling linear, factor 4, positions 5..10, half: theta_i / 4 (position "
+                "interpolation); dividing both the positions and the frequencies fails.",
+                inputs={"x": r.uniform((1, 6, 8))},
+                attributes={"offset": 5, "convention": "half",
+                            "scaling": {"rope_type": "linear", "factor": 4.0}},
+                flags=["rope-scaling", "half"])
+    yield value("rope/llama3-001", "rope",
+                "scaling llama3 (factor 8, low 1, high 4, L0 64), K = 12, positions 30..34, half: "
+                "pair 0 kept (w = 6.3 < 64/4), pair 1 in the band (w = 29.2), pairs 2..5 (w > 64) "
+                "divided by 8; swapping the band edges fails.",
+                inputs={"x": r.uniform((1, 5, 12))},
+                attributes={"offset": 30, "convention": "half", "scaling": LLAMA3},
+                flags=["rope-scaling", "half"])
+    yield value("rope/yarn-001", "rope",
+                "scaling yarn (factor 8, L0 16), K = 8, positions 20..25: the ramped frequencies "
+                "and the attention factor m = 0.1 ln 8 + 1 = 1.208 multiplying cos and sin; "
+                "dropping m fails.",
+                inputs={"x": r.uniform((1, 6, 8))}, attributes={"offset": 20, "scaling": YARN},
+                flags=["rope-scaling", "attention-factor"])
+    yield value("rope/dynamic-001", "rope",
+                "scaling dynamic (factor 2, max_position_embeddings 8), positions 6..11: seq_len = "
+                "offset + T = 12 > 8, base' = 10000 (2 * 12 / 8 - 1)^(8/6); the exponent "
+                "K/(K-1) fails.",
+                inputs={"x": r.uniform((1, 6, 8))},
+                attributes={"offset": 6, "scaling": {"rope_type": "dynamic", "factor": 2.0,
+                                                     "max_position_embeddings": 8}},
+                flags=["rope-scaling"])
+    yield value("rope/longrope-001", "rope",
+                "scaling longrope with rotary_dim 6 of K = 8 (Phi-4-mini: partial rotary with "
+                "longrope), positions 14..17: seq_len = offset + T = 18 > L0 = 16 picks the long "
+                "factors for every row; m = sqrt(1 + ln 4 / ln 16).",
+                inputs={"x": r.uniform((1, 4, 8))},
+                attributes={"offset": 14, "convention": "half", "rotary_dim": 6,
+                            "scaling": {"rope_type": "longrope", "original_max_position_embeddings": L0,
+                                        "max_position_embeddings": 4 * L0,
+                                        "short_factor": [1.0, 1.5, 2.0],
+                                        "long_factor": [1.0, 4.0, 16.0]}},
+                flags=["rope-scaling", "rotary-dim", "attention-factor"])
+    yield value("rope/scaling-defaults-001", "rope",
+                "Only scaling = yarn (factor 4, L0 16) given: offset 0, base 10000, interleaved, "
+                "rotary_dim = K and yarn's own defaults (beta_fast 32, beta_slow 1, truncate) "
+                "left out, x (1, 6, 8).",
+                inputs={"x": r.uniform((1, 6, 8))},
+                attributes={"scaling": {"rope_type": "yarn", "factor": 4.0,
+                                        "original_max_position_embeddings": L0}},
+                flags=["defaults", "rope-scaling"], omit_defaults=True)
+    yield error("rope/rotary-dim-odd-001", "rope", "rotary_dim = 5 is odd.",
+                inputs={"x": r.uniform((1, 4, 8))}, attributes={"rotary_dim": 5},
+                error="ConfigError", mentions=["rotary_dim", "5"])
+    yield error("rope/rotary-dim-wide-001", "rope", "rotary_dim = 16 > K = 8.",
+                inputs={"x": r.uniform((1, 4, 8))}, attributes={"rotary_dim": 16},
+                error="ConfigError", mentions=["rotary_dim", "16"])
+    yield error("rope/scaling-key-001", "rope",
+                "scaling = {'type': 'linear', 'factor': 2}: 'type' is transformers' old spelling of "
+                "rope_type, not a spec key.",
+                inputs={"x": r.uniform((1, 4, 8))},
+                attributes={"scaling": {"type": "linear", "factor": 2.0}},
+                error="ConfigError", mentions=["type"])
+    yield error("rope/scaling-type-001", "rope", "scaling rope_type = 'ntk'.",
+                inputs={"x": r.uniform((1, 4, 8))},
+                attributes={"scaling": {"rope_type": "ntk", "factor": 2.0}},
+                error="ConfigError", mentions=["rope_type"])
+
+
+def grad_scaling_cases(r):
+    yield gradient("rope/grad-006", "rope",
+                   "rotary_dim 4 of K = 8, half, offset 3: dx = R^T dy on the first 4 features, "
+                   "dx = dy on the pass-through features.",
+                   inputs={"x": r.uniform((1, 4, 8))},
+                   attributes={"offset": 3, "convention": "half", "rotary_dim": 4},
+                   cotangents={"y": r.uniform((1, 4, 8))}, flags=["gradient", "rotary-dim"])
+    yield gradient("rope/grad-007", "rope",
+                   "scaling yarn (factor 8, L0 16), offset 20: dx = m R^T dy, m = 1.208.",
+                   inputs={"x": r.uniform((1, 4, 8))}, attributes={"offset": 20, "scaling": YARN},
+                   cotangents={"y": r.uniform((1, 4, 8))},
+                   flags=["gradient", "rope-scaling", "attention-factor"])
+    yield gradient("rope/grad-008", "rope",
+                   "scaling llama3 (factor 8, L0 64), rotary_dim 8 of K = 12, interleaved, "
+                   "offset 30.",
+                   inputs={"x": r.uniform((1, 3, 12))},
+                   attributes={"offset": 30, "rotary_dim": 8, "scaling": LLAMA3},
+                   cotangents={"y": r.uniform((1, 3, 12))},
+                   flags=["gradient", "rope-scaling", "rotary-dim"])
+    yield gradient("rope/grad-009", "rope",
+                   "Only rotary_dim = 4 given (offset 0, base 10000, interleaved, no scaling), "
+                   "x (1, 5, 6): the last 2 features' gradient is dy.",
+                   inputs={"x": r.uniform((1, 5, 6))}, attributes={"rotary_dim": 4},
+                   cotangents={"y": r.uniform((1, 5, 6))},
+                   flags=["gradient", "defaults", "rotary-dim"], omit_defaults=True)

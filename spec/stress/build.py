@@ -377,6 +377,11 @@ def _sdpa_kv_columns(vid, x, a, cot, grads, rng) -> int:
 
 # -- writing ---------------------------------------------------------------------------------
 
+# Attributes added to a function after its stress vectors were released: stated only where a case
+# sets them (as generate.py does for every added attribute), so those vectors keep their bytes.
+ADDED_AFTER_STRESS = {"rope": ("rotary_dim", "scaling")}
+
+
 def build_vector(c: dict, derived: dict, check_mp: bool = True) -> tuple[dict, bytes, int]:
     """One vector, at the mpmath oracle's working precision (it sets none at import)."""
     from ..oracle.core import precision
@@ -391,7 +396,8 @@ def _build_vector(c: dict, derived: dict, check_mp: bool = True) -> tuple[dict, 
     vid = c["id"]
     component = vid.split("/")[0]
     comp, fn = _function(component, c["function"])
-    attrs = {**fn.attributes, **fn.added, **c["attributes"]}
+    late = ADDED_AFTER_STRESS.get(c["function"], ())
+    attrs = {**fn.attributes, **{k: v for k, v in fn.added.items() if k not in late}, **c["attributes"]}
     x = build_inputs(c["inputs"], vid)
     p = build_inputs(c["params"], vid)
     cot = build_inputs(c.get("cotangents", {}), vid) or None

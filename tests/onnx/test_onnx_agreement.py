@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 import onnx.defs
 import pytest
+from attnspec.backends import _rope as rope_rules
 from attnspec.spec.compare import compare
 from attnspec.spec.tensor import round_to
 from attnspec.spec.vectors import default_spec
@@ -218,17 +219,19 @@ def _rope(v, dtype, interleaved=None):
     t, k = x.shape[-2:]
     x4 = x.reshape(1, -1, t, k)  # (1, H, T, K): ONNX's 4-D layout
     # the cache holds the T positions used (offset ... offset + T - 1), not every position
-    # from 0: at an offset past 2^20 a full cache would be 2 x 0.5 GB; the op gathers rows
-    positions = a["offset"] + np.arange(t, dtype=np.float64)
-    theta = a["base"] ** (-2.0 * np.arange(k // 2) / k)
-    angle = positions[:, None] * theta  # (T, K/2), in float64 as the spec says
+    # from 0: at an offset past 2^20 a full cache would be 2 x 0.5 GB; the op gathers rows.
+    # m cos(p theta_i), m sin(p theta_i) (T, R/2) in float64 as the spec says; theta and m of
+    # a scaling rule from the shared rope_frequencies rules; R = rotary_dim is ONNX's
+    # rotary_embedding_dim (0: every feature)
+    cos, sin, r = rope_rules.tables(x.shape, a["offset"], a["base"], a["convention"],
+                                    a.get("rotary_dim"), a.get("scaling"))
     if interleaved is None:
         interleaved = int(a["convention"] == "interleaved")
     ids = np.arange(t, dtype=np.int64)[None]  # (1, T): rows of the cache
     y, = run_node("RotaryEmbedding", 23,
-                  {"X": x4, "cos_cache": _round(np.cos(angle), dtype),
-                   "sin_cache": _round(np.sin(angle), dtype), "position_ids": ids},
-                  ["Y"], interleaved=interleaved)
+                  {"X": x4, "cos_cache": _round(cos, dtype), "sin_cache": _round(sin, dtype),
+                   "position_ids": ids},
+                  ["Y"], interleaved=interleaved, rotary_embedding_dim=0 if r == k else r)
     return y.reshape(x.shape)
 
 
