@@ -410,8 +410,9 @@ def to_hf(params, attributes: dict, model: str | None = None):
     parameters (``embed.table``) give a ``LlamaForCausalLM``, ``llama_layer`` ones
     (``attn_norm.gamma``) a ``LlamaDecoderLayer``; ``encoder_layer`` ones a ``BertLayer``
     (norm="post", the default) or a ``GPT2Block`` (norm="pre"); ``moe`` ones (``router.w``)
-    a MoE block, ``mla`` ones (``w_kv_a``) a ``DeepseekV3Attention``. ``model`` names one of :data:`.hf_zoo.SPEC_FUNCTION`
-    (``"Qwen2DecoderLayer"``, ``"GPTNeoXLayer"``...) instead."""
+    a MoE block, ``mla`` ones (``w_kv_a``) a ``DeepseekV3Attention``. ``model`` names one
+    of :data:`.hf_zoo.SPEC_FUNCTION` (``"Qwen2DecoderLayer"``, ``"GPTNeoXLayer"``...)
+    instead."""
     if model is not None:
         return _zoo().to_hf(params, attributes, model)
     if "router.w" in params_of(params):
