@@ -72,6 +72,7 @@ MODULES = {
     "llama_init_cache": "decoding", "llama_step": "decoding",
     "cross_entropy": "losses", "decoder_only_loss": "models", "sdpa_varlen": "attention",
     "sdpa_fp8": "attention",
+    "gemma_layer": "layers",
 }
 
 
@@ -133,7 +134,9 @@ def shared() -> dict[str, type]:
     from .rnn import Seq2Seq
     from .varlen import Varlen
 
+    from .layers import GemmaLayers
+
     found = {"residual": Layers}
-    for family in (Layers, Models, Decoding, Seq2Seq, Varlen, Fp8):
+    for family in (Layers, Models, Decoding, Seq2Seq, Varlen, Fp8, GemmaLayers):
         found.update(dict.fromkeys(family.__dict__["EXPORTS"], family))
     return found

@@ -3,3 +3,7 @@
 from ..composite.layers import Layers
 
 encoder_layer, decoder_layer, encoder, decoder, llama_layer = Layers.bind(__package__)
+
+from ..composite.layers import GemmaLayers  # noqa: E402
+
+(gemma_layer,) = GemmaLayers.bind(__package__)

@@ -5,3 +5,7 @@ from ..composite.layers import Layers
 from ._core import no_weights_unless_traced as _fast
 
 encoder_layer, decoder_layer, encoder, decoder, llama_layer = map(_fast, Layers.bind(__package__))
+
+from ..composite.layers import GemmaLayers  # noqa: E402
+
+(gemma_layer,) = map(_fast, GemmaLayers.bind(__package__))
