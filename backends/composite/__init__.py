@@ -129,12 +129,10 @@ def shared() -> dict[str, type]:
     """Spec function name -> the family (class) that writes it once for every backend."""
     from .decoding import Decoding
     from .fp8 import Fp8
-    from .layers import Layers
+    from .layers import GemmaLayers, Layers
     from .models import Models
     from .rnn import Seq2Seq
     from .varlen import Varlen
-
-    from .layers import GemmaLayers
 
     found = {"residual": Layers}
     for family in (Layers, Models, Decoding, Seq2Seq, Varlen, Fp8, GemmaLayers):
