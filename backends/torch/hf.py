@@ -389,6 +389,8 @@ def to_hf(params, attributes: dict):
     parameters (``embed.table``) give a ``LlamaForCausalLM``, ``llama_layer`` ones
     (``attn_norm.gamma``) a ``LlamaDecoderLayer``; ``encoder_layer`` ones a ``BertLayer``
     (norm="post", the default) or a ``GPT2Block`` (norm="pre")."""
+    if "input_norm.gamma" in params_of(params):  # gemma_layer (hf_gemma.py)
+        return _gemma.gemma_layer_to_hf(params, attributes)
     if "embed.table" in params_of(params):
         return llama_for_causal_lm_to_hf(params, attributes)
     if "attn_norm.gamma" in params_of(params):
@@ -418,6 +420,8 @@ def forward(module, x, mask=None, *, offset: int = 0, pad_id: int | None = None)
     A ``LlamaForCausalLM`` takes ids (B, T) as ``x`` and returns the logits; its
     ``attention_mask`` is ``ids != pad_id`` (the model adds the causal mask itself)."""
     who = _forward_checks(module, x, offset, pad_id)
+    if isinstance(module, _gemma.LAYERS):
+        return _gemma.forward(module, x, mask, offset=offset)
     if isinstance(module, LlamaForCausalLM):
         if mask is not None or offset:
             raise ConfigError("LlamaForCausalLM: pass pad_id, not mask or offset")
@@ -498,3 +502,12 @@ def _mask(mask, x, who: str) -> torch.Tensor:
         raise ShapeError(f"{who}: mask of shape {tuple(mask.shape)} does not broadcast to "
                          f"(B, H, T, T) = ({b}, H, {t}, {t})") from None
     return mask.to(x.device)
+
+
+# -- Gemma 2 / 3 decoder layers (hf_gemma.py) ------------------------------------------------------
+
+from . import hf_gemma as _gemma  # noqa: E402
+
+SPEC_FUNCTION.update(_gemma.SPEC_FUNCTION)
+_FROM.update(dict.fromkeys(_gemma.LAYERS, _gemma.gemma_layer_from_hf))
+_GAIN.update(_gemma.GAIN)
