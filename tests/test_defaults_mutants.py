@@ -96,6 +96,14 @@ WRONG = [
     ("greedy_decode", {"rope_base": 500000.0}),
     ("greedy_decode", {"window": 2}),
     ("greedy_decode", {"num_kv_heads": 1}),
+    ("rms_norm", {"unit_offset": True}),  # Gemma's (1 + w) where a plain gain is meant
+    ("gemma_layer", {"num_kv_heads": 1}),
+    ("gemma_layer", {"eps": 1e-5}),
+    ("gemma_layer", {"rope_base": 1000000.0}),  # Gemma 3's global base
+    ("gemma_layer", {"window": 2}),
+    ("gemma_layer", {"query_pre_attn_scalar": 256.0}),  # Gemma 2's config default
+    ("gemma_layer", {"softcap": 50.0}),  # Gemma 2's attn_logit_softcapping
+    ("gemma_layer", {"qk_norm": True}),
     ("cross_entropy", {"ignore_index": 0}),
     ("cross_entropy", {"label_smoothing": 0.1}),
     ("cross_entropy", {"reduction": "sum"}),
@@ -117,6 +125,7 @@ COARSE = [
 # moe_router's eps divides only when renormalize is True, which its defaults vector leaves
 # False (mixtral-001 states eps with renormalisation on).
 UNOBSERVABLE = {("dropout", "seed"), ("greedy_decode", "eps"), ("llama_layer", "offset"),
+                ("gemma_layer", "offset"),  # as llama_layer's: RoPE scores depend on i - j
                 ("moe_router", "eps")}
 
 

@@ -140,6 +140,21 @@ def defaults_cases():
                 inputs={"x": shifted(rd, (2, 6, 16))}, attributes={"num_heads": 2},
                 params=layer_params(rd, 16, 2, 2, 8, 24, scale=0.75),
                 flags=["defaults", "query-pre-attn-scalar"], omit_defaults=True)
+    p = layer_params(rd, 16, 2, 2, 8, 24)
+    p["attn.w_q"], p["attn.w_k"] = rd.uniform((16, 16), -2, 2), rd.uniform((16, 16), -2, 2)
+    yield value("gemma/layer-defaults-002", "gemma_layer",
+                "Every defaulted attribute left out, with w_q, w_k in [-2, 2] so the scaled "
+                "scores reach tens: a default softcap (Gemma 2's 50) moves them by ~10% and "
+                "fails; no cap is the default.",
+                inputs={"x": shifted(rd, (1, 6, 16))}, attributes={"num_heads": 2}, params=p,
+                flags=["defaults", "softcap"], omit_defaults=True)
+    yield value("gemma/layer-defaults-003", "gemma_layer",
+                "Every defaulted attribute left out on a tiny x (multiples of 2**-12 in "
+                "[-2**-7, 2**-7], mean square ~2e-5): the input norm's eps 1e-5 in place of "
+                "1e-6 scales q and k by ~0.8 and fails.",
+                inputs={"x": rd.uniform((2, 5, 16), -2**-7, 2**-7, 2**-12)},
+                attributes={"num_heads": 2}, params=layer_params(rd, 16, 2, 2, 8, 24),
+                flags=["defaults", "default-eps"], omit_defaults=True)
 
 
 def grad_cases(r):
