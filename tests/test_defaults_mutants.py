@@ -104,6 +104,9 @@ WRONG = [
     ("gemma_layer", {"query_pre_attn_scalar": 256.0}),  # Gemma 2's config default
     ("gemma_layer", {"softcap": 50.0}),  # Gemma 2's attn_logit_softcapping
     ("gemma_layer", {"qk_norm": True}),
+    *[("gemma_decoder_only", d) for d in (
+        {"num_kv_heads": 1}, {"window": 2}, {"query_pre_attn_scalar": 256.0},
+        {"final_softcap": 3.0}, {"qk_norm": True})],
     ("cross_entropy", {"ignore_index": 0}),
     ("cross_entropy", {"label_smoothing": 0.1}),
     ("cross_entropy", {"reduction": "sum"}),
@@ -117,6 +120,12 @@ COARSE = [
     # the loss of O(1) logits moves by ~0.02 with smoothing 0.1: inside bfloat16's tolerance
     # of a training step; cross_entropy's own defaults vector catches it at every dtype
     ("decoder_only_loss", {"label_smoothing": 0.1}, ("float64", "float32")),
+    # gemma_decoder_only's one defaults vector (N = 2, T = 6, scores of a few units) sees these
+    # only at the finer dtypes; gemma_layer's defaults vectors (layer-defaults-002, -003,
+    # built for them) catch the same wrong defaults at every dtype
+    ("gemma_decoder_only", {"rope_base": 1000000.0}, ("float64", "float32", "float16")),
+    ("gemma_decoder_only", {"softcap": 50.0}, ("float64", "float32")),
+    ("gemma_decoder_only", {"eps": 1e-5}, ("float64", "float32")),
 ]
 # Not observable through any vector: a keep mask is given whenever values are compared.
 # llama_layer's offset: RoPE scores depend on i - j only, so shifting every query and key

@@ -3,10 +3,13 @@ must catch at every dtype; the one they cannot catch at the half dtypes, (1 + w)
 bfloat16, is caught there by tests/test_gemma_norm.py instead (one rounding, below bfloat16's
 rtol)."""
 
+import functools
+
 import ml_dtypes
 import numpy as np
 import pytest
 from attnspec.backends.composite.layers import GemmaLayers
+from attnspec.backends.composite.models import GemmaModels
 from attnspec.backends.numpy import norm
 
 from .mutants import assert_rejected, composite_mutant, mutant, rejections
@@ -118,3 +121,81 @@ def test_gemma_layer_mutant_is_rejected(name):
 
 def test_correct_gemma_backend_is_not_rejected():
     assert set(rejections(composite_mutant(GemmaLayers), "gemma").values()) == {0}
+
+
+# -- gemma_decoder_only ----------------------------------------------------------------------------
+
+def _model(**methods):
+    return composite_mutant(GemmaModels, methods=methods)
+
+
+def _model_with(**changes):
+    """The model with its embedding, window alternation or head changed."""
+    def gemma_decoder_only(self, ids, **kw):
+        return GemmaModels.gemma_decoder_only(_Changed(self, changes), ids, **kw)
+    return _model(gemma_decoder_only=gemma_decoder_only)
+
+
+class _Changed:
+    """self with some kernels replaced (the model's calls go through self.k)."""
+
+    def __init__(self, model, changes):
+        self._model, self.k = model, _Kernels(model.k, changes)
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+
+class _Kernels:
+    def __init__(self, k, changes):
+        self._k, self._changes = k, changes
+
+    def __getattr__(self, name):
+        if name in self._changes:
+            return functools.partial(self._changes[name], self._k)
+        return getattr(self._k, name)
+
+
+def _unscaled(k, ids, *, scale=True, params):
+    return k.embedding(ids, scale=False, params=params)
+
+
+def _window_everywhere(k, h, mask=None, **kw):
+    """The window on every layer, not only the even (local) ones."""
+    return k.gemma_layer(h, mask, **{**kw, "window": _window_everywhere.window or kw["window"]})
+
+
+def _no_final_softcap(k, logits, *, cap):
+    return logits
+
+
+def _plain_final_norm(k, h, *, eps=1e-6, unit_offset=False, params):
+    return k.rms_norm(h, eps=eps, params=params)
+
+
+MODEL = {
+    "embeddings-unscaled": _model_with(embedding=_unscaled),
+    "final-softcap-ignored": _model_with(softcap=_no_final_softcap),
+    "final-norm-without-offset": _model_with(rms_norm=_plain_final_norm),
+}
+
+
+def _window_on_all_layers():
+    def gemma_decoder_only(self, ids, *, window=None, **kw):
+        _window_everywhere.window = window
+        return GemmaModels.gemma_decoder_only(_Changed(self, {"gemma_layer": _window_everywhere}),
+                                              ids, window=window, **kw)
+    return _model(gemma_decoder_only=gemma_decoder_only)
+
+
+MODEL["window-on-every-layer"] = _window_on_all_layers()
+
+
+@pytest.mark.parametrize("name", sorted(MODEL))
+def test_gemma_model_mutant_is_rejected(name):
+    with np.errstate(all="ignore"):
+        assert_rejected(MODEL[name], "gemma")
+
+
+def test_correct_gemma_model_is_not_rejected():
+    assert set(rejections(composite_mutant(GemmaModels), "gemma").values()) == {0}

@@ -35,3 +35,16 @@ def test_gemma_layer_vjp_matches_central_differences():
     _check(gemma_layer, VJP["gemma_layer"], {"y": r.uniform((1, 3, 4))},
            {"x": r.uniform((1, 3, 4)), "mask": mask}, attrs,
            layer_params(r, 4, 2, 1, 2, 3, qk_norm=True))
+
+
+def test_gemma_decoder_only_vjp_matches_central_differences():
+    """N = 2 (window on layer 0 only), D = 4, vocabulary 5, T = 3, final and attention caps:
+    the tied table's gradient sums the head's and the embedding's."""
+    from attnspec.spec.cases.gemma import model_params
+    from attnspec.spec.oracle.gemma import gemma_decoder_only
+
+    r = Rng("test/grad/gemma_decoder_only")
+    attrs = {"pad_id": 0, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1, "eps": 0.01,
+             "window": 2, "softcap": 1.5, "final_softcap": 2.0}
+    _check(gemma_decoder_only, VJP["gemma_decoder_only"], {"logits": r.uniform((1, 3, 5))},
+           {"ids": np.array([[1, 3, 0]])}, attrs, model_params(r, 2, 4, 2, 1, 2, 3, 5))

@@ -72,7 +72,7 @@ MODULES = {
     "llama_init_cache": "decoding", "llama_step": "decoding",
     "cross_entropy": "losses", "decoder_only_loss": "models", "sdpa_varlen": "attention",
     "sdpa_fp8": "attention",
-    "gemma_layer": "layers",
+    "gemma_layer": "layers", "gemma_decoder_only": "models", "softcap": "attention",
 }
 
 
@@ -130,11 +130,12 @@ def shared() -> dict[str, type]:
     from .decoding import Decoding
     from .fp8 import Fp8
     from .layers import GemmaLayers, Layers
-    from .models import Models
+    from .models import GemmaModels, Models
     from .rnn import Seq2Seq
     from .varlen import Varlen
 
     found = {"residual": Layers}
-    for family in (Layers, Models, Decoding, Seq2Seq, Varlen, Fp8, GemmaLayers):
+    for family in (Layers, Models, Decoding, Seq2Seq, Varlen, Fp8, GemmaLayers,
+                   GemmaModels):
         found.update(dict.fromkeys(family.__dict__["EXPORTS"], family))
     return found

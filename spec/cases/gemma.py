@@ -4,10 +4,12 @@ GeGLU with the tanh GELU, no biases)."""
 
 import numpy as np
 
+from ..oracle.gemma import gemma_decoder_only as model_oracle
 from ..oracle.gemma import gemma_layer as layer_oracle
 from ._build import Component, Fn, Rng, error, gradient, value
 from .encoder_layer import tolerances
 from .llama import shifted
+from .transformer import ids
 
 ATTRS = {"num_kv_heads": None, "eps": 1e-6, "rope_base": 10000.0, "window": None, "offset": 0,
          "query_pre_attn_scalar": None, "softcap": None, "qk_norm": False}
@@ -17,6 +19,11 @@ COMPONENT = Component("gemma", {
     "gemma_layer": Fn(module="layers", inputs=["x", "mask"], optional=["mask"], returns=["y"],
                       required=["num_heads"], attributes=dict(ATTRS), params=True, trace=True,
                       oracle=layer_oracle),
+    "gemma_decoder_only": Fn(module="models", inputs=["ids"], returns=["logits"],
+                             required=["pad_id", "num_layers", "num_heads"],
+                             attributes={k: v for k, v in {**ATTRS, "final_softcap": None}.items()
+                                         if k != "offset"},
+                             params=True, trace=True, oracle=model_oracle),
 }, tolerances=tolerances("stack"))
 
 
@@ -42,6 +49,7 @@ def cases(rng):
     yield from layer_cases(Rng(f"{COMPONENT.id}/layer"))
     yield from error_cases(Rng(f"{COMPONENT.id}/errors"))
     yield from defaults_cases()
+    yield from model_cases(Rng(f"{COMPONENT.id}/model"))
 
 
 def layer_cases(r):
@@ -194,4 +202,125 @@ def grad_cases(r):
                    inputs={"x": shifted(r, (1, 3, 8))}, attributes={"num_heads": 2},
                    params=layer_params(r, 8, 2, 2, 4, 6),
                    cotangents={"y": r.uniform((1, 3, 8))},
+                   flags=["gradient", "defaults"], omit_defaults=True)
+    yield from model_grad_cases(Rng(f"{COMPONENT.id}/model-grad"))
+
+
+# -- the Gemma 2 model (gemma_decoder_only) -------------------------------------------------------
+
+def model_params(rng, n, d, h, h_kv, k, f, vocab, qk_norm=False):
+    """embed.table (tied head), layers.<i>.* as layer_params, norm.gamma (w of 1 + w)."""
+    p = {"embed.table": rng.weights((vocab, d), 0.5)}
+    for i in range(n):
+        p.update({f"layers.{i}.{key}": v
+                  for key, v in layer_params(rng, d, h, h_kv, k, f, qk_norm).items()})
+    p["norm.gamma"] = rng.weights((d,), 0.5)
+    return p
+
+
+def model_cases(r):
+    base = {"pad_id": 0, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1}
+    yield value("gemma/model-basic-001", "gemma_decoder_only",
+                "Gemma 2's model, N = 2, H = 2 on H_kv = 1, K = 4, D = 8, F = 12, vocabulary "
+                "12, B = 2, T = 6 (row 1 padded after 4): embeddings times sqrt(8), the final "
+                "(1 + w) norm, the head tied to embed.table; a head of its own or no sqrt(D) "
+                "fails.",
+                inputs={"ids": ids(r, 12, [6, 4], 6, bos_id=1)},
+                attributes={**base, "query_pre_attn_scalar": 4.0},
+                params=model_params(r, 2, 8, 2, 1, 4, 12, 12),
+                flags=["basic", "padding", "sandwich-norm", "unit-offset", "tied-embeddings",
+                       "sqrt-d-scale"])
+    yield value("gemma/model-alternating-001", "gemma_decoder_only",
+                "window = 2 < T = 7 on layer 0 only (Gemma 2's local layers are the even ones), "
+                "N = 2: the window on every layer, or on the odd ones, fails.",
+                inputs={"ids": ids(r, 12, [7, 7], 7, bos_id=1)},
+                attributes={**base, "window": 2, "softcap": 2.0},
+                params=model_params(r, 2, 8, 2, 1, 4, 12, 12),
+                flags=["sliding-window", "softcap"])
+    p = model_params(r, 1, 8, 2, 1, 4, 12, 12)
+    p["embed.table"] = r.uniform((12, 8), -2, 2)
+    yield value("gemma/model-final-softcap-001", "gemma_decoder_only",
+                "final_softcap = 3 (Gemma 2's final_logit_softcapping, 30 in its config) on "
+                "logits of size ~10 (embed.table in [-2, 2]): c tanh(z / c) after the tied head.",
+                inputs={"ids": ids(r, 12, [5, 5], 5, bos_id=1)},
+                attributes={**base, "num_layers": 1, "final_softcap": 3.0}, params=p,
+                flags=["softcap"])
+    yield value("gemma/model-qk-norm-001", "gemma_decoder_only",
+                "qk_norm in both layers (Gemma 3's layer in Gemma 2's alternation), window = 3, "
+                "T = 6, query_pre_attn_scalar = 8.",
+                inputs={"ids": ids(r, 12, [6, 5], 6, bos_id=1)},
+                attributes={**base, "qk_norm": True, "window": 3, "query_pre_attn_scalar": 8.0},
+                params=model_params(r, 2, 8, 2, 1, 4, 12, 12, qk_norm=True),
+                flags=["qk-norm", "sliding-window"])
+    yield value("gemma/model-three-layers-001", "gemma_decoder_only",
+                "N = 3: layers 0 and 2 local (window 2), layer 1 global, T = 5, H = H_kv = 2.",
+                inputs={"ids": ids(r, 12, [5, 3], 5, bos_id=1)},
+                attributes={**base, "num_layers": 3, "num_kv_heads": 2, "window": 2},
+                params=model_params(r, 3, 8, 2, 2, 4, 12, 12),
+                flags=["sliding-window", "two-layers"])
+    yield value("gemma/model-eps-001", "gemma_decoder_only",
+                "eps = 0.25 in every norm, N = 1: eps outside the root, or 1e-6 kept in the "
+                "final norm, fails.",
+                inputs={"ids": ids(r, 12, [4, 4], 4, bos_id=1)},
+                attributes={**base, "num_layers": 1, "eps": 0.25},
+                params=model_params(r, 1, 8, 2, 1, 4, 12, 12),
+                flags=["eps", "eps-inside-sqrt"])
+    p = model_params(r, 2, 8, 2, 1, 4, 12, 12)
+    x = ids(r, 12, [4, 4], 4, bos_id=1)
+    yield error("gemma/model-layer-missing-001", "gemma_decoder_only",
+                "num_layers = 3 with parameters for 2: layers.2.input_norm.gamma is missing.",
+                inputs={"ids": x}, attributes={**base, "num_layers": 3}, params=p,
+                error="ParameterError", mentions=["layers.2"])
+    yield error("gemma/model-final-softcap-zero-001", "gemma_decoder_only",
+                "final_softcap = 0 (a cap must be > 0).",
+                inputs={"ids": x}, attributes={**base, "final_softcap": 0.0}, params=p,
+                error="ConfigError", mentions=["final_softcap", "0"])
+    yield error("gemma/model-ids-range-001", "gemma_decoder_only",
+                "An id of 12 with a vocabulary of 12 (embed.table has 12 rows).",
+                inputs={"ids": np.array([[1, 12, 3]])}, attributes=base, params=p,
+                error="DomainError", mentions=["ids", "12"])
+    yield error("gemma/model-num-layers-001", "gemma_decoder_only",
+                "num_layers = 0.",
+                inputs={"ids": x}, attributes={**base, "num_layers": 0}, params=p,
+                error="ConfigError", mentions=["num_layers", "0"])
+    rd = Rng(f"{COMPONENT.id}/model-defaults")
+    yield value("gemma/model-defaults-001", "gemma_decoder_only",
+                "num_kv_heads, eps, rope_base, window, query_pre_attn_scalar, softcap, "
+                "final_softcap and qk_norm left out, N = 2, H = 2, K = 4, T = 6: a default "
+                "window or cap, or qk_norm on (no q_norm parameters), fails.",
+                inputs={"ids": ids(rd, 12, [6, 6], 6, bos_id=1)},
+                attributes={"pad_id": 0, "num_layers": 2, "num_heads": 2},
+                params=model_params(rd, 2, 8, 2, 2, 4, 12, 12),
+                flags=["defaults"], omit_defaults=True)
+
+
+def model_grad_cases(r):
+    base = {"pad_id": 0, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1}
+    yield gradient("gemma/grad-model-001", "gemma_decoder_only",
+                   "N = 2, window = 2 on layer 0, D = 8, K = 4, vocabulary 7, T = 4, row 1 "
+                   "padded after 3: embed.table's gradient sums the tied head's and the "
+                   "sqrt(D)-scaled embedding's.",
+                   inputs={"ids": ids(r, 7, [4, 3], 4, bos_id=1)},
+                   attributes={**base, "window": 2}, params=model_params(r, 2, 8, 2, 1, 4, 6, 7),
+                   cotangents={"logits": r.uniform((2, 4, 7))},
+                   flags=["gradient", "sliding-window", "padding"])
+    yield gradient("gemma/grad-model-002", "gemma_decoder_only",
+                   "final_softcap = 2 and softcap = 1.5, N = 1: through c tanh(z / c) twice.",
+                   inputs={"ids": ids(r, 7, [4, 4], 4, bos_id=1)},
+                   attributes={**base, "num_layers": 1, "final_softcap": 2.0, "softcap": 1.5},
+                   params=model_params(r, 1, 8, 2, 1, 4, 6, 7),
+                   cotangents={"logits": r.uniform((2, 4, 7))}, flags=["gradient", "softcap"])
+    yield gradient("gemma/grad-model-003", "gemma_decoder_only",
+                   "qk_norm, query_pre_attn_scalar = 2, N = 1, T = 3.",
+                   inputs={"ids": ids(r, 7, [3], 3, bos_id=1)},
+                   attributes={**base, "num_layers": 1, "qk_norm": True,
+                               "query_pre_attn_scalar": 2.0},
+                   params=model_params(r, 1, 8, 2, 1, 4, 6, 7, qk_norm=True),
+                   cotangents={"logits": r.uniform((1, 3, 7))}, flags=["gradient", "qk-norm"])
+    yield gradient("gemma/grad-model-004", "gemma_decoder_only",
+                   "Every defaulted attribute left out, N = 1, H = 2, T = 3.",
+                   inputs={"ids": ids(r, 7, [3], 3, bos_id=1)},
+                   attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2},
+                   params=model_params(r, 1, 8, 2, 2, 4, 6, 7),
+                   cotangents={"logits": r.uniform((1, 3, 7))},
                    flags=["gradient", "defaults"], omit_defaults=True)

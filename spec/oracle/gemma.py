@@ -21,11 +21,15 @@ RMSNorm(.; w) = x / rms(x) * (1 + w):
 import mpmath
 
 from .core import add, linear_vjp, matmul, merge, mpa, prefixed, sub, zeros
+from .embedding import embedding, embedding_vjp, lm_head, lm_head_vjp
 from .gated_feedforward import gated_feedforward, gated_feedforward_vjp
 from .llama import heads_of, keep_mask, merge_heads
+from .masks import _padding
 from .rms_norm import rms_norm, rms_norm_vjp
 from .rope import rope, rope_vjp
 from .sdpa import sdpa, sdpa_vjp
+from .softcap import softcap as softcap_fn
+from .softcap import softcap_vjp
 
 ORDER = ["attn.weights", "attn.output", "post_attn_norm.output", "residual1.output",
          "ffn.output", "post_ffn_norm.output", "residual2.output"]
@@ -161,3 +165,75 @@ def gemma_layer_vjp(cot, x, mask=None, num_heads=1, num_kv_heads=None, eps=1e-6,
 
 
 VJPS = {"gemma_layer": gemma_layer_vjp}
+
+
+# -- the Gemma 2 model -------------------------------------------------------------------------
+#
+# gemma_decoder_only, ids (B, T):
+#     h_0    = embed.table[ids] sqrt(D)
+#     h_i+1  = gemma_layer_i(h_i, padding(ids)), window on even i only (Gemma 2's alternation),
+#              offset 0, parameters layers.<i>.*
+#     logits = cap_f(RMSNorm(h_N; norm.gamma, unit offset) embed.table^T)   (tied head)
+#     cap_f(z) = c tanh(z / c) with final_softcap c (None: the identity)
+
+def _model_attrs(num_heads, num_kv_heads, eps, rope_base, query_pre_attn_scalar, softcap,
+                 qk_norm):
+    return {"num_heads": num_heads, "num_kv_heads": num_kv_heads, "eps": eps,
+            "rope_base": rope_base, "offset": 0, "query_pre_attn_scalar": query_pre_attn_scalar,
+            "softcap": softcap, "qk_norm": qk_norm}
+
+
+def gemma_decoder_only(ids, pad_id=0, num_layers=1, num_heads=1, num_kv_heads=None, eps=1e-6,
+                       rope_base=10000.0, window=None, query_pre_attn_scalar=None, softcap=None,
+                       final_softcap=None, qk_norm=False, params=None):
+    attrs = _model_attrs(num_heads, num_kv_heads, eps, rope_base, query_pre_attn_scalar,
+                         softcap, qk_norm)
+    h = embedding(ids, scale=True, params=sub(params, "embed"))["y"]  # (B, T, D)
+    out = {"embed.output": h}
+    pad = _padding(ids, pad_id)  # (B, 1, 1, T)
+    for i in range(int(num_layers)):
+        r = gemma_layer(h, pad, **attrs, window=window if i % 2 == 0 else None,
+                        params=sub(params, f"layers.{i}"))
+        h = r.pop("y")
+        out.update({f"layers.{i}.{k}": v for k, v in r.items()})
+    h = _norm(h, eps, params, "norm")
+    out["norm.output"] = h
+    logits = lm_head(h, tied=True, params=sub(params, "embed"))["logits"]  # (B, T, L)
+    if final_softcap is not None:
+        logits = softcap_fn(logits, final_softcap)["y"]
+    return {"logits": logits, **out}
+
+
+def gemma_decoder_only_vjp(cot, ids, pad_id=0, num_layers=1, num_heads=1, num_kv_heads=None,
+                           eps=1e-6, rope_base=10000.0, window=None, query_pre_attn_scalar=None,
+                           softcap=None, final_softcap=None, qk_norm=False, params=None):
+    """z = N(h_N) E^T, logits = cap_f(z), h_i+1 = layer_i(h_i), h_0 = E[ids] sqrt(D):
+        dz = dlogits (1 - tanh^2(z / c)),  dE += dz^T N(h_N) (the tied head),
+        dh_N = N^T (dz E),  dh_i = layer_i^T dh_i+1,
+        dE[l] += sqrt(D) sum of dh_0 over the positions holding id l   (the ids get none)"""
+    attrs = _model_attrs(num_heads, num_kv_heads, eps, rope_base, query_pre_attn_scalar,
+                         softcap, qk_norm)
+    hs = [embedding(ids, scale=True, params=sub(params, "embed"))["y"]]
+    pad = _padding(ids, pad_id)
+    windows = [window if i % 2 == 0 else None for i in range(int(num_layers))]
+    for i, w in enumerate(windows):
+        hs.append(gemma_layer(hs[-1], pad, **attrs, window=w,
+                              params=sub(params, f"layers.{i}"))["y"])
+    n = _norm(hs[-1], eps, params, "norm")
+    dz = mpa(cot["logits"])
+    if final_softcap is not None:
+        z = lm_head(n, tied=True, params=sub(params, "embed"))["logits"]
+        dz = softcap_vjp({"y": dz}, z, final_softcap)[0]["x"]
+    gn, p_head = lm_head_vjp({"logits": dz}, n, tied=True, params=sub(params, "embed"))
+    dh, p_norm = _norm_vjp(gn["x"], hs[-1], eps, params, "norm")
+    grads = [prefixed("embed", p_head), p_norm]
+    for i in reversed(range(int(num_layers))):
+        gi, pl = gemma_layer_vjp({"y": dh}, hs[i], pad, **attrs, window=windows[i],
+                                 params=sub(params, f"layers.{i}"))
+        dh = gi["x"]
+        grads.append(prefixed(f"layers.{i}", pl))
+    _, pe = embedding_vjp({"y": dh}, ids, scale=True, params=sub(params, "embed"))
+    return {}, merge(*grads, prefixed("embed", pe))
+
+
+VJPS["gemma_decoder_only"] = gemma_decoder_only_vjp
