@@ -23,7 +23,7 @@ from transformers.models.gemma3.modeling_gemma3 import Gemma3DecoderLayer
 from .small import DT, torch, x_of
 
 VALUES = sorted(v.id for v in default_spec().vectors
-                if v.component == "gemma" and v.expect == "value" and not v.deprecated)
+                if v.function == "gemma_layer" and v.expect == "value" and not v.deprecated)
 
 
 def _tensors(params):
