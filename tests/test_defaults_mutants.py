@@ -110,6 +110,17 @@ WRONG = [
     ("mla", {"eps": 1e-5}),
     ("mla", {"rope_base": 500000.0}),
     ("mla", {"rope_convention": "half"}),
+    ("rms_norm", {"unit_offset": True}),  # Gemma's (1 + w) where a plain gain is meant
+    ("gemma_layer", {"num_kv_heads": 1}),
+    ("gemma_layer", {"eps": 1e-5}),
+    ("gemma_layer", {"rope_base": 1000000.0}),  # Gemma 3's global base
+    ("gemma_layer", {"window": 2}),
+    ("gemma_layer", {"query_pre_attn_scalar": 256.0}),  # Gemma 2's config default
+    ("gemma_layer", {"softcap": 50.0}),  # Gemma 2's attn_logit_softcapping
+    ("gemma_layer", {"qk_norm": True}),
+    *[("gemma_decoder_only", d) for d in (
+        {"num_kv_heads": 1}, {"window": 2}, {"query_pre_attn_scalar": 256.0},
+        {"final_softcap": 3.0}, {"qk_norm": True})],
     ("cross_entropy", {"ignore_index": 0}),
     ("cross_entropy", {"label_smoothing": 0.1}),
     ("cross_entropy", {"reduction": "sum"}),
@@ -134,6 +145,12 @@ COARSE = [
     ("sample", {"top_k": 50}, ("float64", "float32")),
     ("sample", {"top_p": 0.9}, ("float64", "float32")),
     ("sample", {"min_p": 0.05}, ("float64", "float32")),
+    # gemma_decoder_only's one defaults vector (N = 2, T = 6, scores of a few units) sees these
+    # only at the finer dtypes; gemma_layer's defaults vectors (layer-defaults-002, -003,
+    # built for them) catch the same wrong defaults at every dtype
+    ("gemma_decoder_only", {"rope_base": 1000000.0}, ("float64", "float32", "float16")),
+    ("gemma_decoder_only", {"softcap": 50.0}, ("float64", "float32")),
+    ("gemma_decoder_only", {"eps": 1e-5}, ("float64", "float32")),
 ]
 # Not observable through any vector: a keep mask is given whenever values are compared.
 # llama_layer's (and parallel_layer's) offset: RoPE scores depend on i - j only, so shifting
@@ -151,7 +168,8 @@ COARSE = [
 UNOBSERVABLE = {("dropout", "seed"), ("greedy_decode", "eps"), ("llama_layer", "offset"),
                 ("moe_router", "eps"), ("moe", "eps"), ("parallel_layer", "offset"),
                 ("sampling_filter", "min_tokens_to_keep"), ("sample", "min_tokens_to_keep"),
-                ("mla", "offset"), ("mla", "yarn_factor"), ("mla", "mscale_all_dim")}
+                ("mla", "offset"), ("mla", "yarn_factor"), ("mla", "mscale_all_dim"),
+                ("gemma_layer", "offset")}
 
 
 def wrong_default(name: str, defaults: dict):

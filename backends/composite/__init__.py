@@ -72,6 +72,7 @@ MODULES = {
     "llama_init_cache": "decoding", "llama_step": "decoding", "parallel_layer": "layers",
     "cross_entropy": "losses", "decoder_only_loss": "models", "sdpa_varlen": "attention",
     "sdpa_fp8": "attention", "moe_router": "moe", "moe": "moe", "mla": "layers",
+    "gemma_layer": "layers", "gemma_decoder_only": "models", "softcap": "attention",
 }
 
 
@@ -128,14 +129,15 @@ def shared() -> dict[str, type]:
     """Spec function name -> the family (class) that writes it once for every backend."""
     from .decoding import Decoding
     from .fp8 import Fp8
-    from .layers import Layers
+    from .layers import GemmaLayers, Layers
     from .mla import Mla
-    from .models import Models
+    from .models import GemmaModels, Models
     from .moe import MoE
     from .rnn import Seq2Seq
     from .varlen import Varlen
 
     found = {"residual": Layers}
-    for family in (Layers, Models, Decoding, Seq2Seq, Varlen, Fp8, MoE, Mla):
+    for family in (Layers, Models, Decoding, Seq2Seq, Varlen, Fp8, MoE, Mla, GemmaLayers,
+                   GemmaModels):
         found.update(dict.fromkeys(family.__dict__["EXPORTS"], family))
     return found

@@ -273,3 +273,82 @@ class Layers(Composite):
         o = self.project_bias(self.ops.merge_heads(out), p, "w_o", n.shape[-1])  # (B, T, D)
         record(trace, "attn.output", o)
         return o
+
+
+# -- the Gemma 2 / Gemma 3 layer (issue 25) -------------------------------------------------
+
+class GemmaLayers(Layers):
+    """Gemma 2/3's decoder layer: sandwich (1 + w) RMSNorms, optional per-head QK-norm,
+    RoPE "half", GQA scaled by query_pre_attn_scalar^-1/2, logit soft-cap, sliding window,
+    GeGLU (tanh GELU)."""
+
+    EXPORTS = ("gemma_layer",)
+
+    def gemma_layer(self, x, mask=None, *, num_heads, num_kv_heads=None, eps=1e-6,
+                    rope_base=10000.0, window=None, offset=0, query_pre_attn_scalar=None,
+                    softcap=None, qk_norm=False, params, trace=None):
+        """r1 = x + N_pa(W_o Attn(RoPE(N_q(N_in(x) W_q)), RoPE(N_k(N_in(x) W_k)), N_in(x) W_v));
+        y = r1 + N_pf2(W_down(gelu_tanh(N_pf1(r1) W_gate) * N_pf1(r1) W_up)); every N an
+        RMSNorm with (1 + w); N_q, N_k (per head) only with qk_norm; scores scaled by
+        query_pre_attn_scalar^-1/2 (None: K^-1/2), capped c tanh(s / c) with softcap c."""
+        x = self.ops.floating("x", x)
+        b, t, _ = check.rank("x", x, min_rank=3, max_rank=3)
+        heads, kv = self.llama_heads(num_heads, num_kv_heads)
+        window = self.llama_window(window)
+        offset = check.integer("offset", offset, lo=0)
+        a = {"heads": heads, "kv": kv, "eps": check.eps(eps), "base": rope_base,
+             "offset": offset, "softcap": check.softcap(softcap),
+             "qk_norm": check.flag("qk_norm", qk_norm),
+             "s": None if query_pre_attn_scalar is None
+             else check.eps(query_pre_attn_scalar, "query_pre_attn_scalar")}
+        keep = self.llama_keep(mask, b, t, t, window, x)  # (B?, 1, T, T)
+        return self.gemma_block(x, keep, a, check.params_of(params), trace)
+
+    def gemma_norm(self, h, eps, p, name: str):
+        return self.k.rms_norm(h, eps=eps, unit_offset=True, params=p.scope(name))
+
+    def gemma_qkv(self, n1, p, a):
+        """Queries (B, H, t, K) and keys (B, H_kv, t, K), QK-normed (qk_norm) and then rotated,
+        values (B, H_kv, t, K), from the normed input n1 (B, t, D)."""
+        ops = self.ops
+        w_q = check.shape(p.require("w_q", (n1.shape[-1], None)))
+        width = check.divides(f"query width {p.path('w_q')}.shape[1]", a["heads"], w_q[1], "H*K")
+        if width % 2:
+            raise ShapeError(f"RoPE needs an even head width: {p.path('w_q')} of shape {w_q} "
+                             f"with num_heads={a['heads']} gives K={width}")
+        q = ops.split_heads(self.project(n1, p, "w_q"), a["heads"])  # (B, H, t, K)
+        k = ops.split_heads(self.project(n1, p, "w_k", a["kv"] * width), a["kv"])  # (B, H_kv, t, K)
+        v = ops.split_heads(self.project(n1, p, "w_v", a["kv"] * width), a["kv"])  # (B, H_kv, t, K)
+        if a["qk_norm"]:
+            q, k = self.gemma_norm(q, a["eps"], p, "q_norm"), self.gemma_norm(k, a["eps"], p, "k_norm")
+        rot = {"offset": a["offset"], "base": a["base"], "convention": "half"}
+        return self.k.rope(q, **rot), self.k.rope(k, **rot), v, width
+
+    def gemma_attention(self, n1, keep, a, p, trace):
+        """W_o concat_h sdpa(Q_h, K_g, V_g, keep; scale s^-1/2, softcap): (B, t, D)."""
+        q, k, v, width = self.gemma_qkv(n1, p, a)
+        scale = (a["s"] if a["s"] is not None else width) ** -0.5
+        out, weights = self.k.sdpa(q, k, v, keep, scale=scale, num_kv_heads=a["kv"],
+                                   softcap=a["softcap"])  # (B, H, t, K), (B, H, t, S)
+        record(trace, "attn.weights", weights)
+        o = self.project(self.ops.merge_heads(out), p, "w_o", n1.shape[-1])  # (B, t, D)
+        record(trace, "attn.output", o)
+        return o
+
+    def gemma_block(self, x, keep, a, p, trace):
+        """The layer on x (B, t, D), sandwich-normed."""
+        eps = a["eps"]
+        o = self.gemma_attention(self.gemma_norm(x, eps, p, "input_norm"), keep, a,
+                                 p.scope("attn"), trace)
+        o = self.gemma_norm(o, eps, p, "post_attn_norm")
+        record(trace, "post_attn_norm.output", o)
+        r1 = x + o
+        record(trace, "residual1.output", r1)
+        f = self.k.gated_feedforward(self.gemma_norm(r1, eps, p, "pre_ffn_norm"),
+                                     activation="gelu_tanh", params=p.scope("ffn"))
+        record(trace, "ffn.output", f)
+        f = self.gemma_norm(f, eps, p, "post_ffn_norm")
+        record(trace, "post_ffn_norm.output", f)
+        y = r1 + f
+        record(trace, "residual2.output", y)
+        return y

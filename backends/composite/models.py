@@ -151,3 +151,37 @@ class Models(Layers):
         h = self.k.rms_norm(h, eps=eps, params=p.scope("norm"))
         record(trace, "norm.output", h)
         return self.project(h, p.scope("lm_head"), "w")
+
+
+# -- the Gemma 2 model (issue 25) ---------------------------------------------------------------
+
+class GemmaModels(Models):
+    """Gemma 2's decoder-only model: sqrt(D)-scaled embeddings, gemma_layer with a sliding
+    window on the even layers (0, 2, ...; Gemma 2's alternation), a final (1 + w) RMSNorm,
+    the head tied to the embedding table, an optional final logit soft-cap."""
+
+    EXPORTS = ("gemma_decoder_only",)
+
+    def gemma_decoder_only(self, ids, *, pad_id, num_layers, num_heads, num_kv_heads=None,
+                           eps=1e-6, rope_base=10000.0, window=None, query_pre_attn_scalar=None,
+                           softcap=None, final_softcap=None, qk_norm=False, params, trace=None):
+        """h_0 = E[ids] sqrt(D); h_{i+1} = GemmaLayer_i(h_i, pad(ids)), window on even i only;
+        logits = cap_f(N(h_N; norm.gamma) E^T), cap_f(z) = c tanh(z / c) (final_softcap c)."""
+        p = check.params_of(params)
+        ids, pad_id = self._model_ids(ids, pad_id, p)
+        n = check.integer("num_layers", num_layers, lo=1)
+        cap = check.softcap(final_softcap, "final_softcap")
+        h = self.k.embedding(ids, scale=True, params=p.scope("embed"))  # (B, T, D)
+        record(trace, "embed.output", h)
+        pad = self.k.padding_mask(ids, pad_id=pad_id)  # (B, 1, 1, T)
+        for i in range(n):
+            h = self.k.gemma_layer(h, pad, num_heads=num_heads, num_kv_heads=num_kv_heads,
+                                   eps=eps, rope_base=rope_base,
+                                   window=window if i % 2 == 0 else None, offset=0,
+                                   query_pre_attn_scalar=query_pre_attn_scalar, softcap=softcap,
+                                   qk_norm=qk_norm, params=p.scope(f"layers.{i}"),
+                                   trace=scope(trace, f"layers.{i}"))
+        h = self.k.rms_norm(h, eps=eps, unit_offset=True, params=p.scope("norm"))
+        record(trace, "norm.output", h)
+        logits = self.k.lm_head(h, tied=True, params=p.scope("embed"))  # (B, T, L)
+        return logits if cap is None else self.k.softcap(logits, cap=cap)

@@ -6,6 +6,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from attnspec.spec.errors import ShapeError
 
 from .. import _checks as check
@@ -54,12 +55,26 @@ def _rms_norm(x, gamma, eps):
     return x / jnp.sqrt(ms + eps) * gamma
 
 
-def rms_norm(x, *, eps=1e-6, params):
-    """y = x / sqrt(mean(x^2) + eps) * gamma, over the last axis (no mean subtraction)."""
+@jax.jit
+def _rms_norm_unit_offset(x, gamma, eps):
+    """Gemma's order: float32 for a half x, (1 + gamma) in it, one cast out."""
+    t = x.astype(jnp.float32) if x.dtype.itemsize < 4 else x
+    ms = jnp.mean(t * t, axis=-1, keepdims=True)         # (..., 1)
+    return (t / jnp.sqrt(ms + eps) * (1 + gamma.astype(t.dtype))).astype(x.dtype)
+
+
+def rms_norm(x, *, eps=1e-6, unit_offset=False, params):
+    """y = x / sqrt(mean(x^2) + eps) * gamma, over the last axis (no mean subtraction);
+    unit_offset: y = x / sqrt(mean(x^2) + eps) * (1 + gamma) (Gemma), computed in float32 for
+    a half-precision x and cast back once, after the multiply."""
     x = floating("x", x)
     s = check.rank("x", x, min_rank=1)
     eps = check.eps(eps)
+    unit_offset = check.flag("unit_offset", unit_offset)
     gamma = check.params_of(params).require("gamma", (s[-1],))
     if s[-1] == 0:  # nothing to normalise: an empty output, not an error
         return jnp.zeros_like(x)
+    if unit_offset:  # eps in float32 for a half x, as the rest of Gemma's order
+        wide = np.float32 if x.dtype.itemsize < 4 else x.dtype
+        return buckets.rowwise(_rms_norm_unit_offset, x, gamma, np.asarray(eps, dtype=wide)[()])
     return buckets.rowwise(_rms_norm, x, gamma, const(x, eps))

@@ -109,7 +109,7 @@ def _softmax_run(device):
 
 def _norm_expressible(spec, v) -> bool:
     return _finite(v) and np.shape(v.inputs["x"])[-1] > 0 and not v.inputs.keys() - {"x"} \
-        and _attr(spec, v, "variant") in (None, "canonical")
+        and _attr(spec, v, "variant") in (None, "canonical") and not _attr(spec, v, "unit_offset")
 
 
 def _layer_norm(device, module: bool):

@@ -5,3 +5,7 @@ from ..composite.mla import Mla
 
 encoder_layer, decoder_layer, encoder, decoder, llama_layer, parallel_layer = Layers.bind(__package__)
 (mla,) = Mla.bind(__package__, "mla")
+
+from ..composite.layers import GemmaLayers  # noqa: E402
+
+(gemma_layer,) = GemmaLayers.bind(__package__)

@@ -39,16 +39,29 @@ def layer_norm(x, *, eps=1e-5, variant="canonical", params):
     return z * gamma + beta
 
 
-def rms_norm(x, *, eps=1e-6, params):
-    """y = x / sqrt(mean(x^2) + eps) * gamma, over the last axis (no mean subtraction)."""
+def rms_norm(x, *, eps=1e-6, unit_offset=False, params):
+    """y = x / sqrt(mean(x^2) + eps) * gamma, over the last axis (no mean subtraction);
+    unit_offset: y = x / sqrt(mean(x^2) + eps) * (1 + gamma) (Gemma), computed in float32 for
+    a half-precision x and cast back once, after the multiply."""
     x = floating("x", x)
     s = check.rank("x", x, min_rank=1)
     eps = check.eps(eps)
+    unit_offset = check.flag("unit_offset", unit_offset)
     gamma = check.params_of(params).require("gamma", (s[-1],))
     if s[-1] == 0:  # nothing to normalise: an empty output, not an error
         return np.zeros_like(x)
+    if unit_offset:
+        return _rms_norm_unit_offset(x, eps, gamma)
     ms = np.mean(x * x, axis=-1, keepdims=True)          # (..., 1)
     return x / np.sqrt(ms + eps) * gamma
+
+
+def _rms_norm_unit_offset(x, eps, gamma):
+    """Gemma's order: x and gamma to float32 (a half x), (1 + gamma) in float32, one cast out."""
+    wide = np.float32 if x.dtype.itemsize < 4 else x.dtype
+    t = x.astype(wide)
+    ms = np.mean(t * t, axis=-1, keepdims=True)          # (..., 1)
+    return (t / np.sqrt(ms + eps) * (1 + np.asarray(gamma).astype(wide))).astype(x.dtype)
 
 
 # -- backward (vector-Jacobian products) ----------------------------------------------------
@@ -87,11 +100,13 @@ def layer_norm_vjp(cotangents, x, *, eps=1e-5, variant="canonical", params):
 
 # r = sqrt(mean(x^2) + eps), y = x / r gamma, dz = dy gamma:
 #   dgamma = sum_rows dy x / r,  dx = dz / r - x sum(dz x) / (D r^3)
-def rms_norm_vjp(cotangents, x, *, eps=1e-6, params):
-    y = rms_norm(x, eps=eps, params=params)
+#   unit_offset: gamma replaced by (1 + gamma) in dz; dgamma unchanged
+def rms_norm_vjp(cotangents, x, *, eps=1e-6, unit_offset=False, params):
+    y = rms_norm(x, eps=eps, unit_offset=unit_offset, params=params)
     x = np.asarray(x)
     dy = np.asarray(cotangents["y"], dtype=y.dtype)
     r = np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)    # (..., 1)
-    dz = dy * np.asarray(params["gamma"])
+    gamma = np.asarray(params["gamma"])
+    dz = dy * (1 + gamma if unit_offset else gamma)
     dx = dz / r - x * np.sum(dz * x, axis=-1, keepdims=True) / (x.shape[-1] * r ** 3)
     return {"x": dx.astype(y.dtype)}, {"gamma": _rows_sum(dy * x / r)}

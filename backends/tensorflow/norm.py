@@ -39,13 +39,21 @@ def layer_norm(x, *, eps=1e-5, variant="canonical", params):
     return z * gamma + beta
 
 
-def rms_norm(x, *, eps=1e-6, params):
-    """y = x / sqrt(mean(x^2) + eps) * gamma, over the last axis (no mean subtraction)."""
+def rms_norm(x, *, eps=1e-6, unit_offset=False, params):
+    """y = x / sqrt(mean(x^2) + eps) * gamma, over the last axis (no mean subtraction);
+    unit_offset: y = x / sqrt(mean(x^2) + eps) * (1 + gamma) (Gemma), computed in float32 for
+    a half-precision x and cast back once, after the multiply."""
     x = floating("x", x)
     s = check.rank("x", x, min_rank=1)
     eps = check.eps(eps)
+    unit_offset = check.flag("unit_offset", unit_offset)
     gamma = check.params_of(params).require("gamma", (s[-1],))
     if s[-1] == 0:  # nothing to normalise: an empty output, not an error
         return tf.zeros_like(x)
+    if unit_offset:  # Gemma's order: float32 for a half x, (1 + gamma) in it, one cast out
+        t = tf.cast(x, tf.float32) if x.dtype.size < 4 else x
+        ms = tf.reduce_mean(t * t, axis=-1, keepdims=True)   # (..., 1)
+        g = tf.cast(gamma, t.dtype)
+        return tf.cast(t / tf.sqrt(ms + const(eps, ms)) * (const(1.0, g) + g), x.dtype)
     ms = tf.reduce_mean(x * x, axis=-1, keepdims=True)   # (..., 1)
     return x / tf.sqrt(ms + const(eps, ms)) * gamma

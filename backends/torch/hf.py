@@ -421,6 +421,8 @@ def to_hf(params, attributes: dict, model: str | None = None):
         from .hf_mla import mla_to_hf
 
         return mla_to_hf(params, attributes)
+    if "input_norm.gamma" in params_of(params):  # gemma_layer (hf_gemma.py)
+        return _gemma.gemma_layer_to_hf(params, attributes)
     if "embed.table" in params_of(params):
         return llama_for_causal_lm_to_hf(params, attributes)
     if "attn_norm.gamma" in params_of(params):
@@ -457,6 +459,8 @@ def forward(module, x, mask=None, *, offset: int = 0, pad_id: int | None = None)
     if isinstance(module, tuple(zoo.FROM)) and pad_id is None:
         return zoo.forward(module, x, mask, offset=offset)
     who = _forward_checks(module, x, offset, pad_id)
+    if isinstance(module, _gemma.LAYERS):
+        return _gemma.forward(module, x, mask, offset=offset)
     if isinstance(module, LlamaForCausalLM):
         if mask is not None or offset:
             raise ConfigError("LlamaForCausalLM: pass pad_id, not mask or offset")
@@ -537,3 +541,12 @@ def _mask(mask, x, who: str) -> torch.Tensor:
         raise ShapeError(f"{who}: mask of shape {tuple(mask.shape)} does not broadcast to "
                          f"(B, H, T, T) = ({b}, H, {t}, {t})") from None
     return mask.to(x.device)
+
+
+# -- Gemma 2 / 3 decoder layers (hf_gemma.py) ------------------------------------------------------
+
+from . import hf_gemma as _gemma  # noqa: E402
+
+SPEC_FUNCTION.update(_gemma.SPEC_FUNCTION)
+_FROM.update(dict.fromkeys(_gemma.LAYERS, _gemma.gemma_layer_from_hf))
+_GAIN.update(_gemma.GAIN)

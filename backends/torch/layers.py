@@ -8,3 +8,7 @@ from ._core import no_weights_unless_traced as _fast
 (encoder_layer, decoder_layer, encoder, decoder, llama_layer,
  parallel_layer) = map(_fast, Layers.bind(__package__))
 (mla,) = map(_fast, Mla.bind(__package__, "mla"))
+
+from ..composite.layers import GemmaLayers  # noqa: E402
+
+(gemma_layer,) = map(_fast, GemmaLayers.bind(__package__))

@@ -6,3 +6,7 @@ from ._core import no_weights_unless_traced as _fast
 
 (transformer, encoder_only, decoder_only, llama_decoder_only,
  decoder_only_loss) = map(_fast, Models.bind(__package__))
+
+from ..composite.models import GemmaModels  # noqa: E402
+
+(gemma_decoder_only,) = map(_fast, GemmaModels.bind(__package__))

@@ -44,13 +44,20 @@ def layer_norm(x, *, eps=1e-5, variant="canonical", params):
     return z * gamma + beta
 
 
-def rms_norm(x, *, eps=1e-6, params):
-    """y = x / sqrt(mean(x^2) + eps) * gamma, over the last axis (no mean subtraction)."""
+def rms_norm(x, *, eps=1e-6, unit_offset=False, params):
+    """y = x / sqrt(mean(x^2) + eps) * gamma, over the last axis (no mean subtraction);
+    unit_offset: y = x / sqrt(mean(x^2) + eps) * (1 + gamma) (Gemma), computed in float32 for
+    a half-precision x and cast back once, after the multiply."""
     x = floating("x", x)
     s = check.rank("x", x, min_rank=1)
     eps = check.eps(eps)
+    unit_offset = check.flag("unit_offset", unit_offset)
     gamma = param(check.params_of(params), "gamma", (s[-1],), x)
     if s[-1] == 0:  # nothing to normalise: an empty output, not an error
         return torch.zeros_like(x)
+    if unit_offset:  # Gemma's order: float32 for a half x, (1 + gamma) in it, one cast out
+        t = x.float() if x.element_size() < 4 else x
+        ms = torch.mean(t * t, dim=-1, keepdim=True)     # (..., 1)
+        return (t / torch.sqrt(ms + eps) * (1 + gamma.to(t.dtype))).to(x.dtype)
     ms = torch.mean(x * x, dim=-1, keepdim=True)         # (..., 1)
     return x / torch.sqrt(ms + eps) * gamma

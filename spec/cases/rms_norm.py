@@ -7,7 +7,7 @@ from ._build import Component, Fn, Rng, error, gradient, value
 
 COMPONENT = Component("rms_norm", {
     "rms_norm": Fn(module="norm", inputs=["x"], attributes={"eps": 1e-6}, params=True,
-                   returns=["y"], oracle=oracle),
+                   returns=["y"], oracle=oracle, added={"unit_offset": False}),
 })
 
 
@@ -74,6 +74,7 @@ def cases(rng):
     yield from defaults_cases()
     yield from missed_cases()
     yield from _edges(Rng(f"{COMPONENT.id}/edges"))
+    yield from unit_offset_cases(Rng(f"{COMPONENT.id}/unit-offset"))
 
 
 # -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
@@ -135,6 +136,7 @@ def grad_cases(r):
                    inputs={"x": r.uniform((8,))}, params=g(8), cotangents={"y": r.uniform((8,))},
                    flags=["gradient", "rank-1"])
     yield from grad_study_cases(Rng(f"{COMPONENT.id}/grad-study"))
+    yield from unit_offset_grad_cases(Rng(f"{COMPONENT.id}/unit-offset-grad"))
 
 
 # -- asked for by the mutation study (issue 19) --------------------------------------------
@@ -151,3 +153,93 @@ def grad_study_cases(r):
                    dtype_note="not float16: a mean square of ~7e-6 lies among float16's subnormals "
                               "(below 6.1e-5), where no tolerance holds every correct order",
                    omit_defaults=True)
+
+
+# -- unit_offset (issue 25): Gemma's y = x / rms(x) * (1 + w) ----------------------------
+
+UNIT = {"unit_offset": True}
+
+
+def _w(rng, d, scale=0.5):
+    """Gemma's stored weights: around 0 (its init is zeros), so gamma in place of 1 + gamma fails."""
+    return {"gamma": rng.weights((d,), scale)}
+
+
+def unit_offset_cases(rng):
+    yield value("rms_norm/unit-offset-001", "rms_norm",
+                "unit_offset = True, a (2, 4) input, w in [-0.5, 0.5]: y = x / rms * (1 + w); "
+                "w alone (the flag ignored) or 2 + w (1 added twice) fail.",
+                inputs={"x": rng.uniform((2, 4))}, attributes=UNIT, params=_w(rng, 4),
+                flags=["unit-offset", "basic"])
+    yield value("rms_norm/unit-offset-002", "rms_norm",
+                "unit_offset = True with w = 0 (Gemma's initialisation): y = x / rms, where "
+                "the plain RMSNorm gives zeros.",
+                inputs={"x": rng.uniform((3, 6), -1, 3)}, attributes=UNIT,
+                params={"gamma": np.zeros(6)}, flags=["unit-offset", "edge"])
+    yield value("rms_norm/unit-offset-003", "rms_norm",
+                "unit_offset = True on a (2, 3, 5) batch with w = -1 in feature 0 (a zero "
+                "column) and w up to 1.5 elsewhere; the norm applied twice, rms(x) then "
+                "rms(y), differs since (1 + w) is not all ones.",
+                inputs={"x": rng.uniform((2, 3, 5), -1, 3)}, attributes=UNIT,
+                params={"gamma": np.array([-1.0, 1.5, -0.5, 0.75, 0.25])},
+                flags=["unit-offset", "batch"])
+    yield value("rms_norm/unit-offset-eps-001", "rms_norm",
+                "unit_offset = True, eps = 0.25 with small inputs: eps inside the root, and "
+                "the attribute not dropped on the unit-offset path.",
+                inputs={"x": rng.uniform((2, 4), -0.375, 0.375)},
+                attributes={"eps": 0.25, **UNIT}, params=_w(rng, 4),
+                flags=["unit-offset", "eps", "eps-attribute"])
+    yield value("rms_norm/unit-offset-heads-001", "rms_norm",
+                "unit_offset = True on a (2, 2, 3, 4) input, the per-head shape of Gemma 3's "
+                "QK-norm (B, H, T, K), gamma of the head width K = 4.",
+                inputs={"x": rng.uniform((2, 2, 3, 4))}, attributes=UNIT, params=_w(rng, 4),
+                flags=["unit-offset", "qk-norm", "batch"])
+    yield value("rms_norm/unit-offset-bf16-001", "rms_norm",
+                "unit_offset = True with w = k 2**-9 (k odd): each w is exact in bfloat16 but "
+                "1 + w is not (its 8-bit significand ends at 2**-7), so (1 + w) added in "
+                "bfloat16 moves y by up to 2**-9 relative. That is below bfloat16's rtol "
+                "(4e-2): the tolerance cannot see one rounding, so tests/test_gemma_norm.py "
+                "pins Gemma's order bit for bit on these inputs.",
+                inputs={"x": rng.uniform((4, 8), 0.25, 2)}, attributes=UNIT,
+                params={"gamma": np.array([1, 3, 5, 7, -1, -3, -5, -7]) * 2.0**-9},
+                flags=["unit-offset", "precision", "half"])
+    yield value("rms_norm/unit-offset-false-001", "rms_norm",
+                "unit_offset = False stated: the plain y = x / rms * gamma, with gamma around "
+                "0, so a backend that always adds 1 fails.",
+                inputs={"x": rng.uniform((2, 4))}, attributes={"unit_offset": False},
+                params=_w(rng, 4), flags=["unit-offset", "basic"])
+    x = rng.uniform((2, 4))
+    for n, (bad, what) in enumerate([("yes", "a string"), (1, "the integer 1"),
+                                     (None, "None")], 1):
+        yield error(f"rms_norm/unit-offset-type-00{n}", "rms_norm",
+                    f"unit_offset given as {what} is refused (True or False only).",
+                    inputs={"x": x}, attributes={"unit_offset": bad}, params=_w(rng, 4),
+                    error="ConfigError", mentions=["unit_offset", repr(bad)])
+
+
+def unit_offset_grad_cases(r):
+    def g(d):
+        return {"gamma": r.weights((d,), 0.5)}
+
+    yield gradient("rms_norm/grad-unit-offset-001", "rms_norm",
+                   "unit_offset = True, a (3, 4) input: dz = dy (1 + w) in dx; dw = sum dy x / r "
+                   "(unchanged by the offset).",
+                   inputs={"x": r.uniform((3, 4))}, attributes=UNIT, params=g(4),
+                   cotangents={"y": r.uniform((3, 4))}, flags=["gradient", "unit-offset"])
+    yield gradient("rms_norm/grad-unit-offset-002", "rms_norm",
+                   "unit_offset = True on a (2, 2, 6) batch: dw sums over both leading axes.",
+                   inputs={"x": r.uniform((2, 2, 6))}, attributes=UNIT, params=g(6),
+                   cotangents={"y": r.uniform((2, 2, 6))},
+                   flags=["gradient", "unit-offset", "batch"])
+    yield gradient("rms_norm/grad-unit-offset-003", "rms_norm",
+                   "unit_offset = True, eps = 0.25 with small inputs.",
+                   inputs={"x": r.uniform((2, 5), -0.375, 0.375)},
+                   attributes={"eps": 0.25, **UNIT}, params=g(5),
+                   cotangents={"y": r.uniform((2, 5))},
+                   flags=["gradient", "unit-offset", "eps"])
+    yield gradient("rms_norm/grad-unit-offset-004", "rms_norm",
+                   "unit_offset = True with w = 0 on a rank-1 input of width 8: dx is the plain "
+                   "RMSNorm's with unit gains, where gamma = 0 would give dx = 0.",
+                   inputs={"x": r.uniform((8,))}, attributes=UNIT, params={"gamma": np.zeros(8)},
+                   cotangents={"y": r.uniform((8,))},
+                   flags=["gradient", "unit-offset", "rank-1"])

@@ -2,6 +2,9 @@
 
     rms = sqrt((1/D) sum_d x_d^2 + eps)
     y_d = x_d / rms * gamma_d          (no mean subtraction, no beta)
+
+unit_offset (Gemma): y_d = x_d / rms * (1 + gamma_d), exactly (the cast order is the
+backends' business: see rms_norm.md).
 """
 
 import mpmath
@@ -10,9 +13,15 @@ import numpy as np
 from .core import fsum_axes, mp, mpa, rows, zeros
 
 
-def rms_norm(x, eps=1e-6, params=None):
-    x = mpa(x)
+def _scale(params, unit_offset):
+    """gamma, or 1 + gamma under unit_offset (Gemma's (1 + w))."""
     gamma = mpa(params["gamma"])
+    return np.array([1 + g for g in gamma], dtype=object) if unit_offset else gamma
+
+
+def rms_norm(x, eps=1e-6, unit_offset=False, params=None):
+    x = mpa(x)
+    gamma = _scale(params, unit_offset)
     eps = mpmath.mpf(eps)
     y = np.empty(x.shape, dtype=object)
     for idx in np.ndindex(x.shape[:-1]):
@@ -24,13 +33,14 @@ def rms_norm(x, eps=1e-6, params=None):
     return {"y": y}
 
 
-def rms_norm_vjp(cot, x, eps=1e-6, params=None):
+def rms_norm_vjp(cot, x, eps=1e-6, unit_offset=False, params=None):
     """r = sqrt(mean(x^2) + eps), y = x / r gamma:
         dgamma = sum over rows of dy x / r,  dz = dy gamma,
         dx = dz / r - x sum(dz x) / (D r^3)
+    unit_offset: gamma replaced by (1 + gamma) in dz; dgamma unchanged (d(1 + gamma) = dgamma).
     """
     x, dy = mpa(x), mpa(cot["y"])
-    gamma = mpa(params["gamma"])
+    gamma = _scale(params, unit_offset)
     eps = mpmath.mpf(eps)
     d = x.shape[-1]
     dx, z_all = zeros(x.shape), zeros(x.shape)

@@ -377,9 +377,10 @@ def _sdpa_kv_columns(vid, x, a, cot, grads, rng) -> int:
 
 # -- writing ---------------------------------------------------------------------------------
 
-# Attributes added to a function after its stress vectors were released: stated only where a case
-# sets them (as generate.py does for every added attribute), so those vectors keep their bytes.
-ADDED_AFTER_STRESS = {"rope": ("rotary_dim", "scaling")}
+# Attributes added to a function after its stress vectors were released: a stress vector
+# states one only where its case sets it (without it, the default), so the released
+# vectors keep their bytes, as Fn(added=...) does for the ordinary vectors.
+ADDED_AFTER_STRESS = {"rms_norm": ("unit_offset",), "rope": ("rotary_dim", "scaling")}
 
 
 def build_vector(c: dict, derived: dict, check_mp: bool = True) -> tuple[dict, bytes, int]:
@@ -396,8 +397,9 @@ def _build_vector(c: dict, derived: dict, check_mp: bool = True) -> tuple[dict, 
     vid = c["id"]
     component = vid.split("/")[0]
     comp, fn = _function(component, c["function"])
+    attrs = {**fn.attributes, **fn.added, **c["attributes"]}
     late = ADDED_AFTER_STRESS.get(c["function"], ())
-    attrs = {**fn.attributes, **{k: v for k, v in fn.added.items() if k not in late}, **c["attributes"]}
+    stated = {k: v for k, v in attrs.items() if k not in late or k in c["attributes"]}
     x = build_inputs(c["inputs"], vid)
     p = build_inputs(c["params"], vid)
     cot = build_inputs(c.get("cotangents", {}), vid) or None
@@ -416,7 +418,7 @@ def _build_vector(c: dict, derived: dict, check_mp: bool = True) -> tuple[dict, 
     if "dtype_note" in c:
         entry["dtype_note"] = c["dtype_note"]
     entry.update({
-        "expect": c["expect"], "attributes": attrs,
+        "expect": c["expect"], "attributes": stated,
         "tolerances": _tolerances(derived.get(vid), default),
         "recipes": {g: c[g] for g in ("inputs", "params", "cotangents") if c.get(g)},
         "digests": _digests(x, p, cot or {}),

@@ -194,7 +194,8 @@ def test_layer_norm_default_epsilon_is_the_spec_default():
 
 def _rms_norm(v, dtype):
     p, x = _params(v, dtype), _inputs(v, dtype)["x"]
-    y, = run_node("RMSNormalization", 23, {"X": x, "scale": p["gamma"]}, ["Y"],
+    scale = 1 + p["gamma"] if v.attributes.get("unit_offset") else p["gamma"]  # Gemma's offset folded
+    y, = run_node("RMSNormalization", 23, {"X": x, "scale": scale}, ["Y"],
                   axis=-1, epsilon=_attrs(v)["eps"])
     return y
 
