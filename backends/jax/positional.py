@@ -141,3 +141,14 @@ def rope(x, *, offset=0, base=10000.0, convention="interleaved"):
     y = _rotate(*buckets.on_device(xp, buckets.pad(cos, (T, kw // 2)),
                                    buckets.pad(sin, (T, kw // 2))), convention == "half")
     return buckets.cut(np.asarray(y)[:n, :t].reshape(x.shape), ...)
+
+
+def t5_bias(*, t, s, bidirectional=True, num_buckets=32, max_distance=128, offset=0, params):
+    """bias[h, i, j] = table[bucket(j - (offset + i)), h] (T5; spec/components/t5_bias.md).
+
+    The buckets come from ``_checks.t5_buckets`` (one copy for every backend, on the host);
+    the result has the table's dtype, shaped (H, T, S).
+    """
+    b = check.t5_buckets(t, s, bidirectional, num_buckets, max_distance, offset)  # (T, S)
+    table = floating("table", check.params_of(params).require("table", (num_buckets, None)))
+    return jnp.transpose(_rows(table, jnp.asarray(b)), (2, 0, 1))  # (H, T, S)
