@@ -71,7 +71,7 @@ MODULES = {
     "decoder_only_step": "decoding", "llama_layer": "layers", "llama_decoder_only": "models",
     "llama_init_cache": "decoding", "llama_step": "decoding",
     "cross_entropy": "losses", "decoder_only_loss": "models", "sdpa_varlen": "attention",
-    "sdpa_fp8": "attention",
+    "sdpa_fp8": "attention", "t5_bias": "positional",
 }
 
 
@@ -129,11 +129,11 @@ def shared() -> dict[str, type]:
     from .decoding import Decoding
     from .fp8 import Fp8
     from .layers import Layers
-    from .models import Models
+    from .models import T5, Models
     from .rnn import Seq2Seq
     from .varlen import Varlen
 
     found = {"residual": Layers}
-    for family in (Layers, Models, Decoding, Seq2Seq, Varlen, Fp8):
+    for family in (Layers, Models, Decoding, Seq2Seq, Varlen, Fp8, T5):
         found.update(dict.fromkeys(family.__dict__["EXPORTS"], family))
     return found

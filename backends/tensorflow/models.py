@@ -1,6 +1,8 @@
 """Whole models on token ids: the shared composites (backends/composite/models.py)."""
 
-from ..composite.models import Models
+from ..composite.models import T5, Models
 
 (transformer, encoder_only, decoder_only, llama_decoder_only,
  decoder_only_loss) = Models.bind(__package__)
+
+t5_encoder, t5_decoder = T5.bind(__package__)
