@@ -677,3 +677,43 @@ def draws(u_shape: tuple, rows: int) -> None:
     if tuple(u_shape) != (rows,):
         raise ShapeError(f"u must have shape ({rows},) (one uniform per row of logits), got "
                          f"{tuple(u_shape)}")
+
+
+def t5_buckets(t, s, bidirectional, num_buckets, max_distance, offset) -> np.ndarray:
+    """T5's relative position buckets (T, S), int64, for query i at offset + i and key j at j
+    (spec/components/t5_bias.md): one copy for every backend, decided on integers."""
+    t, s, offset = size("t", t), size("s", s), integer("offset", offset, lo=0)
+    bidirectional = flag("bidirectional", bidirectional)
+    n_buckets = integer("num_buckets", num_buckets, lo=1)
+    half = n_buckets // 2 if bidirectional else n_buckets
+    exact = half // 2
+    if exact < 1:
+        raise ConfigError(f"num_buckets={n_buckets} (bidirectional={bidirectional}) leaves no exact "
+                          f"bucket: it needs >= {4 if bidirectional else 2}")
+    m = integer("max_distance", max_distance)
+    if m <= exact:
+        raise ConfigError(f"max_distance={m} must exceed the {exact} exact buckets "
+                          f"(num_buckets={n_buckets}, bidirectional={bidirectional}): log(M / E) <= 0")
+    r = np.arange(s)[None, :] - (offset + np.arange(t))[:, None]  # (T, S) key - query position
+    base = np.where(r > 0, half, 0) if bidirectional else np.zeros_like(r)
+    n = np.abs(r) if bidirectional else np.maximum(-r, 0)
+    large = exact + np.searchsorted(np.array(_t5_thresholds(exact, half, m), dtype=np.int64), n,
+                                    side="right")
+    return base + np.where(n < exact, n, np.minimum(large, half - 1))
+
+
+def _t5_thresholds(exact: int, half: int, m: int) -> list:
+    """The least n with E + floor(log(n/E) / log(M/E) (N' - E)) >= E + k, k = 1 .. N' - E:
+    n^w E^k >= M^k E^w (w = N' - E), found exactly from a float first guess."""
+    w = half - exact
+    out = []
+    for k in range(1, w + 1):
+        def reached(n, k=k):
+            return n ** w * exact ** k >= m ** k * exact ** w
+        n = max(exact, int(exact * (m / exact) ** (k / w)) - 2)
+        while not reached(n):
+            n += 1
+        while n > exact and reached(n - 1):
+            n -= 1
+        out.append(n)
+    return out

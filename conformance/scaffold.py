@@ -175,6 +175,11 @@ def _bind(family, names: list[str]) -> str:
     return f"\n\n{head}\n{tail}\n"
 
 
+def _isort(name: str) -> tuple:
+    """isort's order of imported names: CONSTANTS, then Classes, then functions."""
+    return (0 if name.isupper() else 1 if name[0].isupper() else 2, name)
+
+
 def _module(module: str, fns: list) -> str:
     """A module: a stub per kernel, one binding per shared composite family."""
     from attnspec.backends.composite import shared
@@ -192,8 +197,11 @@ def _module(module: str, fns: list) -> str:
     if not own:
         text = text.replace("\nStubs: implement them and delete @missing.", "")
     imports = ["from attnspec.backends.base import missing"] if own else []
-    imports += [f"from attnspec.backends.composite.{f.__module__.rsplit('.', 1)[1]} import "
-                f"{f.__name__}" for f in bound]
+    by_module = defaultdict(list)  # one import line per composite module (isort)
+    for f in bound:
+        by_module[f.__module__.rsplit('.', 1)[1]].append(f.__name__)
+    imports += [f"from attnspec.backends.composite.{m} import {', '.join(sorted(ns, key=_isort))}"
+                for m, ns in by_module.items()]
     text += "\n" + "\n".join(imports) + "\n"
     text += "".join(_stub(*f) for f in own)
     binds = "".join(_bind(family, ns) for family, ns in bound.items())

@@ -73,6 +73,7 @@ MODULES = {
     "cross_entropy": "losses", "decoder_only_loss": "models", "sdpa_varlen": "attention",
     "sdpa_fp8": "attention", "moe_router": "moe", "moe": "moe", "mla": "layers",
     "gemma_layer": "layers", "gemma_decoder_only": "models", "softcap": "attention",
+    "t5_bias": "positional",
 }
 
 
@@ -131,13 +132,13 @@ def shared() -> dict[str, type]:
     from .fp8 import Fp8
     from .layers import GemmaLayers, Layers
     from .mla import Mla
-    from .models import GemmaModels, Models
+    from .models import T5, GemmaModels, Models
     from .moe import MoE
     from .rnn import Seq2Seq
     from .varlen import Varlen
 
     found = {"residual": Layers}
     for family in (Layers, Models, Decoding, Seq2Seq, Varlen, Fp8, MoE, Mla, GemmaLayers,
-                   GemmaModels):
+                   GemmaModels, T5):
         found.update(dict.fromkeys(family.__dict__["EXPORTS"], family))
     return found

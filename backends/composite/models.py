@@ -185,3 +185,101 @@ class GemmaModels(Models):
         record(trace, "norm.output", h)
         logits = self.k.lm_head(h, tied=True, params=p.scope("embed"))  # (B, T, L)
         return logits if cap is None else self.k.softcap(logits, cap=cap)
+
+
+# -- T5 (spec/components/t5.md) -----------------------------------------------------------
+
+T5_FEED_FORWARD = ("relu", "gated-gelu")
+T5_TABLE = {"encoder": "layers.0.attn.rel_bias", "decoder": "layers.0.self_attn.rel_bias"}
+
+
+class T5(Models):
+    """T5's encoder and decoder stacks: pre-RMSNorm sublayers, unscaled attention, the
+    bucketed position bias computed once from layer 0's table and passed to every layer."""
+
+    EXPORTS = ("t5_encoder", "t5_decoder")
+
+    def t5_encoder(self, x, mask=None, *, num_layers, num_heads, num_buckets=32,
+                   max_distance=128, eps=1e-6, feed_forward="relu", params, trace=None):
+        """P = t5_bias(bidirectional, layers.0.attn.rel_bias); for each layer h += A(RMSNorm(h),
+        P), h += F(RMSNorm(h)); y = RMSNorm(h; final_norm)."""
+        x = self.ops.floating("x", x)
+        b, t, _ = check.rank("x", x, min_rank=3, max_rank=3)
+        n, heads, ff = self.t5_attrs(num_layers, num_heads, feed_forward)
+        p = check.params_of(params)
+        keep = self.t5_mask("mask", mask, (b, heads, t, t))
+        bias = self.t5_position_bias("encoder", t, num_buckets, max_distance, p)  # (H, T, T) once
+        h = x
+        for i in range(n):
+            q = p.scope(f"layers.{i}")
+            h = h + self.t5_attention(self.k.rms_norm(h, eps=eps, params=q.scope("attn_norm")),
+                                      None, bias, keep, heads, q.scope("attn"))
+            h = h + self.t5_ffn(self.k.rms_norm(h, eps=eps, params=q.scope("ffn_norm")), ff,
+                                q.scope("ffn"))
+            record(trace, f"layers.{i}.output", h)
+        return self.k.rms_norm(h, eps=eps, params=p.scope("final_norm"))
+
+    def t5_decoder(self, x, memory, self_mask=None, memory_mask=None, *, num_layers, num_heads,
+                   num_buckets=32, max_distance=128, eps=1e-6, feed_forward="relu", params,
+                   trace=None):
+        """P = t5_bias(causal buckets, layers.0.self_attn.rel_bias); for each layer
+        h += A(RMSNorm(h), P, causal AND self_mask), h += A(RMSNorm(h), memory, no bias,
+        memory_mask), h += F(RMSNorm(h)); y = RMSNorm(h; final_norm)."""
+        x = self.ops.floating("x", x)
+        b, t, _ = check.rank("x", x, min_rank=3, max_rank=3)
+        memory = self._memory_checks(x, memory)
+        s = memory.shape[1]
+        n, heads, ff = self.t5_attrs(num_layers, num_heads, feed_forward)
+        p = check.params_of(params)
+        causal = self.ops.cast(self.k.causal_mask(t=t, s=t), self.ops.falses((), like=x))  # (T, T)
+        keep = self.t5_mask("self_mask", self_mask, (b, heads, t, t))
+        keep = causal if keep is None else keep & causal
+        cross_keep = self.t5_mask("memory_mask", memory_mask, (b, heads, t, s))
+        bias = self.t5_position_bias("decoder", t, num_buckets, max_distance, p)  # (H, T, T) once
+        h = x
+        for i in range(n):
+            q = p.scope(f"layers.{i}")
+            h = h + self.t5_attention(self.k.rms_norm(h, eps=eps, params=q.scope("self_norm")),
+                                      None, bias, keep, heads, q.scope("self_attn"))
+            h = h + self.t5_attention(self.k.rms_norm(h, eps=eps, params=q.scope("cross_norm")),
+                                      memory, None, cross_keep, heads, q.scope("cross_attn"))
+            h = h + self.t5_ffn(self.k.rms_norm(h, eps=eps, params=q.scope("ffn_norm")), ff,
+                                q.scope("ffn"))
+            record(trace, f"layers.{i}.output", h)
+        return self.k.rms_norm(h, eps=eps, params=p.scope("final_norm"))
+
+    @staticmethod
+    def t5_attrs(num_layers, num_heads, feed_forward) -> tuple:
+        return (check.integer("num_layers", num_layers, lo=1),
+                check.integer("num_heads", num_heads, lo=1),
+                check.choice("feed_forward", feed_forward, T5_FEED_FORWARD))
+
+    @staticmethod
+    def t5_mask(name: str, mask, shape: tuple):
+        if mask is not None:
+            check.broadcastable(name, mask, shape)
+        return mask
+
+    def t5_position_bias(self, kind: str, t: int, num_buckets, max_distance, p):
+        """The (H, T, T) bias from layer 0's table, computed once for the whole stack."""
+        return self.k.t5_bias(t=t, s=t, bidirectional=kind == "encoder", num_buckets=num_buckets,
+                              max_distance=max_distance, params=p.scope(T5_TABLE[kind]))
+
+    def t5_attention(self, a, memory, bias, keep, heads: int, p):
+        """concat_h sdpa(a W_q, m W_k, m W_v, keep, bias, scale=1) W_o, m = memory or a."""
+        ops = self.ops
+        m = a if memory is None else memory
+        w_q = check.shape(p.require("w_q", (a.shape[-1], None)))
+        check.divides(f"query width {p.path('w_q')}.shape[1]", heads, w_q[1], "H*K")
+        q = ops.split_heads(self.project(a, p, "w_q"), heads)  # (B, H, T, K)
+        k = ops.split_heads(self.project(m, p, "w_k", w_q[1]), heads)  # (B, H, S, K)
+        v = ops.split_heads(self.project(m, p, "w_v", w_q[1]), heads)  # (B, H, S, K)
+        out, _ = self.k.sdpa(q, k, v, keep, bias, scale=1.0)  # (B, H, T, K): no 1/sqrt(K)
+        return self.project(ops.merge_heads(out), p, "w_o", a.shape[-1])  # (B, T, D)
+
+    def t5_ffn(self, n, feed_forward: str, p):
+        """relu: relu(n W_up) W_down; gated-gelu: (gelu_tanh(n W_gate) * n W_up) W_down."""
+        if feed_forward == "gated-gelu":
+            return self.k.gated_feedforward(n, activation="gelu_tanh", params=p)
+        u = self.project(n, p, "w_up")  # (B, T, F)
+        return self.project(self.ops.where(u > 0, u, 0), p, "w_down", n.shape[-1])  # (B, T, D)

@@ -114,3 +114,18 @@ def rope_frequencies(*, head_dim, base=10000.0, rope_type="default", seq_len=Non
     rules: configuration numbers, computed once for every backend (backends/_rope.py)."""
     inv_freq, m = rope_rules.frequencies(**locals())  # the attributes, as given
     return _host(inv_freq), _host(m)
+
+
+        return mx.stack([ya, yb], axis=-1).reshape(x.shape)
+    return mx.concatenate([ya, yb], axis=-1)
+
+
+def t5_bias(*, t, s, bidirectional=True, num_buckets=32, max_distance=128, offset=0, params):
+    """bias[h, i, j] = table[bucket(j - (offset + i)), h] (T5; spec/components/t5_bias.md).
+
+    The buckets come from ``_checks.t5_buckets`` (one copy for every backend, on the host);
+    the result has the table's dtype, shaped (H, T, S).
+    """
+    b = check.t5_buckets(t, s, bidirectional, num_buckets, max_distance, offset)  # (T, S)
+    table = floating("table", check.params_of(params).require("table", (num_buckets, None)))
+    return mx.transpose(table[mx.array(b.astype(np.int32))], (2, 0, 1))  # (H, T, S)

@@ -193,3 +193,29 @@ def relative_attention_vjp(cotangents, q, k, v, mask=None, *, max_distance, scal
              "k": c * (np.swapaxes(de, -1, -2) @ q),
              "v": np.swapaxes(alpha, -1, -2) @ dz}
     return grads, {"rel_k": drel_k, "rel_v": drel_v}
+
+
+# == T5's relative position bias ============================================================
+
+def t5_bias(*, t, s, bidirectional=True, num_buckets=32, max_distance=128, offset=0, params):
+    """bias[h, i, j] = table[bucket(j - (offset + i)), h] (T5; spec/components/t5_bias.md).
+
+    The buckets come from ``_checks.t5_buckets`` (one copy for every backend, on integers);
+    the result has the table's dtype, shaped (H, T, S): sdpa's bias input.
+    """
+    b = check.t5_buckets(t, s, bidirectional, num_buckets, max_distance, offset)  # (T, S)
+    table = floating("table", check.params_of(params).require("table", (num_buckets, None)))
+    return np.ascontiguousarray(np.transpose(table[b], (2, 0, 1)))  # (H, T, S)
+
+
+# dtable[b, h] = sum over the (i, j) with bucket b of dbias[h, i, j] (a scatter-add)
+def t5_bias_vjp(cotangents, *, t, s, bidirectional=True, num_buckets=32, max_distance=128,
+                offset=0, params):
+    bias = t5_bias(t=t, s=s, bidirectional=bidirectional, num_buckets=num_buckets,
+                   max_distance=max_distance, offset=offset, params=params)  # the checks, once
+    b = check.t5_buckets(t, s, bidirectional, num_buckets, max_distance, offset)  # (T, S)
+    table = np.asarray(params["table"], dtype=bias.dtype)
+    dbias = np.asarray(cotangents["bias"], dtype=bias.dtype)  # (H, T, S)
+    dtable = np.zeros_like(table)
+    np.add.at(dtable, b.reshape(-1), np.transpose(dbias, (1, 2, 0)).reshape(-1, table.shape[1]))
+    return {}, {"table": dtable}

@@ -1,10 +1,9 @@
 """Whole models on token ids: the shared composites (backends/composite/models.py)."""
 
-from ..composite.models import Models
+from ..composite.models import T5, GemmaModels, Models
 
 (transformer, encoder_only, decoder_only, llama_decoder_only,
  decoder_only_loss) = Models.bind(__package__)
 
-from ..composite.models import GemmaModels  # noqa: E402
-
 (gemma_decoder_only,) = GemmaModels.bind(__package__)
+t5_encoder, t5_decoder = T5.bind(__package__)

@@ -117,3 +117,18 @@ def rope_frequencies(*, head_dim, base=10000.0, rope_type="default", seq_len=Non
     rules: configuration numbers, computed once for every backend (backends/_rope.py)."""
     inv_freq, m = rope_rules.frequencies(**locals())  # the attributes, as given
     return tf.constant(inv_freq, tf.float64), tf.constant(m, tf.float64)
+
+
+        return tf.reshape(tf.stack([ya, yb], axis=-1), check.shape(x))
+    return tf.concat([ya, yb], axis=-1)
+
+
+def t5_bias(*, t, s, bidirectional=True, num_buckets=32, max_distance=128, offset=0, params):
+    """bias[h, i, j] = table[bucket(j - (offset + i)), h] (T5; spec/components/t5_bias.md).
+
+    The buckets come from ``_checks.t5_buckets`` (one copy for every backend, on integers,
+    a graph constant); the result has the table's dtype, shaped (H, T, S).
+    """
+    b = check.t5_buckets(t, s, bidirectional, num_buckets, max_distance, offset)  # (T, S)
+    table = floating("table", check.params_of(params).require("table", (num_buckets, None)))
+    return tf.transpose(tf.gather(table, tf.constant(b)), (2, 0, 1))  # (H, T, S)

@@ -1,12 +1,11 @@
 """Whole models on token ids: the shared composites (backends/composite/models.py);
 under ``attention=fused`` and without a trace, their attention computes no weights."""
 
-from ..composite.models import Models
+from ..composite.models import T5, GemmaModels, Models
 from ._core import no_weights_unless_traced as _fast
 
 (transformer, encoder_only, decoder_only, llama_decoder_only,
  decoder_only_loss) = map(_fast, Models.bind(__package__))
 
-from ..composite.models import GemmaModels  # noqa: E402
-
 (gemma_decoder_only,) = map(_fast, GemmaModels.bind(__package__))
+t5_encoder, t5_decoder = map(_fast, T5.bind(__package__))

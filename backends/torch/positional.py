@@ -124,3 +124,18 @@ def rope_frequencies(*, head_dim, base=10000.0, rope_type="default", seq_len=Non
     rules: configuration numbers, computed once for every backend (backends/_rope.py)."""
     inv_freq, m = rope_rules.frequencies(**locals())  # the attributes, as given
     return torch.from_numpy(inv_freq), torch.tensor(m, dtype=torch.float64)
+
+
+        return torch.stack([ya, yb], dim=-1).reshape(x.shape)
+    return torch.cat([ya, yb], dim=-1)
+
+
+def t5_bias(*, t, s, bidirectional=True, num_buckets=32, max_distance=128, offset=0, params):
+    """bias[h, i, j] = table[bucket(j - (offset + i)), h] (T5; spec/components/t5_bias.md).
+
+    The buckets come from ``_checks.t5_buckets`` (one copy for every backend, on integers);
+    the result has the table's dtype and device, shaped (H, T, S): sdpa's bias input.
+    """
+    b = check.t5_buckets(t, s, bidirectional, num_buckets, max_distance, offset)  # (T, S)
+    table = floating("table", check.params_of(params).require("table", (num_buckets, None)))
+    return table[torch.as_tensor(b, device=table.device)].permute(2, 0, 1)  # (H, T, S)
