@@ -116,10 +116,6 @@ def rope_frequencies(*, head_dim, base=10000.0, rope_type="default", seq_len=Non
     return _host(inv_freq), _host(m)
 
 
-        return mx.stack([ya, yb], axis=-1).reshape(x.shape)
-    return mx.concatenate([ya, yb], axis=-1)
-
-
 def t5_bias(*, t, s, bidirectional=True, num_buckets=32, max_distance=128, offset=0, params):
     """bias[h, i, j] = table[bucket(j - (offset + i)), h] (T5; spec/components/t5_bias.md).
 

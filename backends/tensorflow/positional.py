@@ -119,10 +119,6 @@ def rope_frequencies(*, head_dim, base=10000.0, rope_type="default", seq_len=Non
     return tf.constant(inv_freq, tf.float64), tf.constant(m, tf.float64)
 
 
-        return tf.reshape(tf.stack([ya, yb], axis=-1), check.shape(x))
-    return tf.concat([ya, yb], axis=-1)
-
-
 def t5_bias(*, t, s, bidirectional=True, num_buckets=32, max_distance=128, offset=0, params):
     """bias[h, i, j] = table[bucket(j - (offset + i)), h] (T5; spec/components/t5_bias.md).
 
