@@ -110,6 +110,14 @@ WRONG = [
     ("mla", {"eps": 1e-5}),
     ("mla", {"rope_base": 500000.0}),
     ("mla", {"rope_convention": "half"}),
+    ("t5_bias", {"bidirectional": False}),
+    ("t5_bias", {"num_buckets": 16}),
+    ("t5_bias", {"max_distance": 64}),
+    ("t5_bias", {"offset": 1}),
+    *[(f, d) for f in ("t5_encoder", "t5_decoder") for d in (
+        {"num_buckets": 16}, {"max_distance": 8}, {"feed_forward": "gated-gelu"})],
+    ("rope", {"rotary_dim": 4}),  # rope/defaults-001 has K = 8: half the features rotated
+    ("rope", {"scaling": {"rope_type": "linear", "factor": 2.0}}),
     ("rms_norm", {"unit_offset": True}),  # Gemma's (1 + w) where a plain gain is meant
     ("gemma_layer", {"num_kv_heads": 1}),
     ("gemma_layer", {"eps": 1e-5}),
@@ -151,6 +159,13 @@ COARSE = [
     ("gemma_decoder_only", {"rope_base": 1000000.0}, ("float64", "float32", "float16")),
     ("gemma_decoder_only", {"softcap": 50.0}, ("float64", "float32")),
     ("gemma_decoder_only", {"eps": 1e-5}, ("float64", "float32")),
+    # the T5 stacks' defaults vectors (inputs of unit scale) move by ~1e-6 relative under
+    # eps 1e-5 for 1e-6: below the half dtypes' tolerances
+    ("t5_encoder", {"eps": 1e-5}, ("float64", "float32")),
+    ("t5_decoder", {"eps": 1e-5}, ("float64", "float32")),
+    # rope_frequencies' vectors are float64/float32 only (configuration numbers)
+    ("rope_frequencies", {"base": 500000.0}, ("float64", "float32")),
+    ("rope_frequencies", {"rope_type": "linear", "factor": 2.0}, ("float64", "float32")),
 ]
 # Not observable through any vector: a keep mask is given whenever values are compared.
 # llama_layer's (and parallel_layer's) offset: RoPE scores depend on i - j only, so shifting
@@ -165,11 +180,18 @@ COARSE = [
 # mla's offset likewise; its yarn_factor and mscale_all_dim change the softmax scale only
 # together (m = 1 unless factor > 1 and mscale_all_dim != 0), so one wrong default alone
 # leaves y unchanged (mla/mscale-001 states both).
+# rope_frequencies' rule parameters act only under the rope_type that reads them, and its
+# defaults vector is rope_type "default" (which reads none); the same rules' own defaults
+# (yarn's beta_fast 32, beta_slow 1, truncate) are pinned through rope/scaling-defaults-001.
+RULE_PARAMETERS = {("rope_frequencies", a) for a in (
+    "seq_len", "factor", "original_max_position_embeddings", "max_position_embeddings",
+    "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor",
+    "low_freq_factor", "high_freq_factor", "short_factor", "long_factor", "truncate")}
 UNOBSERVABLE = {("dropout", "seed"), ("greedy_decode", "eps"), ("llama_layer", "offset"),
                 ("moe_router", "eps"), ("moe", "eps"), ("parallel_layer", "offset"),
                 ("sampling_filter", "min_tokens_to_keep"), ("sample", "min_tokens_to_keep"),
                 ("mla", "offset"), ("mla", "yarn_factor"), ("mla", "mscale_all_dim"),
-                ("gemma_layer", "offset")}
+                ("gemma_layer", "offset"), *RULE_PARAMETERS}
 
 
 def wrong_default(name: str, defaults: dict):
