@@ -160,8 +160,9 @@ COARSE = [
     ("gemma_decoder_only", {"softcap": 50.0}, ("float64", "float32")),
     ("gemma_decoder_only", {"eps": 1e-5}, ("float64", "float32")),
     # the T5 stacks' defaults vectors (inputs of unit scale) move by ~1e-6 relative under
-    # eps 1e-5 for 1e-6: below the half dtypes' tolerances
-    ("t5_encoder", {"eps": 1e-5}, ("float64", "float32")),
+    # eps 1e-5 for 1e-6: below the half dtypes' tolerances (the encoder's, 1.33 times
+    # float32's: short of the 1.67 a catch needs, tests/derive.py)
+    ("t5_encoder", {"eps": 1e-5}, ("float64",)),
     ("t5_decoder", {"eps": 1e-5}, ("float64", "float32")),
     # rope_frequencies' vectors are float64/float32 only (configuration numbers)
     ("rope_frequencies", {"base": 500000.0}, ("float64", "float32")),

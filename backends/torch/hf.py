@@ -31,7 +31,7 @@ spec/components/huggingface.md.
 from __future__ import annotations
 
 import torch
-from attnspec.spec.errors import ConfigError, DeviceError, DomainError, DTypeError, ParameterError, ShapeError
+from attnspec.spec.errors import ConfigError, DeviceError, DomainError, DTypeError, ShapeError
 from transformers import BertConfig, GPT2Config, LlamaConfig
 from transformers.models.bert.modeling_bert import BertLayer
 from transformers.models.gpt2.modeling_gpt2 import GPT2Block
@@ -43,17 +43,37 @@ from transformers.models.llama.modeling_llama import (
 
 from .. import _checks
 from .._checks import params_of
+from . import hf_mla, hf_zoo
+from .hf_base import (  # noqa: F401 (the converters' shared helpers, re-exported)
+    _TO_HF_ACTIVATION,
+    ACTIVATIONS,
+    LLAMA,
+    _activation,
+    _activation_to_hf,
+    _check_attributes,
+    _eps,
+    _from_state,
+    _heads,
+    _load,
+    _mask,
+    _spec_params,
+    _t,
+    _to_state,
+    _unsupported,
+    additive_mask,
+)
+from .hf_gemma import GAIN as _GEMMA_GAIN
+from .hf_gemma import LAYERS as _GEMMA_LAYERS
+from .hf_gemma import SPEC_FUNCTION as _GEMMA_FUNCTION
+from .hf_gemma import forward as _gemma_forward
+from .hf_gemma import gemma_layer_from_hf, gemma_layer_to_hf
+from .hf_mla import mla_to_hf
 from .hf_moe import MOE_CLASSES, moe_forward, moe_from_hf, moe_to_hf
 from .hf_moe import SPEC_FUNCTION as _MOE_FUNCTION
 
 SPEC_FUNCTION = {"BertLayer": "encoder_layer", "GPT2Block": "encoder_layer",
                  "LlamaDecoderLayer": "llama_layer", "LlamaForCausalLM": "llama_decoder_only",
-                 **_MOE_FUNCTION}
-
-# transformers' activation names (ACT2FN) -> the spec's; to_hf writes the first of each.
-ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh",
-               "gelu_pytorch_tanh": "gelu_tanh"}
-_TO_HF_ACTIVATION = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new"}
+                 **_MOE_FUNCTION, **_GEMMA_FUNCTION}
 
 # (HF state_dict name, spec path, transposed); a spec path ending in b_* is an optional bias.
 BERT = [
@@ -87,99 +107,6 @@ GPT2 = [
     ("mlp.c_proj.weight", "ffn.w2", False),
     ("mlp.c_proj.bias", "ffn.b2", False),
 ]
-LLAMA = [
-    ("input_layernorm.weight", "attn_norm.gamma", False),
-    ("self_attn.q_proj.weight", "attn.w_q", True),
-    ("self_attn.k_proj.weight", "attn.w_k", True),
-    ("self_attn.v_proj.weight", "attn.w_v", True),
-    ("self_attn.o_proj.weight", "attn.w_o", True),
-    ("post_attention_layernorm.weight", "ffn_norm.gamma", False),
-    ("mlp.gate_proj.weight", "ffn.w_gate", True),
-    ("mlp.up_proj.weight", "ffn.w_up", True),
-    ("mlp.down_proj.weight", "ffn.w_down", True),
-]
-
-
-def _t(x):
-    return x.detach().clone()
-
-
-def _from_state(module, table) -> dict:
-    state = module.state_dict()
-    return {spec: _t(state[hf].T if transposed else state[hf]) for hf, spec, transposed in table}
-
-
-def _to_state(p, table, like) -> dict:
-    """HF state_dict entries from spec parameters; an absent spec bias is zero."""
-    state = {}
-    for hf, spec, transposed in table:
-        if spec.rsplit(".", 1)[-1].startswith("b_") and spec not in p:
-            state[hf] = torch.zeros_like(like[hf])
-            continue
-        w = p.require(spec, tuple(like[hf].T.shape if transposed else like[hf].shape))
-        state[hf] = w.T if transposed else w
-    return state
-
-
-def _load(module, state, dtype, device):
-    module = module.to(device=device, dtype=dtype)
-    module.load_state_dict({k: v.to(device=device, dtype=dtype) for k, v in state.items()},
-                           strict=True)
-    return module.eval()
-
-
-def _unsupported(module: str, field: str, value, why: str):
-    raise ConfigError(f"{module} with config.{field}={value!r} has no spec equivalent: {why}")
-
-
-def _activation(module: str, field: str, name) -> str:
-    if not isinstance(name, str) or name not in ACTIVATIONS:
-        _unsupported(module, field, name, f"the spec's activations are {sorted(ACTIVATIONS)}")
-    return ACTIVATIONS[name]
-
-
-def _check_attributes(attributes: dict, fixed: dict, allowed: set, who: str):
-    unknown = set(attributes) - allowed
-    if unknown:
-        raise ConfigError(f"{who}: attribute(s) {sorted(unknown)} not understood "
-                          f"(expected {sorted(allowed)})")
-    for name, want in fixed.items():
-        if attributes.get(name, want) != want:
-            raise ConfigError(f"{who} needs {name}={want!r}, got {attributes[name]!r}")
-
-
-def _heads(attributes: dict, d: int, who: str) -> int:
-    h = attributes.get("num_heads")
-    if isinstance(h, bool) or not isinstance(h, int) or h < 1 or d % h:
-        raise ConfigError(f"{who}: num_heads={h!r} must be a positive divisor of D = {d}")
-    return h
-
-
-def _activation_to_hf(attributes: dict, who: str) -> str:
-    act = attributes.get("activation", "relu")
-    if act not in _TO_HF_ACTIVATION:
-        raise ConfigError(f"{who}: activation must be relu, gelu or gelu_tanh, got {act!r}")
-    return _TO_HF_ACTIVATION[act]
-
-
-def _eps(attributes: dict, default: float, who: str) -> float:
-    return _checks.eps(attributes.get("eps", default), f"{who}: eps")
-
-
-def _spec_params(params, known, who: str):
-    """``params`` as a Params view, refused (ParameterError naming the path) unless every
-    path is one the module has (``known``: a set, or a predicate) and every value a
-    floating torch.Tensor."""
-    p = params_of(params)
-    for path in p.keys():
-        if not (known(path) if callable(known) else path in known):
-            raise ParameterError(f"{who}: unknown parameter path {p.path(path)!r}"
-                                 + (f"; expected {sorted(known)}" if not callable(known) else ""))
-        value = p.require(path)
-        if not (isinstance(value, torch.Tensor) and value.is_floating_point()):
-            raise ParameterError(f"{who}: parameter {p.path(path)!r} must be a floating torch.Tensor, got "
-                                 f"{type(value).__name__} {getattr(value, 'dtype', '')}".rstrip())
-    return p
 
 
 _BERT_PATHS = {spec for _, spec, _ in BERT}
@@ -375,16 +302,10 @@ def llama_for_causal_lm_to_hf(params, attributes: dict) -> LlamaForCausalLM:
 # -- dispatch -------------------------------------------------------------------------------------
 
 
-def _zoo():
-    """The Mistral, Qwen2, Phi-3, GPT-NeoX and Falcon converters (hf_zoo.py), which build on
-    this module: looked up when first needed, so neither module imports the other at load."""
-    import importlib
-
-    return importlib.import_module(f"{__package__}.hf_zoo")
-
 _FROM = {BertLayer: bert_layer_from_hf, GPT2Block: gpt2_block_from_hf,
          LlamaDecoderLayer: llama_layer_from_hf, LlamaForCausalLM: llama_for_causal_lm_from_hf,
-         **dict.fromkeys(MOE_CLASSES, moe_from_hf)}
+         **dict.fromkeys(MOE_CLASSES, moe_from_hf),
+         **dict.fromkeys(_GEMMA_LAYERS, gemma_layer_from_hf)}
 
 
 def from_hf(module) -> tuple[dict, dict]:
@@ -394,11 +315,9 @@ def from_hf(module) -> tuple[dict, dict]:
     for cls, convert in _FROM.items():
         if isinstance(module, cls):
             return convert(module)
-    for cls, convert in _zoo().FROM.items():
+    for cls, convert in hf_zoo.FROM.items():
         if isinstance(module, cls):
             return convert(module)
-    from . import hf_mla  # DeepseekV3Attention -> mla (its own module)
-
     if isinstance(module, hf_mla.DeepseekV3Attention):
         return hf_mla.mla_from_hf(module)
     raise ConfigError(f"module: {type(module).__name__} has no converter; supported: "
@@ -414,15 +333,13 @@ def to_hf(params, attributes: dict, model: str | None = None):
     of :data:`.hf_zoo.SPEC_FUNCTION` (``"Qwen2DecoderLayer"``, ``"GPTNeoXLayer"``...)
     instead."""
     if model is not None:
-        return _zoo().to_hf(params, attributes, model)
+        return hf_zoo.to_hf(params, attributes, model)
     if "router.w" in params_of(params):
         return moe_to_hf(params, attributes)  # MixtralSparseMoeBlock / Qwen2MoeSparseMoeBlock
     if "w_kv_a" in params_of(params):  # mla: a DeepseekV3Attention (hf_mla.py)
-        from .hf_mla import mla_to_hf
-
         return mla_to_hf(params, attributes)
     if "input_norm.gamma" in params_of(params):  # gemma_layer (hf_gemma.py)
-        return _gemma.gemma_layer_to_hf(params, attributes)
+        return gemma_layer_to_hf(params, attributes)
     if "embed.table" in params_of(params):
         return llama_for_causal_lm_to_hf(params, attributes)
     if "attn_norm.gamma" in params_of(params):
@@ -433,15 +350,6 @@ def to_hf(params, attributes: dict, model: str | None = None):
 
 
 # -- calling a layer as the spec function is called -----------------------------------------------
-
-
-def additive_mask(mask, dtype) -> torch.Tensor:
-    """Spec boolean mask (True = may attend), broadcastable to (B, H, T, S) -> HF's 4-D
-    additive float mask: 0 where True, ``torch.finfo(dtype).min`` where False."""
-    mask = torch.as_tensor(mask, dtype=torch.bool)
-    mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
-    zero = torch.zeros((), dtype=dtype, device=mask.device)
-    return torch.where(mask, zero, torch.finfo(dtype).min)
 
 
 def forward(module, x, mask=None, *, offset: int = 0, pad_id: int | None = None) -> torch.Tensor:
@@ -455,12 +363,12 @@ def forward(module, x, mask=None, *, offset: int = 0, pad_id: int | None = None)
         if mask is not None or offset or pad_id is not None:
             raise ConfigError(f"{type(module).__name__}: moe takes no mask, offset or pad_id")
         return moe_forward(module, x)
-    zoo = _zoo()
+    zoo = hf_zoo
     if isinstance(module, tuple(zoo.FROM)) and pad_id is None:
         return zoo.forward(module, x, mask, offset=offset)
     who = _forward_checks(module, x, offset, pad_id)
-    if isinstance(module, _gemma.LAYERS):
-        return _gemma.forward(module, x, mask, offset=offset)
+    if isinstance(module, _GEMMA_LAYERS):
+        return _gemma_forward(module, x, mask, offset=offset)
     if isinstance(module, LlamaForCausalLM):
         if mask is not None or offset:
             raise ConfigError("LlamaForCausalLM: pass pad_id, not mask or offset")
@@ -486,7 +394,7 @@ def forward(module, x, mask=None, *, offset: int = 0, pad_id: int | None = None)
 
 # a (D,) parameter of each layer: its width
 _GAIN = {BertLayer: "attention.output.LayerNorm.weight", GPT2Block: "ln_1.weight",
-         LlamaDecoderLayer: "input_layernorm.weight"}
+         LlamaDecoderLayer: "input_layernorm.weight", **_GEMMA_GAIN}
 
 
 def _forward_checks(module, x, offset, pad_id) -> str:
@@ -527,26 +435,3 @@ def _ids_checks(module, x, pad_id, who: str) -> str:
     return who
 
 
-def _mask(mask, x, who: str) -> torch.Tensor:
-    """The spec's boolean mask, broadcastable to (B, H, T, T), or ShapeError/DTypeError."""
-    mask = torch.as_tensor(mask) if not isinstance(mask, torch.Tensor) else mask
-    if mask.dtype != torch.bool:
-        raise DTypeError(f"{who}: mask must be boolean (True = may attend), got {mask.dtype}")
-    b, t = x.shape[0], x.shape[1]
-    try:
-        if mask.dim() > 4:
-            raise RuntimeError
-        torch.broadcast_shapes(tuple(mask.shape), (b, 1, t, t))
-    except RuntimeError:
-        raise ShapeError(f"{who}: mask of shape {tuple(mask.shape)} does not broadcast to "
-                         f"(B, H, T, T) = ({b}, H, {t}, {t})") from None
-    return mask.to(x.device)
-
-
-# -- Gemma 2 / 3 decoder layers (hf_gemma.py) ------------------------------------------------------
-
-from . import hf_gemma as _gemma  # noqa: E402
-
-SPEC_FUNCTION.update(_gemma.SPEC_FUNCTION)
-_FROM.update(dict.fromkeys(_gemma.LAYERS, _gemma.gemma_layer_from_hf))
-_GAIN.update(_gemma.GAIN)

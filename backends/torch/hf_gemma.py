@@ -24,7 +24,7 @@ from transformers.models.gemma2.modeling_gemma2 import Gemma2DecoderLayer, Gemma
 from transformers.models.gemma3.modeling_gemma3 import Gemma3DecoderLayer, Gemma3RotaryEmbedding
 
 from .. import _checks
-from . import hf
+from . import hf_base as hf
 
 SPEC_FUNCTION = {"Gemma2DecoderLayer": "gemma_layer", "Gemma3DecoderLayer": "gemma_layer"}
 LAYERS = (Gemma2DecoderLayer, Gemma3DecoderLayer)

@@ -32,7 +32,7 @@ from transformers.models.mistral.modeling_mistral import MistralDecoderLayer, Mi
 from transformers.models.phi3.modeling_phi3 import Phi3DecoderLayer, Phi3RotaryEmbedding
 from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer, Qwen2RotaryEmbedding
 
-from . import hf
+from . import hf_base as hf
 
 SPEC_FUNCTION = {"MistralDecoderLayer": "llama_layer", "Qwen2DecoderLayer": "llama_layer",
                  "Phi3DecoderLayer": "llama_layer", "GPTNeoXLayer": "parallel_layer",
