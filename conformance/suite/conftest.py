@@ -88,12 +88,18 @@ def pytest_collection_modifyitems(config, items):
     itself); mark every suite test with its xdist group."""
     s = _session(config)
     suite = Path(__file__).resolve().parent
+    inside = {}  # item.path -> whether it is a suite module (thousands of items, a few paths)
+
+    def in_suite(item) -> bool:
+        if item.path not in inside:
+            inside[item.path] = suite in Path(item.path).resolve().parents
+        return inside[item.path]
+
     s.property_tests |= {item.originalname for item in items if family(item) == "properties"}
     if differential_not_applicable(s.backend):
-        items[:] = [item for item in items if family(item) != "differential"
-                    or suite not in Path(item.path).resolve().parents]
+        items[:] = [item for item in items if not in_suite(item) or family(item) != "differential"]
     for item in items:
-        if suite in Path(item.path).resolve().parents:
+        if in_suite(item):
             item.add_marker(pytest.mark.xdist_group(group(item, s.property_dtype)))
 
 
