@@ -73,7 +73,8 @@ from .hf_moe import SPEC_FUNCTION as _MOE_FUNCTION
 
 SPEC_FUNCTION = {"BertLayer": "encoder_layer", "GPT2Block": "encoder_layer",
                  "LlamaDecoderLayer": "llama_layer", "LlamaForCausalLM": "llama_decoder_only",
-                 **_MOE_FUNCTION, **_GEMMA_FUNCTION}
+                 **_MOE_FUNCTION, **_GEMMA_FUNCTION, **hf_zoo.SPEC_FUNCTION,
+                 "DeepseekV3Attention": "mla"}
 
 # (HF state_dict name, spec path, transposed); a spec path ending in b_* is an optional bias.
 BERT = [
@@ -321,7 +322,7 @@ def from_hf(module) -> tuple[dict, dict]:
     if isinstance(module, hf_mla.DeepseekV3Attention):
         return hf_mla.mla_from_hf(module)
     raise ConfigError(f"module: {type(module).__name__} has no converter; supported: "
-                      f"{', '.join(SPEC_FUNCTION)}, DeepseekV3Attention")
+                      f"{', '.join(SPEC_FUNCTION)}")
 
 
 def to_hf(params, attributes: dict, model: str | None = None):
