@@ -6,26 +6,11 @@ import numpy as np
 from attnspec.spec.errors import DTypeError
 
 from .. import _checks as check
+from .._routing import ranked as _ranked
+from .._routing import select as _select
 from ..composite.moe import MoE
 from ._core import boolean, floating
 from .feedforward import gated_feedforward, gated_feedforward_vjp
-
-
-def _ranked(s):
-    """(N, M) -> ids by s descending, ties by the lowest id (a stable sort of -s)."""
-    return np.argsort(-s, axis=-1, kind="stable")
-
-
-def _select(s, top_k, n_group, topk_group):
-    n, e = s.shape
-    if n_group > 1:
-        grouped = np.sort(s.reshape(n, n_group, e // n_group), axis=-1)   # (N, G, E/G)
-        g = grouped[..., -1] + grouped[..., -2]                            # (N, G)
-        chosen = _ranked(g)[:, :topk_group]                                # (N, topk_group)
-        allowed = np.zeros((n, n_group), dtype=bool)
-        np.put_along_axis(allowed, chosen, True, axis=-1)
-        s = np.where(np.repeat(allowed, e // n_group, axis=-1), s, -np.inf)
-    return _ranked(s)[:, :top_k]                                           # (N, k)
 
 
 def _scores(x, scoring):
