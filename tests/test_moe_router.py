@@ -17,15 +17,22 @@ def _ranked_high(s):
     return e - 1 - np.argsort(-s[:, ::-1], axis=-1, kind="stable")
 
 
-def _group_max(s, top_k, n_group, topk_group):
+def _planted_select(s, top_k, n_group, topk_group, *, rank=moe._ranked, group_max=False):
+    """The router's choice with a planted bug: another ranking, or a group scored by its
+    maximum instead of the sum of its top two."""
     n, e = s.shape
     if n_group > 1:
-        g = s.reshape(n, n_group, e // n_group).max(axis=-1)        # (N, G)
-        chosen = moe._ranked(g)[:, :topk_group]
+        grouped = np.sort(s.reshape(n, n_group, e // n_group), axis=-1)   # (N, G, E/G)
+        g = grouped[..., -1] if group_max else grouped[..., -1] + grouped[..., -2]
+        chosen = rank(g)[:, :topk_group]
         allowed = np.zeros((n, n_group), dtype=bool)
         np.put_along_axis(allowed, chosen, True, axis=-1)
         s = np.where(np.repeat(allowed, e // n_group, axis=-1), s, -np.inf)
-    return moe._ranked(s)[:, :top_k]
+    return rank(s)[:, :top_k]
+
+
+SELECT = {"group_max": functools.partial(_planted_select, group_max=True),
+          "ties_to_highest_id": functools.partial(_planted_select, rank=_ranked_high)}
 
 
 def _router(logits, correction_bias=None, *, top_k, scoring="softmax", renormalize=False,
@@ -33,7 +40,7 @@ def _router(logits, correction_bias=None, *, top_k, scoring="softmax", renormali
     x = np.asarray(logits, np.float64)
     b = np.zeros(x.shape[-1]) if correction_bias is None else np.asarray(correction_bias)
     p = moe._scores(x, scoring)
-    select = _group_max if bug == "group_max" else moe._select
+    select = SELECT.get(bug, moe._select)
     idx = select(p + b, top_k, n_group, topk_group)
     w = np.take_along_axis(p, idx, axis=-1)
     if bug == "raw_logits":
@@ -49,19 +56,9 @@ def _router(logits, correction_bias=None, *, top_k, scoring="softmax", renormali
     return w * scale, idx
 
 
-def _ties_high(logits, correction_bias=None, **attrs):
-    real = moe._ranked
-    moe._ranked = _ranked_high
-    try:
-        return moe.moe_router(logits, correction_bias, **attrs)
-    finally:
-        moe._ranked = real
-
-
 BUGS = {name: functools.partial(_router, bug=name)
         for name in ("raw_logits", "softmax_of_top_k", "bias_in_weights", "always_renormalised",
-                     "never_renormalised", "scale_ignored", "group_max")}
-BUGS["ties_to_highest_id"] = _ties_high
+                     "never_renormalised", "scale_ignored", "group_max", "ties_to_highest_id")}
 
 
 @pytest.mark.parametrize("bug", sorted(BUGS))
