@@ -3,6 +3,7 @@ a decoder-only (GPT-style) and a Llama-style model. Inference only: no dropout."
 
 from __future__ import annotations
 
+from attnspec.spec.errors import ParameterError
 from attnspec.spec.trace import record, scope
 
 from .. import _checks as check
@@ -104,17 +105,33 @@ class Models(Layers):
         return hidden, self.k.lm_head(hidden, params=p.scope("lm_head"))
 
     def decoder_only(self, ids, *, pad_id, num_layers, num_heads, norm="pre", eps=1e-5,
-                     activation="gelu", params, trace=None):
+                     activation="gelu", tie_embeddings=False, params, trace=None):
         """logits = LMHead(Stack(E[ids] + P[0..T-1], pad(ids) & causal)); the stack is N
-        encoder layers (no cross-attention), pre-norm with a final LayerNorm by default."""
+        encoder layers (no cross-attention), pre-norm with a final LayerNorm by default.
+        tie_embeddings (GPT-2): logits = h E^T, no bias and no lm_head.* parameters."""
         p = check.params_of(params)
+        tie = check.flag("tie_embeddings", tie_embeddings)
+        if tie:
+            self.no_head_params(p)
         ids, pad_id = self._model_ids(ids, pad_id, p)
         e = self.learned_embed(ids, p)
         record(trace, "embed.output", e)
         mask = self.k.combined_mask(ids, pad_id=pad_id, t=ids.shape[1])  # (B, 1, T, T)
         h = self.k.encoder(e, mask, num_layers=num_layers, num_heads=num_heads, norm=norm,
                            eps=eps, activation=activation, params=p, trace=trace)
+        if tie:
+            return self.k.lm_head(h, tied=True, params=p.scope("embed"))
         return self.k.lm_head(h, params=p.scope("lm_head"))
+
+    @staticmethod
+    def no_head_params(p):
+        """A tied head reads embed.table only: an lm_head.* parameter (a bias GPT-2 does not
+        have, a W that would be ignored) is refused, naming it."""
+        extra = sorted(k for k in p.keys() if k.startswith("lm_head."))
+        if extra:
+            raise ParameterError(f"tie_embeddings=True: the head is embed.table^T without a bias; "
+                                 f"{p.path(extra[0])!r} of shape "
+                                 f"{check.shape(p.require(extra[0]))} must not be given")
 
     def decoder_only_loss(self, ids, targets, *, pad_id, num_layers, num_heads, norm="pre",
                           eps=1e-5, activation="gelu", ignore_index=-100, label_smoothing=0.0,

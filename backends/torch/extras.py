@@ -330,6 +330,39 @@ def agree_hf_encoder_layer(device, norm):
     return lambda spec: _run(name, spec, "encoder_layer", one, device)
 
 
+def _gpt2_lm_attributes(v):
+    """The decoder_only vector's attributes for ``hf_gpt2.gpt2_lm_to_hf``, or None where
+    GPT2LMHeadModel cannot hold them: post-norm (GPT-2 is pre-norm with ln_f), a head bias
+    (its lm_head has none), or a first token that is the pad id (that query row sees no key:
+    zeros in the spec, uniform weights in transformers)."""
+    a = dict(v.attributes)
+    ids = np.asarray(v.inputs["ids"])
+    if (a.get("norm", "pre") != "pre" or "lm_head.b" in v.params
+            or (ids[:, :1] == a["pad_id"]).any()):
+        return None
+    return a
+
+
+def agree_hf_gpt2_lm(device):
+    """Every decoder_only value vector GPT2LMHeadModel can hold (the tied GPT-2 ones:
+    ``decoder_only/gpt2-*``) through ``hf.to_hf``, at the vector's float64 tolerance
+    (GPT-2 computes LayerNorm, softmax and gelu_new in the module's dtype)."""
+    from . import hf
+
+    name = "transformers.GPT2LMHeadModel"
+
+    def one(v, x, p):
+        a = _gpt2_lm_attributes(v)
+        if a is None:
+            return False
+        pad_id = a.pop("pad_id")
+        model = hf.to_hf(p, a)
+        assert type(model).__name__ == "GPT2LMHeadModel", type(model).__name__
+        _close(name, hf.forward(model, x["ids"], pad_id=pad_id), v, "logits")
+        return True
+    return lambda spec: _run(name, spec, "decoder_only", one, device)
+
+
 def _llama_attributes(v, t):
     """The vector's attributes for to_hf, or None if LlamaConfig cannot hold them: a
     ``window`` shorter than T (one of T or more keeps every causal key), Qwen2's
@@ -507,6 +540,7 @@ def hf_checks(device):
         return [("agree/transformers", lambda spec: pytest.skip(reason))]
     return [("agree/transformers.BertLayer", agree_hf_encoder_layer(device, "post")),
             ("agree/transformers.GPT2Block", agree_hf_encoder_layer(device, "pre")),
+            ("agree/transformers.GPT2LMHeadModel", agree_hf_gpt2_lm(device)),
             ("agree/transformers.LlamaDecoderLayer", agree_hf_llama(device, "llama_layer")),
             ("agree/transformers.LlamaForCausalLM", agree_hf_llama(device, "llama_decoder_only")),
             ("agree/transformers.MixtralSparseMoeBlock",

@@ -3,6 +3,8 @@
 
 - ``BertLayer`` -> ``encoder_layer``: ``norm="post"``, ``eps=layer_norm_eps`` (1e-12);
 - ``GPT2Block`` -> ``encoder_layer``: ``norm="pre"``, ``mask=causal(T)`` (GPT2Model's);
+- ``GPT2LMHeadModel`` -> ``decoder_only``: wte, wpe, the blocks, ln_f, the head tied to wte
+  (``tie_embeddings=True``, no bias) (``hf_gpt2.py``);
 - ``LlamaDecoderLayer`` -> ``llama_layer``: causal always, RoPE ``"half"`` (rotate_half);
 - ``LlamaForCausalLM`` -> ``llama_decoder_only``: ids, ``attention_mask = ids != pad_id``.
 - ``MixtralSparseMoeBlock``, ``Qwen2MoeSparseMoeBlock``, ``DeepseekV3MoE`` -> ``moe``
@@ -43,7 +45,7 @@ from transformers.models.llama.modeling_llama import (
 
 from .. import _checks
 from .._checks import params_of
-from . import hf_mla, hf_zoo
+from . import hf_gpt2, hf_mla, hf_zoo
 from .hf_base import (  # noqa: F401 (the converters' shared helpers, re-exported)
     _TO_HF_ACTIVATION,
     ACTIVATIONS,
@@ -73,6 +75,7 @@ from .hf_moe import SPEC_FUNCTION as _MOE_FUNCTION
 
 SPEC_FUNCTION = {"BertLayer": "encoder_layer", "GPT2Block": "encoder_layer",
                  "LlamaDecoderLayer": "llama_layer", "LlamaForCausalLM": "llama_decoder_only",
+                 **hf_gpt2.SPEC_FUNCTION,
                  **_MOE_FUNCTION, **_GEMMA_FUNCTION, **hf_zoo.SPEC_FUNCTION,
                  "DeepseekV3Attention": "mla"}
 
@@ -304,6 +307,7 @@ def llama_for_causal_lm_to_hf(params, attributes: dict) -> LlamaForCausalLM:
 
 
 _FROM = {BertLayer: bert_layer_from_hf, GPT2Block: gpt2_block_from_hf,
+         hf_gpt2.GPT2LMHeadModel: hf_gpt2.gpt2_lm_from_hf,
          LlamaDecoderLayer: llama_layer_from_hf, LlamaForCausalLM: llama_for_causal_lm_from_hf,
          **dict.fromkeys(MOE_CLASSES, moe_from_hf),
          **dict.fromkeys(_GEMMA_LAYERS, gemma_layer_from_hf)}
@@ -326,9 +330,10 @@ def from_hf(module) -> tuple[dict, dict]:
 
 
 def to_hf(params, attributes: dict, model: str | None = None):
-    """Spec parameters and attributes -> the transformers module: ``llama_decoder_only``
-    parameters (``embed.table``) give a ``LlamaForCausalLM``, ``llama_layer`` ones
-    (``attn_norm.gamma``) a ``LlamaDecoderLayer``; ``encoder_layer`` ones a ``BertLayer``
+    """Spec parameters and attributes -> the transformers module: ``decoder_only``
+    parameters (``embed.table`` and ``pos.table``) give a ``GPT2LMHeadModel``,
+    ``llama_decoder_only`` ones (``embed.table``, no ``pos.table``) a ``LlamaForCausalLM``,
+    ``llama_layer`` ones (``attn_norm.gamma``) a ``LlamaDecoderLayer``; ``encoder_layer`` ones a ``BertLayer``
     (norm="post", the default) or a ``GPT2Block`` (norm="pre"); ``moe`` ones (``router.w``)
     a MoE block, ``mla`` ones (``w_kv_a``) a ``DeepseekV3Attention``. ``model`` names one
     of :data:`.hf_zoo.SPEC_FUNCTION` (``"Qwen2DecoderLayer"``, ``"GPTNeoXLayer"``...)
@@ -341,6 +346,8 @@ def to_hf(params, attributes: dict, model: str | None = None):
         return mla_to_hf(params, attributes)
     if "input_norm.gamma" in params_of(params):  # gemma_layer (hf_gemma.py)
         return gemma_layer_to_hf(params, attributes)
+    if "embed.table" in params_of(params) and "pos.table" in params_of(params):
+        return hf_gpt2.gpt2_lm_to_hf(params, attributes)  # decoder_only: GPT2LMHeadModel
     if "embed.table" in params_of(params):
         return llama_for_causal_lm_to_hf(params, attributes)
     if "attn_norm.gamma" in params_of(params):
@@ -370,6 +377,10 @@ def forward(module, x, mask=None, *, offset: int = 0, pad_id: int | None = None)
     who = _forward_checks(module, x, offset, pad_id)
     if isinstance(module, _GEMMA_LAYERS):
         return _gemma_forward(module, x, mask, offset=offset)
+    if isinstance(module, hf_gpt2.GPT2LMHeadModel):
+        if mask is not None or offset:
+            raise ConfigError("GPT2LMHeadModel: pass pad_id, not mask or offset")
+        return hf_gpt2.forward(module, x, pad_id)
     if isinstance(module, LlamaForCausalLM):
         if mask is not None or offset:
             raise ConfigError("LlamaForCausalLM: pass pad_id, not mask or offset")
@@ -410,10 +421,10 @@ def _forward_checks(module, x, offset, pad_id) -> str:
     weight = next(module.parameters())
     if x.device != weight.device:
         raise DeviceError(f"{who}: x is on {x.device}, the module on {weight.device}")
-    if isinstance(module, LlamaForCausalLM):
+    if isinstance(module, (LlamaForCausalLM, hf_gpt2.GPT2LMHeadModel)):
         return _ids_checks(module, x, pad_id, who)
     if pad_id is not None:
-        raise ConfigError(f"pad_id applies to LlamaForCausalLM only, not {who}")
+        raise ConfigError(f"pad_id applies to LlamaForCausalLM and GPT2LMHeadModel only, not {who}")
     gain = next(name for cls, name in _GAIN.items() if isinstance(module, cls))
     d = module.get_parameter(gain).shape[0]
     if x.dim() != 3 or x.shape[-1] != d:

@@ -13,7 +13,7 @@ COMPONENT = Component("decoder_only", {
     "decoder_only": Fn(required=["pad_id", "num_layers", "num_heads"], module="models",
                        inputs=["ids"], returns=["logits"], attributes={"pad_id": None, "num_layers":
                        None, "num_heads": None, "norm": "pre", "eps": 1e-5, "activation": "gelu"},
-                       params=True, trace=True, oracle=oracle),
+                       added={"tie_embeddings": False}, params=True, trace=True, oracle=oracle),
 }, tolerances=tolerances("stack"))
 
 
@@ -82,6 +82,7 @@ def cases(rng):
                 attributes={**attrs, "num_heads": 3}, params=p,
                 error="ConfigError", mentions=["num_heads"])
     yield from defaults_cases()
+    yield from gpt2_cases(Rng(f"{COMPONENT.id}/gpt2"))
 
 
 # -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
@@ -100,6 +101,29 @@ def defaults_cases():
 
 
 def grad_cases(r):
+    yield from _untied_grad_cases(r)
+    yield from gpt2_grad_cases(Rng(f"{COMPONENT.id}/gpt2-grad"))
+
+
+def gpt2_grad_cases(r):
+    for n, (layers, act, toks) in enumerate([(1, "gelu_tanh", None), (2, "gelu_tanh", None),
+                                             (1, "relu", [[1, 4, 4, 4], [1, 4, 2, 0]])], 5):
+        toks = ids(r, 7, [4, 3], 4, bos_id=1) if toks is None else np.array(toks)
+        yield gradient(f"decoder_only/grad-00{n}", "decoder_only",
+                       f"GPT-2's tied head (tie_embeddings), N = {layers}, {act}, D = 4, H = 2, "
+                       f"vocabulary 7, T = 4, padded: embed.table is read twice, so its "
+                       f"gradient is dlogits^T h (the head) plus the embedding's scatter-add"
+                       + (", id 4 repeated." if n == 7 else "."),
+                       inputs={"ids": toks},
+                       attributes={**GPT2, "num_layers": layers, "num_heads": 2,
+                                   "activation": act},
+                       params=tied_params(r, layers, 4, 6, 7, 4),
+                       cotangents={"logits": r.uniform((2, 4, 7))},
+                       flags=["gradient", "tied-embeddings", "causal", "padding"]
+                       + (["repeat"] if n == 7 else []))
+
+
+def _untied_grad_cases(r):
     for n, (norm, layers) in enumerate([("pre", 1), ("pre", 2), ("post", 1), ("pre", 1)], 1):
         toks = ids(r, 7, [4, 3], 4, bos_id=1) if n != 4 else np.array([[1, 4, 4, 4],
                                                                           [1, 4, 0, 0]])
@@ -115,3 +139,68 @@ def grad_cases(r):
                        cotangents={"logits": r.uniform((2, 4, 7))},
                        flags=["gradient", f"{norm}-norm", "causal", "padding"]
                        + (["repeat"] if n == 4 else []))
+
+
+# -- GPT-2 (issue 25): the head tied to the token embedding, without a bias ----------------
+
+GPT2 = {"pad_id": 0, "norm": "pre", "eps": 1e-5, "activation": "gelu_tanh",
+        "tie_embeddings": True}
+
+
+def tied_params(rng, n, d, f, vocab, max_len=8):
+    """GPT2LMHeadModel's parameters: embed.table (wte), pos.table (wpe), the pre-norm layers,
+    final_norm (ln_f); no lm_head.* (the head is embed.table^T, no bias)."""
+    p = params(rng, n, d, f, vocab, max_len)
+    return {k: v for k, v in p.items() if not k.startswith("lm_head.")}
+
+
+def gpt2_cases(r):
+    yield value("decoder_only/gpt2-001", "decoder_only",
+                "GPT-2 (GPT2LMHeadModel): tie_embeddings, logits = h embed.table^T without a "
+                "bias; pre-norm + final_norm (ln_f), GELU tanh (gelu_new), eps 1e-5, N = 2, "
+                "D = 16, H = 4, vocabulary 20, B = 2, T = 6, no padding.",
+                inputs={"ids": ids(r, 20, [6, 6], 6, bos_id=1)},
+                attributes={**GPT2, "num_layers": 2, "num_heads": 4},
+                params=tied_params(r, 2, 16, 32, 20),
+                flags=["tied-embeddings", "lm-head", "gelu_tanh", "causal", "pre-norm"])
+    yield value("decoder_only/gpt2-002", "decoder_only",
+                "GPT-2, tied head, N = 1, D = 12, H = 3 (K = 4), vocabulary 16, T = 7, row 1 "
+                "right-padded after 5 (pad keys masked, pad queries still see the prefix).",
+                inputs={"ids": ids(r, 16, [7, 5], 7, bos_id=1)},
+                attributes={**GPT2, "num_layers": 1, "num_heads": 3},
+                params=tied_params(r, 1, 12, 24, 16),
+                flags=["tied-embeddings", "padding", "causal", "heads"])
+    yield value("decoder_only/gpt2-003", "decoder_only",
+                "Tied head with a square table (vocabulary = D = 8): h embed.table (not "
+                "transposed) also runs and fails; N = 2, H = 2, T = 5.",
+                inputs={"ids": ids(r, 8, [5, 4], 5, bos_id=1)},
+                attributes={**GPT2, "num_layers": 2, "num_heads": 2},
+                params=tied_params(r, 2, 8, 16, 8),
+                flags=["tied-embeddings", "transpose", "causal"])
+    yield value("decoder_only/gpt2-004", "decoder_only",
+                "Tied head, exact GELU (erf) instead of GPT-2's tanh, N = 1, D = 8, H = 2, "
+                "vocabulary 10, T = 8 (every row of the 8-row pos.table).",
+                inputs={"ids": ids(r, 10, [8, 8], 8, bos_id=1)},
+                attributes={**GPT2, "activation": "gelu", "num_layers": 1, "num_heads": 2},
+                params=tied_params(r, 1, 8, 16, 10),
+                flags=["tied-embeddings", "gelu", "causal"])
+    p = tied_params(r, 1, 8, 16, 12)
+    yield error("decoder_only/gpt2-bias-001", "decoder_only",
+                "tie_embeddings=True with an lm_head.b (12,): GPT-2's tied head has no bias; "
+                "an implementation that adds it silently is wrong.",
+                inputs={"ids": ids(r, 12, [3], 3, bos_id=1)},
+                attributes={**GPT2, "num_layers": 1, "num_heads": 2},
+                params={**p, "lm_head.b": r.weights((12,), 0.25)},
+                error="ParameterError", mentions=["lm_head.b", "(12,)", "tie_embeddings"])
+    yield error("decoder_only/gpt2-untied-001", "decoder_only",
+                "tie_embeddings=True with an lm_head.w (8, 12): the tied head reads embed.table; "
+                "a W that would be ignored is refused.",
+                inputs={"ids": ids(r, 12, [3], 3, bos_id=1)},
+                attributes={**GPT2, "num_layers": 1, "num_heads": 2},
+                params={**p, "lm_head.w": r.weights((8, 12), 0.5)},
+                error="ParameterError", mentions=["lm_head.w", "(8, 12)"])
+    yield error("decoder_only/gpt2-flag-001", "decoder_only",
+                "tie_embeddings = 1 (an int, not a bool).",
+                inputs={"ids": ids(r, 12, [3], 3, bos_id=1)},
+                attributes={**GPT2, "tie_embeddings": 1, "num_layers": 1, "num_heads": 2},
+                params=p, error="ConfigError", mentions=["tie_embeddings"])

@@ -177,6 +177,7 @@ def cases(rng):
                 inputs={"x": rng.uniform((3, 8))}, attributes={"num_heads": 2},
                 params=enc_layer_params(rng, 8, 16), error="ShapeError", mentions=["x", "(3, 8)"])
     yield from defaults_cases()
+    yield from gpt2_cases(Rng(f"{COMPONENT.id}/gpt2"))
 
 
 # -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
@@ -205,6 +206,11 @@ def defaults_cases():
 
 
 def grad_cases(r):
+    yield from _grad_cases(r)
+    yield from gpt2_grad_cases(Rng(f"{COMPONENT.id}/gpt2-grad"))
+
+
+def _grad_cases(r):
     for n, norm in enumerate(["post", "pre"], 1):
         yield gradient(f"encoder_layer/grad-00{n}", "encoder_layer",
                        f"norm='{norm}', a (2, 3, 4) input, H = 2, F = 8, row 1 key-padded after "
@@ -229,3 +235,57 @@ def grad_cases(r):
                    attributes={"num_heads": 2, "norm": "pre", "eps": 0.25},
                    params=enc_layer_params(r, 4, 8), cotangents={"y": r.uniform((2, 1, 4))},
                    flags=["gradient", "pre-norm", "eps", "single-query"])
+
+
+# -- GPT-2 blocks (issue 25): pre-norm, GELU tanh (gelu_new), causal mask, every bias -------
+
+GPT2 = {"norm": "pre", "eps": 1e-5, "activation": "gelu_tanh"}
+
+
+def gpt2_cases(r):
+    """GPT2Block as GPT2Model calls it: LN1 -> causal MHA (c_attn, c_proj with biases) ->
+    residual, LN2 -> c_fc -> gelu_new (the tanh GELU) -> c_proj -> residual; F = 4D."""
+    yield value("encoder_layer/gpt2-001", "encoder_layer",
+                "GPT2Block: pre-norm, GELU tanh (gelu_new), eps 1e-5, every bias, a causal "
+                "(7, 7) mask, D = 16, H = 4 (K = 4), F = 64 = 4D, B = 2.",
+                inputs={"x": r.uniform((2, 7, 16)), "mask": causal(7)},
+                attributes={"num_heads": 4, **GPT2}, params=enc_layer_params(r, 16, 64),
+                flags=["pre-norm", "gelu_tanh", "causal", "bias"])
+    yield value("encoder_layer/gpt2-002", "encoder_layer",
+                "GPT2Block with H = 3 heads of K = 4 (D = 12), F = 48, T = 5, causal: the "
+                "tanh GELU's inputs reach |u| ~ 3, where erf and tanh GELUs differ most.",
+                inputs={"x": r.uniform((1, 5, 12), -2, 2), "mask": causal(5)},
+                attributes={"num_heads": 3, **GPT2}, params=enc_layer_params(r, 12, 48),
+                flags=["gelu_tanh", "gelu-variant", "causal", "heads"])
+    keep = causal(6)[None, None] & key_padding([6, 4], 6)
+    yield value("encoder_layer/gpt2-003", "encoder_layer",
+                "GPT2Block under GPT2Model's mask for a right-padded batch: causal AND key "
+                "padding, (2, 1, 6, 6), row 1 has 4 real tokens; D = 8, H = 2, F = 32.",
+                inputs={"x": r.uniform((2, 6, 8)), "mask": keep},
+                attributes={"num_heads": 2, **GPT2}, params=enc_layer_params(r, 8, 32),
+                flags=["causal", "padding", "pre-norm", "gelu_tanh"])
+    yield value("encoder_layer/gpt2-004", "encoder_layer",
+                "GPT2Block, one head (H = 1, K = D = 8), T = 4, causal: the scale is "
+                "1/sqrt(8).",
+                inputs={"x": r.uniform((2, 4, 8)), "mask": causal(4)},
+                attributes={"num_heads": 1, **GPT2}, params=enc_layer_params(r, 8, 32),
+                flags=["one-head", "causal", "gelu_tanh"])
+
+
+def gpt2_grad_cases(r):
+    yield gradient("encoder_layer/grad-005", "encoder_layer",
+                   "GPT2Block (pre-norm, GELU tanh, every bias), a causal (4, 4) mask, D = 4, "
+                   "H = 2, F = 16 = 4D: the tanh GELU's derivative "
+                   "(1 + tanh) / 2 + u sech^2 ... differs from the erf GELU's.",
+                   inputs={"x": r.uniform((2, 4, 4), -2, 2), "mask": causal(4)},
+                   attributes={"num_heads": 2, **GPT2}, params=enc_layer_params(r, 4, 16),
+                   cotangents={"y": r.uniform((2, 4, 4))},
+                   flags=["gradient", "pre-norm", "gelu_tanh", "causal"])
+    keep = causal(5)[None, None] & key_padding([5, 3], 5)
+    yield gradient("encoder_layer/grad-006", "encoder_layer",
+                   "GPT2Block under causal AND key padding (2, 1, 5, 5), D = 6, H = 3 (K = 2), "
+                   "F = 24: the padded keys get no gradient from the rows that cannot see them.",
+                   inputs={"x": r.uniform((2, 5, 6)), "mask": keep},
+                   attributes={"num_heads": 3, **GPT2}, params=enc_layer_params(r, 6, 24),
+                   cotangents={"y": r.uniform((2, 5, 6))},
+                   flags=["gradient", "causal", "padding", "gelu_tanh"])

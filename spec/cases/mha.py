@@ -124,6 +124,7 @@ def cases(rng):
                 params=p, error="ShapeError", mentions=["key", "value"])
     yield from missed_cases()
     yield from gqa_cases(Rng(f"{COMPONENT.id}/gqa"))
+    yield from causal_cases(Rng(f"{COMPONENT.id}/causal"))
 
 
 # -- missed bugs (issue 9): cases that kill mutation-testing survivors ---------------------
@@ -238,7 +239,80 @@ def gqa_cases(rng):
                 mentions=["w_v", "num_kv_heads=2", "5"])
 
 
+def causal_mask(t, s):
+    """(T, S), True where j <= i + (S - T): the causal mask aligned to the last key
+    (spec/components/masks.md), as with a KV cache; with T > S the first T - S rows are empty."""
+    return np.arange(s)[None, :] <= np.arange(t)[:, None] + (s - t)
+
+
+def causal_cases(r):
+    """Causal multi-head attention (issue 25): T != S, odd widths, several heads."""
+    x = r.uniform((2, 7, 9))
+    yield value("mha/causal-002", "mha",
+                "Causal at T = 3 < S = 7 (the last 3 of 7 tokens query all 7, as with a KV "
+                "cache): mask j <= i + 4 (aligned to the last key, not the first); D = 9, H = 3, "
+                "K = V = 3, all biases.",
+                inputs={"query": x[:, 4:], "key": x, "value": x, "mask": causal_mask(3, 7)},
+                attributes={"num_heads": 3}, params=mha_params(r, 9, 9, 9, 3, 3, 3, 9),
+                flags=["causal", "t-ne-s", "odd-width", "heads"])
+    x = r.uniform((1, 5, 7))
+    yield value("mha/causal-003", "mha",
+                "Causal self-attention with H = 6 heads of K = 2, V = 3 (K != V), D = 7 "
+                "(odd, not H*K = 12), Do = 5, T = 5, all biases.",
+                inputs={"query": x, "key": x, "value": x, "mask": causal_mask(5, 5)},
+                attributes={"num_heads": 6}, params=mha_params(r, 7, 7, 7, 6, 2, 3, 5),
+                flags=["causal", "heads", "k-ne-v", "odd-width"])
+    q, kv = r.uniform((2, 5, 6)), r.uniform((2, 3, 6))
+    yield value("mha/causal-004", "mha",
+                "Causal at T = 5 > S = 3: mask j <= i - 2, so query rows 0 and 1 see no key "
+                "(weights 0, output b_o) and row 2 sees key 0 only; a top-left aligned mask "
+                "(j <= i) fails. H = 2, K = V = 3.",
+                inputs={"query": q, "key": kv, "value": kv, "mask": causal_mask(5, 3)},
+                attributes={"num_heads": 2}, params=mha_params(r, 6, 6, 6, 2, 3, 3, 6),
+                flags=["causal", "t-ne-s", "fully-masked", "alignment"])
+    x = r.uniform((3, 9, 10))
+    keep = causal_mask(9, 9)[None, None] & (np.arange(9) < np.array([9, 6, 1])[:, None])[:, None, None, :]
+    yield value("mha/causal-005", "mha",
+                "Causal AND key padding (3, 1, 9, 9) at T = S = 9, H = 5 heads of K = V = 2, "
+                "D = 10; row 2 has one real token (every query sees key 0 only).",
+                inputs={"query": x, "key": x, "value": x, "mask": keep},
+                attributes={"num_heads": 5}, params=mha_params(r, 10, 10, 10, 5, 2, 2, 10),
+                flags=["causal", "padding", "heads", "broadcast"])
+    x = r.uniform((2, 6, 6))
+    yield value("mha/causal-006", "mha",
+                "Causal self-attention with H = 3 heads of K = 1 (D = 6, V = 5, Do = 6), "
+                "no biases, T = 6: a one-wide head's scale is 1/sqrt(1) = 1.",
+                inputs={"query": x, "key": x, "value": x, "mask": causal_mask(6, 6)},
+                attributes={"num_heads": 3}, params=mha_params(r, 6, 6, 6, 3, 1, 5, 6, bias=False),
+                flags=["causal", "no-bias", "scale", "heads"])
+
+
 def grad_cases(r):
+    yield from _grad_cases(r)
+    yield from causal_grad_cases(Rng(f"{COMPONENT.id}/causal-grad"))
+
+
+def causal_grad_cases(r):
+    x = r.uniform((2, 5, 6), -1, 1)
+    yield gradient("mha/grad-005", "mha",
+                   "Causal at T = 2 < S = 5 (mask j <= i + 3), H = 3, K = 2, V = 3, D = 6, all "
+                   "biases, query = the last 2 rows of key = value: the key and value "
+                   "gradients of key 4 come from query row 1 only.",
+                   inputs={"query": x[:, 3:], "key": x, "value": x, "mask": causal_mask(2, 5)},
+                   attributes={"num_heads": 3}, params=mha_params(r, 6, 6, 6, 3, 2, 3, 6),
+                   cotangents={"output": r.uniform((2, 2, 6))},
+                   flags=["gradient", "causal", "t-ne-s", "heads"])
+    x = r.uniform((1, 5, 5), -1, 1)
+    yield gradient("mha/grad-006", "mha",
+                   "Causal self-attention T = S = 5, H = 5 heads of K = V = 1 (D = 5, odd), "
+                   "cotangents on the output and the (1, 5, 5, 5) weights.",
+                   inputs={"query": x, "key": x, "value": x, "mask": causal_mask(5, 5)},
+                   attributes={"num_heads": 5}, params=mha_params(r, 5, 5, 5, 5, 1, 1, 5),
+                   cotangents={"output": r.uniform((1, 5, 5)), "weights": r.uniform((1, 5, 5, 5))},
+                   flags=["gradient", "causal", "heads", "weights-cotangent"])
+
+
+def _grad_cases(r):
     def u(*shape):
         return r.uniform(shape, -1, 1)
 
