@@ -363,6 +363,65 @@ def agree_hf_gpt2_lm(device):
     return lambda spec: _run(name, spec, "decoder_only", one, device)
 
 
+def _t5_rows(v, t, s) -> bool:
+    """Every query row of a t5 vector sees a key (HF gives an empty row uniform weights)."""
+    causal = np.tril(np.ones((t, t), dtype=bool))
+    rows = [(v.inputs.get("mask"), t)] if v.function == "t5_encoder" else \
+        [(causal if v.inputs.get("self_mask") is None else causal & np.asarray(v.inputs["self_mask"]), t),
+         (v.inputs.get("memory_mask"), s)]
+    return all(_no_empty_rows(m, t, width) for m, width in rows)
+
+
+def agree_hf_t5(device, kind):
+    """Every t5_encoder (kind "encoder") or t5_decoder ("decoder") value vector through
+    ``hf.to_hf`` (a T5Stack), or ("blocks") each layer through its own ``T5Block``
+    (``hf_t5.t5_block_to_hf``; block 0 computes the position bias, the later blocks are given
+    it, then final_norm), at the vector's float32 tolerance: T5LayerNorm's variance and the
+    eager softmax are float32 even in a float64 module (spec/components/huggingface.md)."""
+    from . import hf, hf_t5
+
+    name = "transformers." + ("T5Block" if kind == "blocks" else f"T5Stack.{kind}")
+
+    def one(v, x, p):
+        decoder = v.function == "t5_decoder"
+        memory = x.get("memory")
+        t, s = x["x"].shape[1], (memory.shape[1] if decoder else 0)
+        if not _t5_rows(v, t, s):
+            return False
+        a = v.attributes
+        masks = (x.get("self_mask"), memory, x.get("memory_mask")) if decoder else \
+            (x.get("mask"), None, None)
+        if kind != "blocks":
+            stack = hf.to_hf(p, a)
+            assert type(stack).__name__ == "T5Stack" and stack.config.is_decoder == decoder
+            y = hf_t5.forward(stack, x["x"], *masks)
+        else:
+            h, bias = x["x"], None
+            layer_attrs = {k: a[k] for k in a if k != "num_layers"}
+            for i in range(a["num_layers"]):
+                prefix = f"layers.{i}."
+                block = hf_t5.t5_block_to_hf({k[len(prefix):]: w for k, w in p.items()
+                                              if k.startswith(prefix)}, layer_attrs,
+                                             decoder=decoder, layer_idx=i)
+                h, bias = hf_t5.forward_block(block, h, *masks, position_bias=bias)
+            g = p["final_norm.gamma"]
+            var = h.float().pow(2).mean(-1, keepdim=True)  # T5LayerNorm, as transformers
+            y = g * (h * torch.rsqrt(var + a.get("eps", 1e-6))).to(g.dtype)
+        _close_at(name, y, v, "y", "float32")
+        return True
+
+    def check(spec):
+        functions = ("t5_encoder", "t5_decoder") if kind == "blocks" else (f"t5_{kind}",)
+        vectors = [v for v in spec.vectors if v.function in functions and v.expect == "value"
+                   and not v.deprecated and _finite(v)]
+        if not vectors:
+            pytest.skip(f"the spec (attnspec {spec.version}) has no {functions} vectors")
+        compared = sum(bool(one(v, _tensors(v.inputs, device), _tensors(v.params, device)))
+                       for v in vectors)
+        assert compared, f"{name}: no {functions} vector could be expressed"
+    return check
+
+
 def _llama_attributes(v, t):
     """The vector's attributes for to_hf, or None if LlamaConfig cannot hold them: a
     ``window`` shorter than T (one of T or more keeps every causal key), Qwen2's
@@ -541,6 +600,9 @@ def hf_checks(device):
     return [("agree/transformers.BertLayer", agree_hf_encoder_layer(device, "post")),
             ("agree/transformers.GPT2Block", agree_hf_encoder_layer(device, "pre")),
             ("agree/transformers.GPT2LMHeadModel", agree_hf_gpt2_lm(device)),
+            ("agree/transformers.T5Stack.encoder", agree_hf_t5(device, "encoder")),
+            ("agree/transformers.T5Stack.decoder", agree_hf_t5(device, "decoder")),
+            ("agree/transformers.T5Block", agree_hf_t5(device, "blocks")),
             ("agree/transformers.LlamaDecoderLayer", agree_hf_llama(device, "llama_layer")),
             ("agree/transformers.LlamaForCausalLM", agree_hf_llama(device, "llama_decoder_only")),
             ("agree/transformers.MixtralSparseMoeBlock",

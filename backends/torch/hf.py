@@ -45,7 +45,7 @@ from transformers.models.llama.modeling_llama import (
 
 from .. import _checks
 from .._checks import params_of
-from . import hf_gpt2, hf_mla, hf_zoo
+from . import hf_gpt2, hf_mla, hf_t5, hf_zoo
 from .hf_base import (  # noqa: F401 (the converters' shared helpers, re-exported)
     _TO_HF_ACTIVATION,
     ACTIVATIONS,
@@ -75,7 +75,7 @@ from .hf_moe import SPEC_FUNCTION as _MOE_FUNCTION
 
 SPEC_FUNCTION = {"BertLayer": "encoder_layer", "GPT2Block": "encoder_layer",
                  "LlamaDecoderLayer": "llama_layer", "LlamaForCausalLM": "llama_decoder_only",
-                 **hf_gpt2.SPEC_FUNCTION,
+                 **hf_gpt2.SPEC_FUNCTION, **hf_t5.SPEC_FUNCTION,
                  **_MOE_FUNCTION, **_GEMMA_FUNCTION, **hf_zoo.SPEC_FUNCTION,
                  "DeepseekV3Attention": "mla"}
 
@@ -325,6 +325,10 @@ def from_hf(module) -> tuple[dict, dict]:
             return convert(module)
     if isinstance(module, hf_mla.DeepseekV3Attention):
         return hf_mla.mla_from_hf(module)
+    if isinstance(module, hf_t5.T5Stack):  # t5_encoder or t5_decoder (config.is_decoder)
+        return hf_t5.t5_stack_from_hf(module)[1:]
+    if isinstance(module, hf_t5.T5Block):  # one layer's layers.<i>.* parameters
+        return hf_t5.t5_block_from_hf(module)
     raise ConfigError(f"module: {type(module).__name__} has no converter; supported: "
                       f"{', '.join(SPEC_FUNCTION)}")
 
@@ -335,11 +339,17 @@ def to_hf(params, attributes: dict, model: str | None = None):
     ``llama_decoder_only`` ones (``embed.table``, no ``pos.table``) a ``LlamaForCausalLM``,
     ``llama_layer`` ones (``attn_norm.gamma``) a ``LlamaDecoderLayer``; ``encoder_layer`` ones a ``BertLayer``
     (norm="post", the default) or a ``GPT2Block`` (norm="pre"); ``moe`` ones (``router.w``)
-    a MoE block, ``mla`` ones (``w_kv_a``) a ``DeepseekV3Attention``. ``model`` names one
+    a MoE block, ``mla`` ones (``w_kv_a``) a ``DeepseekV3Attention``; ``t5_encoder`` /
+    ``t5_decoder`` ones (``layers.0.<attn>.rel_bias.table``) a ``T5Stack``
+    (``hf_t5.t5_block_to_hf`` builds one ``T5Block``). ``model`` names one
     of :data:`.hf_zoo.SPEC_FUNCTION` (``"Qwen2DecoderLayer"``, ``"GPTNeoXLayer"``...)
     instead."""
+    if model == "T5Stack":
+        return hf_t5.t5_stack_to_hf(params, attributes)
     if model is not None:
         return hf_zoo.to_hf(params, attributes, model)
+    if hf_t5.is_t5_stack(params_of(params)):  # t5_encoder / t5_decoder: a T5Stack
+        return hf_t5.t5_stack_to_hf(params, attributes)
     if "router.w" in params_of(params):
         return moe_to_hf(params, attributes)  # MixtralSparseMoeBlock / Qwen2MoeSparseMoeBlock
     if "w_kv_a" in params_of(params):  # mla: a DeepseekV3Attention (hf_mla.py)

@@ -1,5 +1,5 @@
-"""Converter from transformers' ``T5Stack`` (encoder or decoder) to the spec's
-``t5_encoder`` / ``t5_decoder`` (spec/components/t5.md, huggingface.md):
+"""Converters between transformers' ``T5Stack`` (encoder or decoder) / ``T5Block`` and the
+spec's ``t5_encoder`` / ``t5_decoder`` (spec/components/t5.md, huggingface.md), both ways:
 
 - ``nn.Linear`` stores W as (out, in): every weight is transposed; head h owns rows
   ``h*d_kv:(h+1)*d_kv`` of q, k, v (the spec's columns);
@@ -8,13 +8,27 @@
 - ``feed_forward_proj``: ``relu`` -> ``wi``, ``wo`` = ``w_up``, ``w_down``;
   ``gated-gelu`` -> ``wi_0`` (gated), ``wi_1``, ``wo`` = ``w_gate``, ``w_up``, ``w_down``;
   any other activation is refused.
-The stack's ``embed_tokens`` is not part of the spec function (call it with inputs_embeds).
+The stack's ``embed_tokens`` is not part of the spec function (call it with inputs_embeds;
+to_hf leaves a zero (1, D) table there).
+
+A ``T5Block`` is one layer: its parameters are those of ``layers.<i>.*`` of the stack (the
+block that owns ``relative_attention_bias`` adds ``<attn>.rel_bias.table``).
+:func:`forward_block` calls it as the stack does: the first block computes the position bias
+from its table and returns it, every later block is given it (``position_bias``); the
+stack's ``y`` is ``final_norm`` of the last block's output.
 """
 
 from __future__ import annotations
 
-from attnspec.spec.errors import ConfigError
+import torch
+from attnspec.spec.errors import ConfigError, DTypeError, ParameterError, ShapeError
+from transformers import T5Config
+from transformers.models.t5.modeling_t5 import T5Block, T5Stack
 
+from .._checks import params_of
+from .hf_base import _check_attributes, _eps, _load, _spec_params, additive_mask
+
+SPEC_FUNCTION = {"T5Stack": "t5_encoder", "T5Block": "t5_encoder"}  # t5_decoder if is_decoder
 FEED_FORWARD = {("relu", False): "relu", ("gelu_new", True): "gated-gelu"}
 FFN = {"relu": [("wi", "w_up"), ("wo", "w_down")],
        "gated-gelu": [("wi_0", "w_gate"), ("wi_1", "w_up"), ("wo", "w_down")]}
@@ -28,32 +42,220 @@ def _feed_forward(config) -> str:
     return FEED_FORWARD[key]
 
 
-def _attention(state, hf: str, spec: str) -> dict:
-    return {f"{spec}.{w}": state[f"{hf}.{n}.weight"].T for n, w in
-            (("q", "w_q"), ("k", "w_k"), ("v", "w_v"), ("o", "w_o"))}
+def _sublayers(decoder: bool) -> list:
+    """(HF attention name, spec attention scope, spec norm scope) of layer.<j> in a block."""
+    return ([("SelfAttention", "self_attn", "self_norm"), ("EncDecAttention", "cross_attn", "cross_norm")]
+            if decoder else [("SelfAttention", "attn", "attn_norm")])
+
+
+def _block_state_table(decoder: bool, feed_forward: str, has_bias: bool) -> list:
+    """(block state_dict name, spec path within the layer, transposed) for one T5Block."""
+    table = []
+    sub = _sublayers(decoder)
+    for j, (hf, spec, norm) in enumerate(sub):
+        table += [(f"layer.{j}.{hf}.{n}.weight", f"{spec}.{w}", True)
+                  for n, w in (("q", "w_q"), ("k", "w_k"), ("v", "w_v"), ("o", "w_o"))]
+        table.append((f"layer.{j}.layer_norm.weight", f"{norm}.gamma", False))
+    last = f"layer.{len(sub)}"
+    table.append((f"{last}.layer_norm.weight", "ffn_norm.gamma", False))
+    table += [(f"{last}.DenseReluDense.{n}.weight", f"ffn.{w}", True) for n, w in FFN[feed_forward]]
+    if has_bias:
+        table.append(("layer.0.SelfAttention.relative_attention_bias.weight",
+                      f"{sub[0][1]}.rel_bias.table", False))
+    return table
+
+
+def _attributes(config, num_layers: int) -> dict:
+    return {"num_layers": num_layers, "num_heads": config.num_heads,
+            "num_buckets": config.relative_attention_num_buckets,
+            "max_distance": config.relative_attention_max_distance,
+            "eps": config.layer_norm_epsilon, "feed_forward": _feed_forward(config)}
+
+
+def t5_block_from_hf(block: T5Block) -> tuple[dict, dict]:
+    """(attributes, params) of one ``T5Block``: params are the spec's ``layers.<i>.*`` paths
+    without the prefix (``attn.w_q``... or ``self_attn.*``, ``cross_attn.*``), with
+    ``<attn>.rel_bias.table`` when the block owns the table; attributes those of a one-layer
+    stack (the function is t5_decoder when ``config.is_decoder``)."""
+    config = block.layer[0].SelfAttention.config
+    has_bias = block.layer[0].SelfAttention.has_relative_attention_bias
+    state = block.state_dict()
+    table = _block_state_table(config.is_decoder, _feed_forward(config), has_bias)
+    params = {spec: (state[hf].T if t else state[hf]).detach().contiguous()
+              for hf, spec, t in table}
+    return _attributes(config, 1), params
 
 
 def t5_stack_from_hf(stack) -> tuple[str, dict, dict]:
     """(spec function, attributes, params {canonical path: tensor}) of a ``T5Stack``."""
-    config, state = stack.config, stack.state_dict()
-    ff = _feed_forward(config)
+    config = stack.config
     kind = "t5_decoder" if config.is_decoder else "t5_encoder"
-    sub = ([("SelfAttention", "self_attn", "self_norm"), ("EncDecAttention", "cross_attn", "cross_norm")]
-           if config.is_decoder else [("SelfAttention", "attn", "attn_norm")])
     p = {}
-    for i in range(len(stack.block)):
-        for j, (hf, spec, norm) in enumerate(sub):
-            p.update(_attention(state, f"block.{i}.layer.{j}.{hf}", f"layers.{i}.{spec}"))
-            p[f"layers.{i}.{norm}.gamma"] = state[f"block.{i}.layer.{j}.layer_norm.weight"]
-        last = f"block.{i}.layer.{len(sub)}"
-        p[f"layers.{i}.ffn_norm.gamma"] = state[f"{last}.layer_norm.weight"]
-        p.update({f"layers.{i}.ffn.{w}": state[f"{last}.DenseReluDense.{n}.weight"].T
-                  for n, w in FFN[ff]})
-    p[f"layers.0.{sub[0][1]}.rel_bias.table"] = \
-        state["block.0.layer.0.SelfAttention.relative_attention_bias.weight"]
-    p["final_norm.gamma"] = state["final_layer_norm.weight"]
-    attributes = {"num_layers": len(stack.block), "num_heads": config.num_heads,
-                  "num_buckets": config.relative_attention_num_buckets,
-                  "max_distance": config.relative_attention_max_distance,
-                  "eps": config.layer_norm_epsilon, "feed_forward": ff}
-    return kind, attributes, {k: v.detach().contiguous() for k, v in p.items()}
+    for i, block in enumerate(stack.block):
+        p.update({f"layers.{i}.{k}": v for k, v in t5_block_from_hf(block)[1].items()})
+    p["final_norm.gamma"] = stack.final_layer_norm.weight.detach().clone()
+    return kind, _attributes(config, len(stack.block)), p
+
+
+def is_t5_stack(p) -> bool:
+    """t5_encoder / t5_decoder parameters: layer 0 owns the position-bias table."""
+    return any(k in p for k in ("layers.0.attn.rel_bias.table", "layers.0.self_attn.rel_bias.table"))
+
+
+# -- to_hf: spec parameters -> T5Stack / T5Block ------------------------------------------------
+
+ALLOWED = {"num_layers", "num_heads", "num_buckets", "max_distance", "eps", "feed_forward"}
+
+
+def _config(p, attributes: dict, decoder: bool, n: int, who: str) -> T5Config:
+    _check_attributes(attributes, {}, ALLOWED, who)
+    h = attributes.get("num_heads")
+    if isinstance(h, bool) or not isinstance(h, int) or h < 1:
+        raise ConfigError(f"{who}: num_heads must be a positive integer, got {h!r}")
+    attn = "self_attn" if decoder else "attn"
+    w_q = p.require(f"{attn}.w_q", (None, None))
+    d, hk = w_q.shape
+    if hk % h:
+        raise ConfigError(f"{who}: num_heads={h} does not divide {p.path(attn + '.w_q')}'s "
+                          f"width {hk}")
+    f = p.require("ffn.w_down", (None, d)).shape[0]
+    return T5Config(d_model=d, d_kv=hk // h, num_heads=h, d_ff=f, num_layers=n,
+                    num_decoder_layers=n,
+                    relative_attention_num_buckets=attributes.get("num_buckets", 32),
+                    relative_attention_max_distance=attributes.get("max_distance", 128),
+                    layer_norm_epsilon=_eps(attributes, 1e-6, who),
+                    feed_forward_proj=attributes.get("feed_forward", "relu"),
+                    dropout_rate=0.0, vocab_size=1, eos_token_id=None, is_decoder=decoder,
+                    is_encoder_decoder=False, use_cache=False, attn_implementation="eager")
+
+
+def _feed_forward_attribute(attributes: dict, who: str) -> str:
+    ff = attributes.get("feed_forward", "relu")
+    if ff not in FFN:
+        raise ConfigError(f"{who}: feed_forward must be one of {sorted(FFN)}, got {ff!r}")
+    return ff
+
+
+def _layer_paths(decoder: bool, ff: str, has_bias: bool) -> set:
+    return {spec for _, spec, _ in _block_state_table(decoder, ff, has_bias)}
+
+
+def _block_state(p, decoder: bool, ff: str, has_bias: bool, like: dict) -> dict:
+    state = {}
+    for hf, spec, transposed in _block_state_table(decoder, ff, has_bias):
+        w = p.require(spec, tuple(like[hf].T.shape if transposed else like[hf].shape))
+        state[hf] = w.T if transposed else w
+    return state
+
+
+def t5_block_to_hf(params, attributes: dict, *, decoder: bool = False,
+                   layer_idx: int = 0) -> T5Block:
+    """One layer's spec parameters (``layers.<i>.*`` without the prefix) -> ``T5Block``
+    (eager attention, dropout 0). The block owns the position-bias table when its
+    parameters hold ``<attn>.rel_bias.table`` (stack layer 0)."""
+    who = "T5Block"
+    attn = "self_attn" if decoder else "attn"
+    has_bias = f"{attn}.rel_bias.table" in params_of(params)
+    ff = _feed_forward_attribute(attributes, who)
+    p = _spec_params(params, _layer_paths(decoder, ff, has_bias), who)
+    config = _config(p, {**attributes, "num_layers": 1}, decoder, 1, who)
+    block = T5Block(config, has_relative_attention_bias=has_bias, layer_idx=layer_idx)
+    w = p.require(f"{attn}.w_q")
+    return _load(block, _block_state(p, decoder, ff, has_bias, block.state_dict()), w.dtype,
+                 w.device)
+
+
+def t5_stack_to_hf(params, attributes: dict, decoder: bool | None = None) -> T5Stack:
+    """Spec ``t5_encoder`` / ``t5_decoder`` parameters -> ``T5Stack`` (eager attention,
+    dropout 0; ``is_decoder`` from the parameters' names unless given: ``layers.0.self_attn.*``
+    is a decoder's). Only layer 0 may hold a ``rel_bias.table`` (T5 computes the bias once)."""
+    who = "T5Stack"
+    if decoder is None:
+        decoder = "layers.0.self_attn.w_q" in params_of(params)
+    n = attributes.get("num_layers")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigError(f"{who}: num_layers must be a positive integer, got {n!r}")
+    ff = _feed_forward_attribute(attributes, who)
+    paths = {"final_norm.gamma"} | {f"layers.{i}.{s}" for i in range(n)
+                                    for s in _layer_paths(decoder, ff, i == 0)}
+    p = _spec_params(params, paths, who)
+    config = _config(p.scope("layers.0"), attributes, decoder, n, who)
+    stack = T5Stack(config)
+    like = stack.state_dict()
+    state = {"embed_tokens.weight": torch.zeros_like(like["embed_tokens.weight"]),
+             "final_layer_norm.weight": p.require("final_norm.gamma", (config.d_model,))}
+    for i in range(n):
+        head = f"block.{i}."
+        block_like = {k[len(head):]: v for k, v in like.items() if k.startswith(head)}
+        block = _block_state(p.scope(f"layers.{i}"), decoder, ff, i == 0, block_like)
+        state.update({head + k: v for k, v in block.items()})
+    w = p.require("final_norm.gamma")
+    return _load(stack, state, w.dtype, w.device)
+
+
+# -- calling a T5Stack / T5Block as the spec function is called ---------------------------------
+
+
+def _additive(mask, x, t: int, s: int, who: str, name: str):
+    """The spec's boolean mask (True = may attend) -> HF's additive 4-D float mask."""
+    if mask is None:
+        return None
+    mask = torch.as_tensor(mask).to(x.device)
+    if mask.dtype != torch.bool:
+        raise DTypeError(f"{who}: {name} must be boolean (True = may attend), got {mask.dtype}")
+    try:
+        if mask.dim() > 4:
+            raise RuntimeError
+        torch.broadcast_shapes(tuple(mask.shape), (x.shape[0], 1, t, s))
+    except RuntimeError:
+        raise ShapeError(f"{who}: {name} of shape {tuple(mask.shape)} does not broadcast to "
+                         f"(B, H, T, S) = ({x.shape[0]}, H, {t}, {s})") from None
+    return additive_mask(mask, x.dtype).to(x.device)
+
+
+def _self_mask(x, mask, decoder: bool, who: str):
+    """Decoder: causal AND mask (a 4-D mask replaces transformers' causal one, so the causal
+    part is put in here); encoder: the mask as given."""
+    t = x.shape[1]
+    if decoder:
+        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        mask = causal if mask is None else torch.as_tensor(mask).to(x.device) & causal
+    return _additive(mask, x, t, t, who, "mask")
+
+
+def forward(stack: T5Stack, x, mask=None, memory=None, memory_mask=None) -> torch.Tensor:
+    """``y`` of t5_encoder(x, mask) or t5_decoder(x, memory, mask, memory_mask) through the
+    stack (inputs_embeds = x; the spec's boolean masks as HF's additive 4-D masks)."""
+    who = "T5Stack"
+    decoder = stack.config.is_decoder
+    if decoder != (memory is not None):
+        need = "required by a decoder" if decoder else "not taken by an encoder"
+        raise ConfigError(f"{who}: memory is {need} stack")
+    kwargs = {}
+    if decoder:
+        kwargs = {"encoder_hidden_states": memory,
+                  "encoder_attention_mask": _additive(memory_mask, x, x.shape[1], memory.shape[1],
+                                                      who, "memory_mask")}
+    with torch.no_grad():
+        return stack(inputs_embeds=x, attention_mask=_self_mask(x, mask, decoder, who),
+                     **kwargs).last_hidden_state
+
+
+def forward_block(block: T5Block, x, mask=None, memory=None, memory_mask=None,
+                  position_bias=None):
+    """(the block's output, the self-attention position bias), as T5Stack calls the block:
+    ``position_bias`` None for the block that owns the table (it computes the bias and
+    returns it), the first block's returned bias for every later one."""
+    who = "T5Block"
+    attention = block.layer[0].SelfAttention
+    decoder = attention.config.is_decoder
+    if position_bias is None and not attention.has_relative_attention_bias:
+        raise ParameterError(f"{who}: a block without relative_attention_bias needs the first "
+                             f"block's position_bias")
+    cross = None
+    if decoder:
+        cross = _additive(memory_mask, x, x.shape[1], memory.shape[1], who, "memory_mask")
+    with torch.no_grad():
+        out = block(x, _self_mask(x, mask, decoder, who), position_bias,
+                    memory if decoder else None, cross, None)
+    return out[0], out[1]

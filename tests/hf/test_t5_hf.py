@@ -112,3 +112,102 @@ def test_hf_later_blocks_own_no_table_and_cross_attention_has_no_bias():
     assert not any(b.layer[1].EncDecAttention.has_relative_attention_bias for b in stack.block)
     attn = stack.block[0].layer[0].SelfAttention
     assert not hasattr(attn, "scaling") or attn.scaling in (None, 1, 1.0)
+
+
+# -- to_hf (spec -> T5Stack, T5Block) and the T5Block converter (issue 25, item 6) ---------------
+
+from attnspec.backends.torch import extras, hf, hf_t5  # noqa: E402
+from attnspec.spec.vectors import default_spec  # noqa: E402
+
+
+@pytest.mark.parametrize("decoder", [False, True])
+@pytest.mark.parametrize("feed_forward", ["relu", "gated-gelu"])
+def test_t5_stack_round_trip_is_exact(decoder, feed_forward):
+    stack = _stack(decoder, feed_forward, seed=3)
+    kind, attrs, params = t5_stack_from_hf(stack)
+    back = hf.to_hf(params, attrs)
+    assert isinstance(back, T5Stack) and back.config.is_decoder == decoder
+    attrs_back, params_back = hf.from_hf(back)
+    assert attrs_back == attrs and params_back.keys() == params.keys()
+    assert all(torch.equal(params_back[k], params[k]) for k in params)
+    for k, v in stack.state_dict().items():
+        if k != "embed_tokens.weight":
+            assert torch.equal(v, back.state_dict()[k]), k
+
+
+def test_hf_forward_with_spec_masks_equals_transformers_own_masks():
+    """hf_t5.forward's 4-D additive masks (causal put in for the decoder) give what the stack
+    computes from its own 2-D attention masks."""
+    enc, dec = _stack(False, "relu", seed=4), _stack(True, "gated-gelu", seed=5)
+    x, memory = torch.randn(2, 6, 8, dtype=torch.float64), torch.randn(2, 4, 8, dtype=torch.float64)
+    keep, mem_keep = torch.ones(2, 6, dtype=torch.long), torch.ones(2, 4, dtype=torch.long)
+    keep[1, 4:], mem_keep[0, 3:] = 0, 0
+    with torch.no_grad():
+        want_enc = enc(inputs_embeds=x, attention_mask=keep).last_hidden_state
+        want_dec = dec(inputs_embeds=x, encoder_hidden_states=memory,
+                       encoder_attention_mask=mem_keep).last_hidden_state
+    spec_keep = keep.bool()[:, None, None, :]
+    torch.testing.assert_close(hf_t5.forward(enc, x, spec_keep), want_enc, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(hf_t5.forward(dec, x, None, memory, mem_keep.bool()[:, None, None, :]),
+                               want_dec, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("decoder", [False, True])
+def test_t5_blocks_chained_with_the_first_blocks_bias_equal_the_stack(decoder):
+    """T5Block converter: each block converted alone (from_hf, to_hf), the first computing the
+    position bias and every later one given it, then final_norm: the stack's output."""
+    stack = _stack(decoder, "gated-gelu", seed=6)
+    x, memory = torch.randn(1, 5, 8, dtype=torch.float64), torch.randn(1, 3, 8, dtype=torch.float64)
+    h, bias = x, None
+    for i, block in enumerate(stack.block):
+        attrs, params = hf.from_hf(block)
+        assert ("self_attn.rel_bias.table" in params or "attn.rel_bias.table" in params) == (i == 0)
+        rebuilt = hf_t5.t5_block_to_hf(params, attrs, decoder=decoder, layer_idx=i)
+        h, bias = hf_t5.forward_block(rebuilt, h, memory=memory if decoder else None,
+                                      position_bias=bias)
+    with torch.no_grad():
+        y = stack.final_layer_norm(h)
+    torch.testing.assert_close(y, hf_t5.forward(stack, x, memory=memory if decoder else None),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_a_later_block_without_the_bias_is_refused():
+    stack = _stack(False, "relu")
+    with pytest.raises(Exception, match="position_bias"):
+        hf_t5.forward_block(stack.block[1], torch.randn(1, 3, 8, dtype=torch.float64))
+
+
+def test_to_hf_refuses_what_t5_cannot_hold():
+    _, attrs, params = t5_stack_from_hf(_stack(False, "relu"))
+    with pytest.raises(ConfigError, match="feed_forward"):
+        hf.to_hf(params, {**attrs, "feed_forward": "swiglu"})
+    with pytest.raises(Exception, match="layers.1.attn.rel_bias.table"):
+        hf.to_hf({**params, "layers.1.attn.rel_bias.table": params["layers.0.attn.rel_bias.table"]},
+                 attrs)
+
+
+def _t5_check(kind):
+    name = "T5Block" if kind == "blocks" else f"T5Stack.{kind}"
+    return dict(extras.hf_checks("cpu"))[f"agree/transformers.{name}"]
+
+
+@pytest.mark.parametrize("kind", ["encoder", "decoder", "blocks"])
+def test_the_t5_extra_checks_pass_on_the_golden_vectors(kind):
+    _t5_check(kind)(default_spec())
+
+
+def test_the_t5_extra_check_rejects_a_planted_bug(monkeypatch):
+    """A converter that scales the scores by 1/sqrt(d_kv) (the usual attention) fails."""
+    real = hf_t5.t5_stack_to_hf
+
+    def scaled(params, attributes, decoder=None):
+        stack = real(params, attributes, decoder)
+        for block in stack.block:
+            for layer in block.layer[:-1]:
+                attn = getattr(layer, "SelfAttention", None) or layer.EncDecAttention
+                with torch.no_grad():
+                    attn.q.weight.mul_(attn.key_value_proj_dim ** -0.5)
+        return stack
+    monkeypatch.setattr(hf_t5, "t5_stack_to_hf", scaled)
+    with pytest.raises(AssertionError, match="T5Stack"):
+        _t5_check("encoder")(default_spec())
