@@ -88,6 +88,7 @@ WRONG = [
     ("encoder_only", {"activation": "relu"}),
     ("decoder_only", {"norm": "post"}),
     ("decoder_only", {"activation": "relu"}),
+    ("decoder_only", {"tie_embeddings": True}),  # GPT-2's tie where lm_head.* is given: refused
     ("decoder_only_loss", {"norm": "post"}),
     ("decoder_only_loss", {"eps": 1e-6}),
     ("decoder_only_loss", {"activation": "relu"}),

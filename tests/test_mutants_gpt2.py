@@ -105,7 +105,8 @@ def test_gpt2_block_written_post_norm_is_rejected():
     assert all(fails.values()), fails
 
 
-@pytest.mark.parametrize("component", ["encoder_layer", "decoder_only"])
+@pytest.mark.parametrize("component", ["encoder_layer", "decoder_only"],
+                         ids=["gpt2_block_gelu_new_as_erf", "gpt2_lm_gelu_new_as_erf"])
 def test_gelu_new_read_as_exact_gelu_rejected_where_resolvable(component):
     """erf GELU for gelu_new: caught at float64 and float32 by the GPT-2 vectors; the two
     differ by < 2e-4 (absolute) per activation, below float16/bfloat16 resolution after the

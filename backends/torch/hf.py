@@ -34,9 +34,8 @@ from __future__ import annotations
 
 import torch
 from attnspec.spec.errors import ConfigError, DeviceError, DomainError, DTypeError, ShapeError
-from transformers import BertConfig, GPT2Config, LlamaConfig
+from transformers import BertConfig, LlamaConfig
 from transformers.models.bert.modeling_bert import BertLayer
-from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 from transformers.models.llama.modeling_llama import (
     LlamaDecoderLayer,
     LlamaForCausalLM,
@@ -69,6 +68,15 @@ from .hf_gemma import LAYERS as _GEMMA_LAYERS
 from .hf_gemma import SPEC_FUNCTION as _GEMMA_FUNCTION
 from .hf_gemma import forward as _gemma_forward
 from .hf_gemma import gemma_layer_from_hf, gemma_layer_to_hf
+from .hf_gpt2 import (  # noqa: F401 (the GPT-2 converters, re-exported)
+    _GPT2_PATHS,
+    GPT2,
+    GPT2Block,
+    _bias,
+    _gpt2_config,
+    gpt2_block_from_hf,
+    gpt2_block_to_hf,
+)
 from .hf_mla import mla_to_hf
 from .hf_moe import MOE_CLASSES, moe_forward, moe_from_hf, moe_to_hf
 from .hf_moe import SPEC_FUNCTION as _MOE_FUNCTION
@@ -98,23 +106,9 @@ BERT = [
     ("output.LayerNorm.weight", "norm2.gamma", False),
     ("output.LayerNorm.bias", "norm2.beta", False),
 ]
-# attn.c_attn.{weight,bias} packs self_attn.{w,b}_{q,k,v}: see _gpt2_qkv.
-GPT2 = [
-    ("ln_1.weight", "norm1.gamma", False),
-    ("ln_1.bias", "norm1.beta", False),
-    ("attn.c_proj.weight", "self_attn.w_o", False),
-    ("attn.c_proj.bias", "self_attn.b_o", False),
-    ("ln_2.weight", "norm2.gamma", False),
-    ("ln_2.bias", "norm2.beta", False),
-    ("mlp.c_fc.weight", "ffn.w1", False),
-    ("mlp.c_fc.bias", "ffn.b1", False),
-    ("mlp.c_proj.weight", "ffn.w2", False),
-    ("mlp.c_proj.bias", "ffn.b2", False),
-]
 
 
 _BERT_PATHS = {spec for _, spec, _ in BERT}
-_GPT2_PATHS = {spec for _, spec, _ in GPT2} | {f"self_attn.{n}_{x}" for n in "wb" for x in "qkv"}
 _LLAMA_PATHS = {spec for _, spec, _ in LLAMA}
 
 
@@ -145,58 +139,6 @@ def bert_layer_to_hf(params, attributes: dict) -> BertLayer:
                         attention_probs_dropout_prob=0.0, attn_implementation="eager")
     layer = BertLayer(config)
     return _load(layer, _to_state(p, BERT, layer.state_dict()), w1.dtype, w1.device)
-
-
-# -- GPT2Block <-> encoder_layer (pre-norm, causal mask) ---------------------------------------
-
-
-def _gpt2_config(block: GPT2Block) -> GPT2Config:
-    c = block.attn.config
-    for field, ok in (("add_cross_attention", False), ("scale_attn_weights", True),
-                      ("scale_attn_by_inverse_layer_idx", False)):
-        if bool(getattr(c, field)) != ok:
-            _unsupported("GPT2Block", field, getattr(c, field),
-                         "the spec scales scores by 1/sqrt(K) and has no cross-attention here")
-    return c
-
-
-def gpt2_block_from_hf(block: GPT2Block) -> tuple[dict, dict]:
-    c = _gpt2_config(block)
-    attributes = {"num_heads": c.n_head, "norm": "pre", "eps": float(c.layer_norm_epsilon),
-                  "activation": _activation("GPT2Block", "activation_function",
-                                            c.activation_function)}
-    params = _from_state(block, GPT2)
-    d = c.n_embd
-    for name, packed in (("w", block.attn.c_attn.weight), ("b", block.attn.c_attn.bias)):
-        for proj, part in zip("qkv", packed.detach().split(d, dim=-1)):
-            params[f"self_attn.{name}_{proj}"] = _t(part)
-    return attributes, params
-
-
-def gpt2_block_to_hf(params, attributes: dict) -> GPT2Block:
-    """Spec ``encoder_layer`` (norm="pre") -> ``GPT2Block`` (eager attention, dropout 0).
-    GPT2Model makes it causal through the mask: pass ``mask=causal(T)`` to :func:`forward`."""
-    who = "GPT2Block"
-    _check_attributes(attributes, {"norm": "pre"}, {"num_heads", "norm", "eps", "activation"}, who)
-    p = _spec_params(params, _GPT2_PATHS, who)
-    w1 = p.require("ffn.w1", (None, None))
-    d, f = w1.shape
-    config = GPT2Config(n_embd=d, n_head=_heads(attributes, d, who), n_inner=f,
-                        activation_function=_activation_to_hf(attributes, who),
-                        layer_norm_epsilon=_eps(attributes, 1e-5, who), resid_pdrop=0.0,
-                        embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation="eager")
-    block = GPT2Block(config, layer_idx=0)
-    like = block.state_dict()
-    state = _to_state(p, GPT2, like)
-    state["attn.c_attn.weight"] = torch.cat([p.require(f"self_attn.w_{n}", (d, d)) for n in "qkv"],
-                                            dim=1)
-    state["attn.c_attn.bias"] = torch.cat([_bias(p, f"self_attn.b_{n}", d, w1) for n in "qkv"])
-    return _load(block, state, w1.dtype, w1.device)
-
-
-def _bias(p, name, d, like):
-    b = p.get(name, (d,))
-    return torch.zeros(d, dtype=like.dtype, device=like.device) if b is None else b
 
 
 # -- LlamaDecoderLayer <-> llama_layer -----------------------------------------------------------

@@ -1,5 +1,6 @@
-"""Converter between transformers' ``GPT2LMHeadModel`` and the spec's ``decoder_only``
-(spec/components/decoder_only.md, huggingface.md):
+"""Converters between transformers' GPT-2 and the spec: ``GPT2Block`` <-> ``encoder_layer``
+(pre-norm; the causal mask is GPT2Model's, passed in) and ``GPT2LMHeadModel`` <->
+``decoder_only`` (spec/components/decoder_only.md, huggingface.md):
 
 - ``transformer.wte`` (L, D) -> ``embed.table``; ``transformer.wpe`` (n_positions, D) ->
   ``pos.table`` (learned positions ``0..T-1``: GPT2Model's ``position_ids`` are an arange
@@ -22,20 +23,100 @@ from __future__ import annotations
 import torch
 from attnspec.spec.errors import ConfigError, DomainError, ParameterError
 from transformers import GPT2Config
-from transformers.models.gpt2.modeling_gpt2 import GPT2LMHeadModel
+from transformers.models.gpt2.modeling_gpt2 import GPT2Block, GPT2LMHeadModel
 
 from .._checks import params_of
-from .hf_base import _check_attributes, _load, _spec_params, _t
+from .hf_base import (
+    _activation,
+    _activation_to_hf,
+    _check_attributes,
+    _eps,
+    _from_state,
+    _heads,
+    _load,
+    _spec_params,
+    _t,
+    _to_state,
+    _unsupported,
+)
+
+# attn.c_attn.{weight,bias} packs self_attn.{w,b}_{q,k,v}: see _gpt2_qkv.
+GPT2 = [
+    ("ln_1.weight", "norm1.gamma", False),
+    ("ln_1.bias", "norm1.beta", False),
+    ("attn.c_proj.weight", "self_attn.w_o", False),
+    ("attn.c_proj.bias", "self_attn.b_o", False),
+    ("ln_2.weight", "norm2.gamma", False),
+    ("ln_2.bias", "norm2.beta", False),
+    ("mlp.c_fc.weight", "ffn.w1", False),
+    ("mlp.c_fc.bias", "ffn.b1", False),
+    ("mlp.c_proj.weight", "ffn.w2", False),
+    ("mlp.c_proj.bias", "ffn.b2", False),
+]
+_GPT2_PATHS = {spec for _, spec, _ in GPT2} | {f"self_attn.{n}_{x}" for n in "wb" for x in "qkv"}
 
 SPEC_FUNCTION = {"GPT2LMHeadModel": "decoder_only"}
 ALLOWED = {"num_layers", "num_heads", "norm", "eps", "activation", "tie_embeddings", "pad_id"}
 
 
+# -- GPT2Block <-> encoder_layer (pre-norm, causal mask) ---------------------------------------
+
+
+def _gpt2_config(block: GPT2Block) -> GPT2Config:
+    c = block.attn.config
+    for field, ok in (("add_cross_attention", False), ("scale_attn_weights", True),
+                      ("scale_attn_by_inverse_layer_idx", False)):
+        if bool(getattr(c, field)) != ok:
+            _unsupported("GPT2Block", field, getattr(c, field),
+                         "the spec scales scores by 1/sqrt(K) and has no cross-attention here")
+    return c
+
+
+def gpt2_block_from_hf(block: GPT2Block) -> tuple[dict, dict]:
+    c = _gpt2_config(block)
+    attributes = {"num_heads": c.n_head, "norm": "pre", "eps": float(c.layer_norm_epsilon),
+                  "activation": _activation("GPT2Block", "activation_function",
+                                            c.activation_function)}
+    params = _from_state(block, GPT2)
+    d = c.n_embd
+    for name, packed in (("w", block.attn.c_attn.weight), ("b", block.attn.c_attn.bias)):
+        for proj, part in zip("qkv", packed.detach().split(d, dim=-1)):
+            params[f"self_attn.{name}_{proj}"] = _t(part)
+    return attributes, params
+
+
+def gpt2_block_to_hf(params, attributes: dict) -> GPT2Block:
+    """Spec ``encoder_layer`` (norm="pre") -> ``GPT2Block`` (eager attention, dropout 0).
+    GPT2Model makes it causal through the mask: pass ``mask=causal(T)`` to :func:`forward`."""
+    who = "GPT2Block"
+    _check_attributes(attributes, {"norm": "pre"}, {"num_heads", "norm", "eps", "activation"}, who)
+    p = _spec_params(params, _GPT2_PATHS, who)
+    w1 = p.require("ffn.w1", (None, None))
+    d, f = w1.shape
+    config = GPT2Config(n_embd=d, n_head=_heads(attributes, d, who), n_inner=f,
+                        activation_function=_activation_to_hf(attributes, who),
+                        layer_norm_epsilon=_eps(attributes, 1e-5, who), resid_pdrop=0.0,
+                        embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation="eager")
+    block = GPT2Block(config, layer_idx=0)
+    like = block.state_dict()
+    state = _to_state(p, GPT2, like)
+    state["attn.c_attn.weight"] = torch.cat([p.require(f"self_attn.w_{n}", (d, d)) for n in "qkv"],
+                                            dim=1)
+    state["attn.c_attn.bias"] = torch.cat([_bias(p, f"self_attn.b_{n}", d, w1) for n in "qkv"])
+    return _load(block, state, w1.dtype, w1.device)
+
+
+def _bias(p, name, d, like):
+    b = p.get(name, (d,))
+    return torch.zeros(d, dtype=like.dtype, device=like.device) if b is None else b
+
+
+# -- GPT2LMHeadModel <-> decoder_only (tie_embeddings) -------------------------------------------
+
+
 def gpt2_lm_from_hf(model: GPT2LMHeadModel) -> tuple[dict, dict]:
     """(attributes, params) of ``decoder_only`` for a ``GPT2LMHeadModel``; ``pad_id`` is
     config.pad_token_id when set."""
-    from .hf import gpt2_block_from_hf
-
     blocks = list(model.transformer.h)
     attributes, _ = gpt2_block_from_hf(blocks[0])
     attributes["num_layers"] = len(blocks)
@@ -55,8 +136,6 @@ def gpt2_lm_from_hf(model: GPT2LMHeadModel) -> tuple[dict, dict]:
 
 
 def _known(n: int, tied: bool):
-    from .hf import _GPT2_PATHS
-
     layers = {str(i) for i in range(n)}
 
     def known(path: str) -> bool:
@@ -73,8 +152,6 @@ def _known(n: int, tied: bool):
 def gpt2_lm_to_hf(params, attributes: dict) -> GPT2LMHeadModel:
     """Spec ``decoder_only`` (norm="pre") -> ``GPT2LMHeadModel`` (eager attention, dropout
     0): tied (``tie_embeddings=True``) or with an ``lm_head.w`` and no bias."""
-    from .hf import gpt2_block_to_hf
-
     who = "GPT2LMHeadModel"
     _check_attributes(attributes, {"norm": "pre"}, ALLOWED, who)
     n = attributes.get("num_layers")

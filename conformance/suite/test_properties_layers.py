@@ -223,3 +223,19 @@ def test_greedy_decode_keeps_the_prompt_and_pads_after_eos(ops, seed, p_len, max
         if 2 in gen:
             assert all(v == 0 for v in gen[gen.index(2) + 1:]), row
         assert all(0 <= v < 10 for v in gen)
+
+
+@given(seed=seeds, cfg=configs, t=st.integers(1, 6))
+def test_decoder_only_tied_head_equals_untied_head_with_the_table_transposed(ops, seed, cfg, t):
+    """GPT-2's tie (issue 25): tie_embeddings=True without lm_head.* gives the logits of the
+    untied model whose lm_head.w is embed.table^T and which has no bias."""
+    (d, h), norm, n = cfg
+    r = np.random.default_rng(seed)
+    p = {k: v for k, v in lm(r, n, d, 10, 8, norm).items() if not k.startswith("lm_head.")}
+    ids = r.integers(0, 10, (2, t))
+    ids[:, 0] = 1 + ids[:, 0] % 9  # the first token is never the pad id
+    kw = dict(pad_id=0, num_layers=n, num_heads=h, norm=norm, activation="gelu_tanh")
+    tied = ops.decoder_only(ids=ids, tie_embeddings=True, params=p, **kw)
+    untied = ops.decoder_only(ids=ids, params={**p, "lm_head.w": p["embed.table"].T.copy()},
+                              **kw)
+    ops.assert_close(tied, untied, scale=4)

@@ -261,3 +261,20 @@ def test_mha_nonfinite_key_and_value_rows_at_padded_positions_never_reach_the_ou
     assert np.all(np.isfinite(out2))
     ops.assert_close(out2, out, scale=8, what="output")
     ops.assert_close(w2, w, scale=8, what="weights")
+
+
+@given(seed=seeds, h=st.integers(1, 4), s=st.integers(2, 7), data=st.data())
+def test_causal_mha_on_the_last_queries_equals_the_last_rows_of_full_causal_attention(
+        ops, seed, h, s, data):
+    """Causal at T < S aligned to the last key (j <= i + S - T, as with a KV cache): the last
+    T queries over all S keys give the last T rows of causal self-attention over S."""
+    t = data.draw(st.integers(1, s))
+    rng = np.random.default_rng(seed)
+    d, k = 5, 3
+    x = _x(rng, 2, s, d)
+    p = _mha_params(rng, d, d, d, h, k, k, d)
+    full, _ = ops.mha(query=x, key=x, value=x, mask=np.tril(np.ones((s, s), dtype=bool)),
+                      num_heads=h, params=p)
+    mask = np.arange(s)[None, :] <= np.arange(t)[:, None] + (s - t)
+    last, _ = ops.mha(query=x[:, s - t:], key=x, value=x, mask=mask, num_heads=h, params=p)
+    ops.assert_close(last, full[:, s - t:], scale=4)

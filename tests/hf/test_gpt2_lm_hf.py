@@ -165,3 +165,14 @@ def test_hf_unties_nothing_gpt2_head_is_wte_and_has_no_bias():
     tanh = 0.5 * u * (1 + torch.tanh((2 / torch.pi) ** 0.5 * (u + 0.044715 * u ** 3)))
     torch.testing.assert_close(act(u), tanh, rtol=1e-12, atol=1e-14)
     assert not torch.allclose(act(u), torch.nn.functional.gelu(u), rtol=1e-6, atol=1e-7)
+
+
+def test_gpt2_positions_are_an_arange_whatever_the_attention_mask():
+    """GPT2Model's position_ids are arange(T) (not shifted by padding): the spec's pos.table."""
+    model = lm(layers=1)
+    keep = (IDS != 0).long()
+    with torch.no_grad():
+        implicit = model(input_ids=IDS, attention_mask=keep).logits
+        explicit = model(input_ids=IDS, attention_mask=keep,
+                         position_ids=torch.arange(IDS.shape[1])[None]).logits
+    assert torch.equal(implicit, explicit)

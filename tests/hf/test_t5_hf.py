@@ -211,3 +211,20 @@ def test_the_t5_extra_check_rejects_a_planted_bug(monkeypatch):
     monkeypatch.setattr(hf_t5, "t5_stack_to_hf", scaled)
     with pytest.raises(AssertionError, match="T5Stack"):
         _t5_check("encoder")(default_spec())
+
+
+def test_a_4d_mask_replaces_the_decoders_causal_mask():
+    """Why hf_t5.forward puts the causal mask in: a 4-D attention_mask of zeros (attend to
+    everything) given to a decoder T5Stack is used as it is, so later tokens change earlier
+    outputs; without it the stack is causal."""
+    dec = _stack(True, "relu", seed=7)
+    x, memory = torch.randn(1, 4, 8, dtype=torch.float64), torch.randn(1, 3, 8, dtype=torch.float64)
+    later = x.clone()
+    later[0, -1] += 1.0
+    zeros = torch.zeros(1, 1, 4, 4, dtype=torch.float64)
+    with torch.no_grad():
+        def first(inp, mask):
+            return dec(inputs_embeds=inp, encoder_hidden_states=memory,
+                       attention_mask=mask).last_hidden_state[0, 0]
+        assert torch.equal(first(x, None), first(later, None))
+        assert not torch.allclose(first(x, zeros), first(later, zeros))
