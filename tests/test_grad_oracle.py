@@ -215,7 +215,8 @@ def test_decoder_vjp_matches_central_differences():
            stack_params(r, dec_layer_params, 2, 2, 2, True))
 
 
-@pytest.mark.parametrize("model", ["encoder_only", "decoder_only", "transformer"])
+@pytest.mark.parametrize("model", ["encoder_only", "decoder_only", "decoder_only-tied",
+                                   "transformer"])
 def test_model_vjp_matches_central_differences(model):
 
     r = Rng(f"test/grad/{model}")
@@ -225,6 +226,11 @@ def test_model_vjp_matches_central_differences(model):
         _check(o_eo.encoder_only, VJP["encoder_only"],
                {"hidden": r.uniform((1, 3, 2)), "logits": r.uniform((1, 3, 3))}, {"ids": ids},
                {**attrs, "norm": "pre"}, encoder_only.params(r, 1, 2, 2, 3, 4, "pre"))
+    elif model == "decoder_only-tied":  # GPT-2: embed.table read by the embedding and the head
+        _check(o_do.decoder_only, VJP["decoder_only"], {"logits": r.uniform((1, 3, 3))},
+               {"ids": ids}, {**attrs, "norm": "pre", "activation": "gelu_tanh",
+                              "tie_embeddings": True},
+               decoder_only.tied_params(r, 1, 2, 2, 3, 4))
     elif model == "decoder_only":
         _check(o_do.decoder_only, VJP["decoder_only"], {"logits": r.uniform((1, 3, 3))},
                {"ids": ids}, {**attrs, "norm": "post"},
