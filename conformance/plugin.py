@@ -39,6 +39,7 @@ The suite is ``attnspec.conformance.suite``; run it with ``attnspec verify`` or
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import platform
@@ -409,6 +410,16 @@ def pytest_sessionstart(session):
     s = session.config.stash.get(_SESSION, None)
     if s is not None and not s.problem:
         _RUNNING.append(s)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session):
+    """The collected suite (thousands of items, each with its vector's parameters) lives until
+    the run ends: frozen out of the cyclic garbage collector, which otherwise walks it in
+    every full collection (pytest runs five when the session ends). Only the suite's runs."""
+    s = session.config.stash.get(_SESSION, None)
+    if s is not None and not s.problem:
+        gc.freeze()
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -55,9 +55,11 @@ def generate_check(capsys) -> tuple[int, str]:
 
 
 # Under pytest-xdist's --dist loadfile a file is one unit of work, handed out in collection
-# order: these files take minutes each (the tolerance derivation alone ~2.5 min), so they go
-# first and the other files fill the second process around them instead of running after.
-LONGEST_FIRST = ("test_tolerances.py", "test_shards.py", "test_new_backend.py")
+# order: these files take minutes each (the tolerance derivation ~2.5 CPU min, dealt into two
+# shard files of about half each), so they go first and the other files fill the second
+# process around them instead of running after.
+LONGEST_FIRST = ("test_tolerances_shard1.py", "test_tolerances_shard2.py", "test_shards.py",
+                 "test_new_backend.py")
 
 
 def pytest_collection_modifyitems(items):

@@ -232,6 +232,39 @@ def measure(spec, components=None, derived: dict | None = None, extra_orders=Non
     return rows
 
 
+def cost(v) -> int:
+    """A vector's expected share of :func:`measure`'s time: its low-precision dtypes times
+    (3 + its inputs and parameters), as the time goes in NumPy calls on small arrays and a
+    composite takes more parameters (measured per component, 2026-11-29: within 2x)."""
+    return sum(d in v.dtypes for d in DTYPES) * (3 + len(v.inputs) + len(v.params))
+
+
+def shards(spec, n: int) -> list[list[str]]:
+    """The components with live vectors dealt into ``n`` lists of about equal :func:`cost`
+    (the most costly first, each to the lightest list): :func:`problems` judges a component
+    by its own rows alone, so the shards' problems together are the whole derivation's, and
+    ``n`` processes can share it."""
+    totals: dict[str, int] = defaultdict(int)
+    for v in live_vectors(spec):
+        totals[v.component] += cost(v)
+    out: list[list[str]] = [[] for _ in range(n)]
+    load = [0] * n
+    for c in sorted(totals, key=lambda c: (-totals[c], c)):
+        i = load.index(min(load))
+        out[i].append(c)
+        load[i] += totals[c]
+    return [sorted(s) for s in out]
+
+
+SHARDS = 2  # tests/test_tolerances_shard{1,2}.py: one per pytest-xdist worker of tox's numpy
+
+
+def shard_problems(spec, index: int, planted) -> list[str]:
+    """:func:`problems` of the ``index``-th of the :data:`SHARDS` shards' components."""
+    derived = read()
+    return problems(measure(spec, shards(spec, SHARDS)[index], derived, None, planted), derived)
+
+
 def tightest(row: Row) -> dict:
     """The smallest short atol with which 1.5x the worst correct order passes."""
     rtol = row.current["rtol"]

@@ -3,6 +3,7 @@ headroom over every correct evaluation order of tests/orders.py, and every plant
 listed as uncatchable fails some vector (the check `benchmarks/tolerances.py --check` runs)."""
 
 import json
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -15,9 +16,9 @@ from . import derive
 from .mutants import catalogue
 from .orders import ORDERS, EmulatedBackend
 
-# under pytest-xdist's --dist loadgroup these tests share one worker, so the derivation
-# their module fixture runs (~2.5 min) runs once
-pytestmark = pytest.mark.xdist_group("tolerances")
+# The derivation itself (every live vector, ~2.5 CPU min) is in tests/test_tolerances_shard1.py
+# and tests/test_tolerances_shard2.py, half of the components each, so that two pytest-xdist
+# workers share it (tox's numpy environment: --dist loadfile, a file per worker).
 
 
 @pytest.fixture(scope="module")
@@ -30,14 +31,33 @@ def planted():
     return catalogue()
 
 
-@pytest.fixture(scope="module")
-def rows(spec, planted):
-    return derive.measure(spec, None, derive.read(), None, planted)
+def test_the_shards_deal_out_every_component_once(spec):
+    """The shard files together derive every component with live vectors, each once, and
+    each shard about half the work."""
+    shards = derive.shards(spec, derive.SHARDS)
+    every = sorted({v.component for v in derive.live_vectors(spec)})
+    assert sorted(c for s in shards for c in s) == every
+    cost = [sum(derive.cost(v) for v in derive.live_vectors(spec, s)) for s in shards]
+    assert max(cost) < 1.2 * min(cost), cost
+    assert [Path(__file__).with_name(f"test_tolerances_shard{i + 1}.py").exists()
+            for i in range(derive.SHARDS)] == [True] * derive.SHARDS
 
 
-def test_every_tolerance_has_headroom_and_every_claimed_bug_is_caught(rows):
-    found = derive.problems(rows, derive.read())
-    assert not found, "\n".join(found[:20])
+def test_a_shard_judges_its_components_as_the_whole_derivation_does(spec, planted):
+    """problems() of a shard's rows are the whole run's problems of those components: a
+    planted bug missed and a tolerance without headroom are each found within its shard."""
+    derived = json.loads(json.dumps(derive.read()))
+    derived["softmax/basic-001"]["float16"] = {"rtol": 0.0, "atol": 0.0}
+    both = derive.measure(spec, ["softmax", "masks"], derived, None, planted)
+    caught = sorted(m for r in both if r.component == "masks" and r.dtype == "float32"
+                    for m in r.caught())
+    assert caught, "no planted masks bug is caught at float32"
+    derived["_uncatchable"].setdefault("masks", {})["float32"] = caught[:1]
+    alone = [p for c in ("softmax", "masks")
+             for p in derive.problems([r for r in both if r.component == c], derived)]
+    assert sorted(alone) == sorted(derive.problems(both, derived))
+    assert any(p.startswith("softmax/basic-001[float16]: headroom") for p in alone), alone
+    assert f"masks[float32]: planted bug {caught[0]} is listed as uncatchable" in "\n".join(alone)
 
 
 def test_the_check_fails_on_a_tolerance_without_headroom(spec, planted):
