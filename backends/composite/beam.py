@@ -92,11 +92,33 @@ class BeamSearch(Decoding):
             taken = taken | (flat == idx[:, None])
         return picks
 
+    def _rank(self, cand, count: int):
+        """The first ``count`` candidates (B, K*V) by score, ties by the lower flat index
+        slot*V + token (the lower slot, then the lower id)."""
+        return self._best(cand, count)
+
     def _ends(self, tok, n: int, eos_id: int, max_len: int):
         """Whether a candidate ends its hypothesis: EOS, or the length reaches max_len."""
         if n == max_len:
             return tok == tok  # every candidate
         return tok == eos_id
+
+    @staticmethod
+    def _eligible(cands: list, k: int) -> list:
+        """The candidates that may finish: ranks 0..K-1 of the 2K (EOS counted against the
+        width)."""
+        return cands[:k]
+
+    @staticmethod
+    def _penalised(score, g: int, alpha: float):
+        """A finished hypothesis's score: its sum of log-probs / g**alpha."""
+        return score / (g ** alpha)
+
+    def _initial(self, zero, k: int):
+        """(B, K) live scores before the first step: slot 0 is the prompt (0), the others
+        empty (-inf), so the first step expands one beam."""
+        ops = self.ops
+        return ops.where(ops.arange(0, k, like=zero)[None, :] == 0, zero, -math.inf)
 
     def _finish(self, fin, cands, open_, g: int, alpha: float, k: int):
         """Merge the ending candidates of rank < K into the finished (B, K) and keep the K
@@ -104,9 +126,9 @@ class BeamSearch(Decoding):
         ops = self.ops
         scores, seqs, filled = fin
         news, new_seqs, new_filled = [], [], []
-        for val, seq, ends in cands[:k]:
+        for val, seq, ends in self._eligible(cands, k):
             ok = ends & open_
-            news.append(ops.where(ok, val / (g ** alpha), -math.inf))
+            news.append(ops.where(ok, self._penalised(val, g, alpha), -math.inf))
             new_seqs.append(seq)
             new_filled.append(ok)
         pool = ops.concat([scores, ops.stack(news, axis=1)], axis=1)  # (B, 2K)
@@ -202,7 +224,7 @@ class BeamSearch(Decoding):
             lp = self._log_probs(last(beams))  # (K*B, V)
             if live is None:
                 zero = ops.zeros((b, k), like=lp)
-                live = ops.where(ops.arange(0, k, like=seq)[None, :] == 0, zero, -math.inf)
+                live = self._initial(zero, k)
                 fin = (zero - math.inf, ops.full((b, k, max_len), pad_id, like=seq),
                        ops.falses((b, k), like=seq))
             cand = ops.concat([live[:, i:i + 1] + lp[i * b:(i + 1) * b] for i in range(k)],
@@ -211,7 +233,7 @@ class BeamSearch(Decoding):
             n += 1
             rest = ops.full((b, max_len - n), pad_id, like=seq)
             cands = []
-            for idx, val in self._best(cand, 2 * k):
+            for idx, val in self._rank(cand, 2 * k):
                 tok = idx % vocab
                 grown = ops.concat([ops.take_rows(slots, idx // vocab), tok[:, None]], axis=1)
                 cands.append((val, ops.concat([grown, rest], axis=1),
