@@ -102,6 +102,8 @@ def _search_row(first, last, eos_id, max_len, k, alpha, early_stopping, note):
             for r, (c, _, j) in enumerate(cands):
                 if j == eos_id:
                     note("eos-rank", c - cands[k][0] if r < k else cands[k - 1][0] - c, 1)
+        else:  # every candidate ends: the top K finish, rank K does not
+            note("length-cut", cands[k - 1][0] - cands[k][0], 1)
         scale = mpmath.mpf(g) ** -alpha  # what a score's error is multiplied by
         new = [(beams[slot][0] + [j], c * scale, scale)
                for (c, slot, j), e in list(zip(top, ends))[:k] if e]
