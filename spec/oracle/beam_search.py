@@ -89,7 +89,7 @@ def _search_row(first, last, eos_id, max_len, k, alpha, early_stopping, note):
     while True:
         logits = last([seq for seq, _ in beams])
         cands = []
-        for slot, (seq, s) in enumerate(beams):
+        for slot, (_, s) in enumerate(beams):
             lp = log_softmax(list(logits[slot]))
             cands.extend((s + v, slot, j) for j, v in enumerate(lp))
         cands.sort(key=lambda c: (-c[0], c[1], c[2]))
