@@ -1,6 +1,6 @@
 """beam_search (spec/components/beam_search.md) against transformers' `generate(num_beams=...)`
-of the installed release, on a LlamaForCausalLM built from the spec's parameters by
-backends/torch/hf.py (no download): the same hypotheses, the same scores (transformers
+of the installed release, on a random LlamaForCausalLM (tests/hf/small.py, no download)
+converted by backends/torch/hf.py: the same hypotheses, the same scores (transformers
 computes them in float32), and the differences spec/components/huggingface.md names."""
 
 import numpy as np
@@ -10,30 +10,33 @@ pytest.importorskip("transformers")  # as the other tests/hf modules: run by tox
 
 import torch
 from attnspec.backends.numpy import decoding
-from attnspec.backends.torch.hf import to_hf
-from attnspec.spec.cases._build import Rng
-from attnspec.spec.cases.llama import model_params
+from attnspec.backends.torch.hf import from_hf
+
+from .small import llama_lm, randomized
 
 EOS, PAD = 2, 0
-ATTRS = {"num_layers": 1, "num_heads": 4, "num_kv_heads": 2, "eps": 1e-6, "rope_base": 10000.0}
 
 
 def _llama(seed, eos_gain):
-    """Spec llama_decoder_only parameters (vocabulary 16) with spread logits, EOS's LM-head
-    column scaled by eos_gain and pad_id's made small (transformers never masks a generated
-    pad token's key; the spec does, as greedy_decode does)."""
-    p = model_params(Rng(f"beam_search/hf/{seed}"), 1, 16, 4, 2, 32, 16, 1.0)
-    p["lm_head.w"] = p["lm_head.w"] * 3
-    p["lm_head.w"][:, EOS] *= eos_gain
-    p["lm_head.w"][:, PAD] *= 0.125
-    return p
+    """A random float64 LlamaForCausalLM (vocabulary 16, H = 4, H_kv = 2) with spread
+    logits, EOS's LM-head row scaled by eos_gain and pad_id's made small (transformers never
+    masks a generated pad token's key; the spec does, as greedy_decode does)."""
+    model = randomized(llama_lm(num_hidden_layers=1, vocab_size=16), seed=seed)
+    with torch.no_grad():
+        w = model.lm_head.weight
+        w.mul_(3.0)
+        w[EOS].mul_(eos_gain)
+        w[PAD].mul_(0.125)
+    return model
 
 
-def _both(p, prompt, max_len, **beam):
+def _both(model, prompt, max_len, **beam):
+    attrs, params = from_hf(model)
+    attrs = {k: v for k, v in attrs.items() if k != "pad_id"}
     ours = decoding.beam_search(prompt, model="llama_decoder_only", bos_id=1, eos_id=EOS,
                                 pad_id=PAD, max_len=max_len, norm="pre", activation="silu",
-                                params=p, **ATTRS, **beam)
-    model = to_hf({k: torch.tensor(v) for k, v in p.items()}, ATTRS)
+                                params={k: np.asarray(v) for k, v in params.items()},
+                                **attrs, **beam)
     ids = torch.tensor(prompt)
     out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                          max_length=max_len, eos_token_id=EOS, pad_token_id=PAD,
