@@ -94,6 +94,11 @@ WRONG = [
     ("decoder_only_loss", {"activation": "relu"}),
     ("decoder_only_loss", {"ignore_index": 0}),
     ("transformer", {"tie_embeddings": True}),
+    ("beam_search", {"length_penalty": 0.0}),  # the canonical sum (transformers' is 1.0)
+    ("beam_search", {"length_penalty": 2.0}),
+    ("beam_search", {"early_stopping": True}),
+    ("beam_search", {"num_return_sequences": 2}),
+    ("beam_search", {"tie_embeddings": True}),  # refused for decoder_only
     ("greedy_decode", {"tie_embeddings": True}),
     *[(f, {"eps": 1e-5}) for f in ("llama_layer", "llama_decoder_only")],
     *[(f, {"rope_base": 500000.0}) for f in ("llama_layer", "llama_decoder_only")],
@@ -154,6 +159,9 @@ COARSE = [
     ("sample", {"top_k": 50}, ("float64", "float32")),
     ("sample", {"top_p": 0.9}, ("float64", "float32")),
     ("sample", {"min_p": 0.05}, ("float64", "float32")),
+    # beam_search's eps moves its scores by ~1e-4 (the bigram's LayerNorm of one-hot rows,
+    # variance 0.06) and no id: below float16's and bfloat16's tolerance
+    ("beam_search", {"eps": 1e-6}, ("float64", "float32")),
     # gemma_decoder_only's one defaults vector (N = 2, T = 6, scores of a few units) sees these
     # only at the finer dtypes; gemma_layer's defaults vectors (layer-defaults-002, -003,
     # built for them) catch the same wrong defaults at every dtype

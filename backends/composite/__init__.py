@@ -128,6 +128,7 @@ class Composite:
 
 def shared() -> dict[str, type]:
     """Spec function name -> the family (class) that writes it once for every backend."""
+    from .beam import BeamSearch
     from .decoding import Decoding
     from .fp8 import Fp8
     from .layers import GemmaLayers, Layers
@@ -138,7 +139,7 @@ def shared() -> dict[str, type]:
     from .varlen import Varlen
 
     found = {"residual": Layers}
-    for family in (Layers, Models, Decoding, Seq2Seq, Varlen, Fp8, MoE, Mla, GemmaLayers,
-                   GemmaModels, T5):
+    for family in (Layers, Models, Decoding, BeamSearch, Seq2Seq, Varlen, Fp8, MoE, Mla,
+                   GemmaLayers, GemmaModels, T5):
         found.update(dict.fromkeys(family.__dict__["EXPORTS"], family))
     return found
