@@ -9,7 +9,7 @@ from ..oracle.core import add, sub
 from ..oracle.mla import mla as mla_oracle
 from ..oracle.rms_norm import rms_norm
 from ._build import Component, Fn, Rng, error, gradient, value
-from .encoder_layer import tolerances
+from .encoder_layer import tiny, tolerances
 from .llama import layer_params as llama_params
 from .llama import shifted
 from .mla import dims, mla_params
@@ -388,6 +388,35 @@ def cases(rng):
     yield from mixtral_cases(Rng(f"{COMPONENT.id}/mixtral"))
     yield from deepseek_cases(Rng(f"{COMPONENT.id}/deepseek"))
     yield from model_cases(Rng(f"{COMPONENT.id}/model"))
+    yield from defaults_cases(Rng(f"{COMPONENT.id}/defaults"))
+
+
+def defaults_cases(r):
+    a = {"num_heads": 2, "top_k": 2}
+    x = tiny(r, (2, 6, 8))
+    yield value("moe_layers/mixtral-defaults-002", "mixtral_layer",
+                "Only num_heads and top_k on a tiny x (mean square ~2e-5, so eps 1e-5 for 1e-6 "
+                "shows), K = 8 (so rope_base 500000 shows), T = 6 (so a window shows), "
+                "renormalised top 2 of 4.",
+                inputs={"x": x}, attributes=a, params=mixtral_case(r, x, a, 2, 2, 8),
+                omit_defaults=True, flags=["defaults", "default-eps"])
+    a = dims(2, 2, 8, 4)
+    x = tiny(r, (2, 8, 8))
+    yield value("moe_layers/deepseek-defaults-002", "deepseek_layer",
+                "A dense layer with every defaulted attribute left out (top_k too: a dense layer "
+                "needs none) on a tiny x: eps 1e-5 fails; Dr = 8 and T = 8, so 'half' RoPE or "
+                "base 500000 fail.",
+                inputs={"x": x}, attributes=a, params=deepseek_case(r, x, a, moe=False),
+                omit_defaults=True, flags=["defaults", "default-eps"])
+    a = {"pad_id": 0, "num_layers": 2, "first_k_dense_replace": 2, **dims(2, 2, 8, 4)}
+    x = token_ids(r, 12, [8, 8], 8, bos_id=1)
+    yield value("moe_layers/model-defaults-002", "deepseek_decoder_only",
+                "Every layer dense (first_k_dense_replace = num_layers = 2), every defaulted "
+                "attribute left out (top_k too), Dr = 8, T = 8 (so base 500000 shows). (eps "
+                "1e-5 for 1e-6 moves unit-scale embeddings' norms below the half dtypes' "
+                "resolution.)",
+                inputs={"ids": x}, attributes=a, params=model_case(r, x, a, 2, 2),
+                omit_defaults=True, flags=["defaults"])
 
 
 # -- gradients ---------------------------------------------------------------------------------
