@@ -514,18 +514,21 @@ def agree_hf_moe_layer(device, layer):
         compared = 0
         for v in spec.vectors:
             if v.component != "moe_layers" or v.deprecated or v.expect not in ("value", "gradient") \
-                    or v.function == "deepseek_decoder_only" or not _finite(v):
+                    or not _finite(v):
                 continue
             found = hf_moe_layers.expressible(v)
             if found is None or found[0] != layer:
                 continue
             x, p = _tensors(v.inputs, device), _tensors(v.params, device)
             a = dict(found[1])
-            offset = a.pop("offset", 0)
+            offset, pad_id = a.pop("offset", 0), a.pop("pad_id", None)
             module = hf.to_hf(p, a)
             assert type(module).__name__ == layer, type(module).__name__
-            _close_at(name, hf.forward(module, x["x"], x.get("mask"), offset=offset), v, "y",
-                      "float32")
+            if pad_id is not None:
+                _close_at(name, hf.forward(module, x["ids"], pad_id=pad_id), v, "logits", "float32")
+            else:
+                _close_at(name, hf.forward(module, x["x"], x.get("mask"), offset=offset), v, "y",
+                          "float32")
             compared += 1
         if not compared:
             pytest.skip(f"the spec (attnspec {spec.version}) has no vector {layer} can hold")
@@ -550,7 +553,8 @@ def hf_checks(device):
                         "GPTNeoXLayer", "FalconDecoderLayer")],
             ("agree/transformers.DeepseekV3Attention", agree_hf_mla(device)),
             *[(f"agree/transformers.{m}", agree_hf_moe_layer(device, m))
-              for m in ("MixtralDecoderLayer", "Qwen2MoeDecoderLayer", "DeepseekV3DecoderLayer")]]
+              for m in ("MixtralDecoderLayer", "Qwen2MoeDecoderLayer", "DeepseekV3DecoderLayer",
+                        "DeepseekV3ForCausalLM")]]
 
 
 # -- error contract --------------------------------------------------------------------------

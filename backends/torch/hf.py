@@ -338,8 +338,9 @@ def to_hf(params, attributes: dict, model: str | None = None):
     instead."""
     if model is not None:
         return hf_zoo.to_hf(params, attributes, model)
-    if "moe.router.w" in params_of(params) or "attn.w_kv_a" in params_of(params):
-        return hf_moe_layers.to_hf(params, attributes)  # mixtral_layer / deepseek_layer
+    if ("moe.router.w" in params_of(params) or "attn.w_kv_a" in params_of(params)
+            or "layers.0.attn.w_kv_a" in params_of(params)):
+        return hf_moe_layers.to_hf(params, attributes)  # mixtral/deepseek layer, deepseek model
     if "router.w" in params_of(params):
         return moe_to_hf(params, attributes)  # MixtralSparseMoeBlock / Qwen2MoeSparseMoeBlock
     if "w_kv_a" in params_of(params):  # mla: a DeepseekV3Attention (hf_mla.py)
@@ -369,8 +370,8 @@ def forward(module, x, mask=None, *, offset: int = 0, pad_id: int | None = None)
         if mask is not None or offset or pad_id is not None:
             raise ConfigError(f"{type(module).__name__}: moe takes no mask, offset or pad_id")
         return moe_forward(module, x)
-    if isinstance(module, _MOE_LAYERS) and pad_id is None:
-        return hf_moe_layers.forward(module, x, mask, offset=offset)
+    if isinstance(module, _MOE_LAYERS):
+        return hf_moe_layers.forward(module, x, mask, offset=offset, pad_id=pad_id)
     zoo = hf_zoo
     if isinstance(module, tuple(zoo.FROM)) and pad_id is None:
         return zoo.forward(module, x, mask, offset=offset)

@@ -33,6 +33,7 @@ from attnspec.spec.errors import ConfigError
 from transformers import MixtralConfig, Qwen2MoeConfig
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
     DeepseekV3DecoderLayer,
+    DeepseekV3ForCausalLM,
     DeepseekV3MLP,
     DeepseekV3MoE,
     DeepseekV3RotaryEmbedding,
@@ -53,8 +54,10 @@ from .hf_mla import mla_from_hf, mla_to_hf
 from .hf_moe import moe_from_hf, moe_to_hf
 
 SPEC_FUNCTION = {"MixtralDecoderLayer": "mixtral_layer", "Qwen2MoeDecoderLayer": "mixtral_layer",
-                 "DeepseekV3DecoderLayer": "deepseek_layer"}
-LAYERS = (MixtralDecoderLayer, Qwen2MoeDecoderLayer, DeepseekV3DecoderLayer)
+                 "DeepseekV3DecoderLayer": "deepseek_layer",
+                 "DeepseekV3ForCausalLM": "deepseek_decoder_only"}
+LAYERS = (MixtralDecoderLayer, Qwen2MoeDecoderLayer, DeepseekV3DecoderLayer,
+          DeepseekV3ForCausalLM)
 
 NORMS = [("input_layernorm.weight", "attn_norm.gamma", False),
          ("post_attention_layernorm.weight", "ffn_norm.gamma", False)]
@@ -136,6 +139,8 @@ def hf_zoo_silu(c):
 
 
 def from_hf(layer) -> tuple[dict, dict]:
+    if isinstance(layer, DeepseekV3ForCausalLM):
+        return deepseek_for_causal_lm_from_hf(layer)
     if isinstance(layer, DeepseekV3DecoderLayer):
         return deepseek_layer_from_hf(layer)
     return mixtral_layer_from_hf(layer)
@@ -263,6 +268,8 @@ def deepseek_layer_to_hf(params, attributes: dict):
 
 
 def to_hf(params, attributes: dict):
+    if "embed.table" in params_of(params):
+        return deepseek_for_causal_lm_to_hf(params, attributes)
     if "attn.w_kv_a" in params_of(params):
         return deepseek_layer_to_hf(params, attributes)
     return mixtral_layer_to_hf(params, attributes)
@@ -274,11 +281,18 @@ _ROTARY = {MixtralDecoderLayer: MixtralRotaryEmbedding, Qwen2MoeDecoderLayer: Qw
            DeepseekV3DecoderLayer: DeepseekV3RotaryEmbedding}
 
 
-def forward(layer, x, mask=None, *, offset: int = 0) -> torch.Tensor:
+def forward(layer, x, mask=None, *, offset: int = 0, pad_id: int | None = None) -> torch.Tensor:
     """``y`` of the spec function for ``layer`` on ``x`` (B, T, D): causal (within the layer's
     sliding window) ANDed with the spec's boolean ``mask``, given as transformers' additive
-    mask; RoPE cos/sin from the model's own rotary embedding at positions offset..offset+T-1."""
+    mask; RoPE cos/sin from the model's own rotary embedding at positions offset..offset+T-1.
+    A DeepseekV3ForCausalLM takes ids (B, T) and ``pad_id`` and returns the logits."""
     who = type(layer).__name__
+    if isinstance(layer, DeepseekV3ForCausalLM):
+        if mask is not None or offset or pad_id is None:
+            raise ConfigError(f"{who}: pass pad_id, not mask or offset")
+        return deepseek_for_causal_lm_forward(layer, x, pad_id=pad_id)
+    if pad_id is not None:
+        raise ConfigError(f"{who}: pad_id is the model's, not a layer's")
     if not isinstance(x, torch.Tensor) or x.dim() != 3:
         raise ConfigError(f"{who}: x must be a (B, T, D) torch.Tensor")
     integer("offset", offset, lo=0)
@@ -309,6 +323,13 @@ def expressible(v):
     import numpy as np
 
     a = dict(v.attributes)
+    if v.function == "deepseek_decoder_only":
+        ids = np.asarray(v.inputs["ids"])
+        moe = a["first_k_dense_replace"] < a["num_layers"]
+        if (moe and a.get("scoring", "sigmoid") != "sigmoid") or (ids[:, 0] == a["pad_id"]).any() \
+                or (a.get("yarn_factor", 1.0) > 1 and a.get("mscale_all_dim", 0.0)):
+            return None
+        return "DeepseekV3ForCausalLM", a
     t = v.inputs["x"].shape[1]
     keep = np.tril(np.ones((t, t), dtype=bool))
     if a.get("window") is not None:
@@ -326,3 +347,69 @@ def expressible(v):
     qwen = (a.get("attention_bias", False) or "moe.shared.w_gate" in v.params
             or not a.get("renormalize", True))
     return ("Qwen2MoeDecoderLayer" if qwen else "MixtralDecoderLayer"), a
+
+
+# -- the DeepSeek-V3 model ------------------------------------------------------------------------
+
+def deepseek_for_causal_lm_from_hf(model) -> tuple[dict, dict]:
+    """A DeepseekV3ForCausalLM -> (attributes, params) of deepseek_decoder_only (pad_id is
+    forward()'s: give it to the spec function yourself). Every layer as
+    :func:`deepseek_layer_from_hf`; ``first_k_dense_replace`` from the config."""
+    c = model.config
+    if c.tie_word_embeddings:
+        hf._unsupported("DeepseekV3ForCausalLM", "tie_word_embeddings", True,
+                        "deepseek_decoder_only's lm_head.w is its own")
+    n = c.num_hidden_layers
+    params = {"embed.table": hf._t(model.model.embed_tokens.weight),
+              "norm.gamma": hf._t(model.model.norm.weight),
+              "lm_head.w": hf._t(model.lm_head.weight.T)}
+    attributes: dict = {}
+    for i, layer in enumerate(model.model.layers[:n]):
+        a, p = deepseek_layer_from_hf(layer)
+        attributes.update(a)
+        params.update(_prefixed(f"layers.{i}", p))
+    attributes.update({"num_layers": n, "first_k_dense_replace": min(c.first_k_dense_replace, n)})
+    return attributes, params
+
+
+def deepseek_for_causal_lm_to_hf(params, attributes: dict):
+    """deepseek_decoder_only -> a DeepseekV3ForCausalLM whose layers are
+    :func:`deepseek_layer_to_hf`'s (eager attention, eval mode)."""
+    who = "DeepseekV3ForCausalLM"
+    model_attrs = {"num_layers", "first_k_dense_replace", "pad_id"}
+    _check(attributes, (MLA_ATTRS | ROUTER_ATTRS | model_attrs) - {"offset"}, who)
+    p = params_of(params)
+    n = integer("num_layers", attributes["num_layers"], lo=1)
+    k = integer("first_k_dense_replace", attributes["first_k_dense_replace"], lo=0, hi=n)
+    layer_attrs = {a: v for a, v in attributes.items() if a not in model_attrs}
+    layers = []
+    for i in range(n):
+        q = {key: p.require(f"layers.{i}.{key}") for key in p.scope(f"layers.{i}").keys()}
+        if (i < k) == ("moe.router.w" in q):
+            raise ConfigError(f"{who}: layer {i} is {'MoE' if i >= k else 'dense'} by "
+                              f"first_k_dense_replace={k} but its parameters say otherwise")
+        layers.append(deepseek_layer_to_hf(q, layer_attrs if i >= k else
+                                           {a: v for a, v in layer_attrs.items()
+                                            if a in MLA_ATTRS}))
+    table = p.require("embed.table", (None, None))
+    vocab, d = table.shape
+    config = copy.deepcopy(layers[0].self_attn.config)
+    config.vocab_size, config.num_hidden_layers, config.tie_word_embeddings = vocab, n, False
+    config.first_k_dense_replace = k
+    # placeholder sizes for the layers built here and replaced by ``layers`` below
+    config.intermediate_size = config.moe_intermediate_size = config.n_routed_experts = 1
+    config.num_experts_per_tok = config.n_group = config.topk_group = config.n_shared_experts = 1
+    model = DeepseekV3ForCausalLM(config)
+    state = {"model.embed_tokens.weight": table, "model.norm.weight": p.require("norm.gamma", (d,)),
+             "lm_head.weight": p.require("lm_head.w", (d, vocab)).T}
+    for i, layer in enumerate(layers):
+        model.model.layers[i] = layer
+    state.update({key: v for key, v in model.state_dict().items() if key.startswith("model.layers.")})
+    return hf._load(model, state, table.dtype, table.device)
+
+
+def deepseek_for_causal_lm_forward(model, ids, *, pad_id: int) -> torch.Tensor:
+    """The logits of deepseek_decoder_only: ``attention_mask = ids != pad_id`` (transformers
+    adds the causal mask itself)."""
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=(ids != pad_id).long(), use_cache=False).logits

@@ -18,10 +18,11 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from attnspec.backends.numpy.layers import deepseek_layer, mixtral_layer  # noqa: E402
+from attnspec.backends.numpy.models import deepseek_decoder_only  # noqa: E402
 from attnspec.backends.torch import extras, hf, hf_moe_layers  # noqa: E402
 from attnspec.spec.errors import ConfigError  # noqa: E402
 from attnspec.spec.vectors import default_spec  # noqa: E402
-from transformers import DeepseekV3Config, MixtralConfig, Qwen2MoeConfig  # noqa: E402
+from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, MixtralConfig, Qwen2MoeConfig  # noqa: E402
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3DecoderLayer  # noqa: E402
 from transformers.models.mixtral.modeling_mixtral import MixtralDecoderLayer  # noqa: E402
 from transformers.models.qwen2_moe.modeling_qwen2_moe import Qwen2MoeDecoderLayer  # noqa: E402
@@ -127,7 +128,7 @@ def test_attributes_from_hf():
 # -- (b) the vectors through to_hf ---------------------------------------------------------------
 
 NAMES = ["agree/transformers.MixtralDecoderLayer", "agree/transformers.Qwen2MoeDecoderLayer",
-         "agree/transformers.DeepseekV3DecoderLayer"]
+         "agree/transformers.DeepseekV3DecoderLayer", "agree/transformers.DeepseekV3ForCausalLM"]
 
 
 def _check(name):
@@ -194,3 +195,31 @@ def test_spec_function_names_the_layers():
     assert {hf.SPEC_FUNCTION[n] for n in ("MixtralDecoderLayer", "Qwen2MoeDecoderLayer")} == \
         {"mixtral_layer"}
     assert hf.SPEC_FUNCTION["DeepseekV3DecoderLayer"] == "deepseek_layer"
+
+
+# -- the DeepSeek-V3 model -------------------------------------------------------------------------
+
+def deepseek_model():
+    c = DeepseekV3Config(hidden_size=16, intermediate_size=12, moe_intermediate_size=8,
+                         n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1, n_group=2,
+                         topk_group=1, norm_topk_prob=True, routed_scaling_factor=2.5,
+                         num_attention_heads=2, num_key_value_heads=2, q_lora_rank=None,
+                         kv_lora_rank=6, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4,
+                         first_k_dense_replace=1, num_hidden_layers=3, vocab_size=20,
+                         tie_word_embeddings=False, **EAGER)
+    return randomized(DeepseekV3ForCausalLM(c)).to(torch.float32)  # its grouped experts: no float64
+
+
+def test_deepseek_model_from_hf_agrees_and_round_trips():
+    m = deepseek_model()
+    a, p = hf.from_hf(m)
+    assert a["first_k_dense_replace"] == 1 and a["num_layers"] == 3
+    assert "layers.0.ffn.w_gate" in p and "layers.1.moe.router.w" in p
+    ids = torch.tensor([[1, 5, 7, 0, 3], [2, 9, 0, 0, 0]])
+    want = deepseek_decoder_only(ids.numpy(), pad_id=0, params={k: v.numpy() for k, v in p.items()},
+                                 **a)
+    np.testing.assert_allclose(hf.forward(m, ids, pad_id=0).numpy(), want, rtol=1e-4, atol=1e-4)
+    m2 = hf.to_hf(p, a)
+    assert type(m2) is DeepseekV3ForCausalLM
+    s, s2 = m.state_dict(), m2.state_dict()
+    assert set(s) == set(s2) and all(torch.equal(s[k], s2[k]) for k in s)
