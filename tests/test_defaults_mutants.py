@@ -135,6 +135,17 @@ WRONG = [
     *[("gemma_decoder_only", d) for d in (
         {"num_kv_heads": 1}, {"window": 2}, {"query_pre_attn_scalar": 256.0},
         {"final_softcap": 3.0}, {"qk_norm": True})],
+    ("mixtral_layer", {"num_kv_heads": 1}),
+    ("mixtral_layer", {"eps": 1e-5}),
+    ("mixtral_layer", {"rope_base": 500000.0}),
+    ("mixtral_layer", {"window": 2}),
+    ("mixtral_layer", {"attention_bias": True}),
+    ("mixtral_layer", {"renormalize": False}),  # Qwen2-MoE's norm_topk_prob where Mixtral's is meant
+    ("deepseek_layer", {"eps": 1e-5}),
+    *[(f, d) for f in ("deepseek_layer", "deepseek_decoder_only") for d in (
+        {"rope_base": 500000.0}, {"rope_convention": "half"},
+        {"scoring": "softmax"}, {"renormalize": False}, {"n_group": 2}, {"topk_group": 2},
+        {"routed_scaling_factor": 2.5})],
     ("cross_entropy", {"ignore_index": 0}),
     ("cross_entropy", {"label_smoothing": 0.1}),
     ("cross_entropy", {"reduction": "sum"}),
@@ -172,6 +183,10 @@ COARSE = [
     # eps 1e-5 for 1e-6: below the half dtypes' tolerances (the encoder's, 1.33 times
     # float32's: short of the 1.67 a catch needs, tests/derive.py)
     ("t5_encoder", {"eps": 1e-5}, ("float64",)),
+    # deepseek_decoder_only's embeddings are of unit scale (model-defaults-002): eps 1e-5 moves
+    # its norms below the half dtypes' resolution; deepseek_layer's tiny-x vector
+    # (deepseek-defaults-002) catches the same wrong eps at every dtype
+    ("deepseek_decoder_only", {"eps": 1e-5}, ("float64", "float32")),
     ("t5_decoder", {"eps": 1e-5}, ("float64", "float32")),
     # rope_frequencies' vectors are float64/float32 only (configuration numbers)
     ("rope_frequencies", {"base": 500000.0}, ("float64", "float32")),
@@ -190,6 +205,9 @@ COARSE = [
 # mla's offset likewise; its yarn_factor and mscale_all_dim change the softmax scale only
 # together (m = 1 unless factor > 1 and mscale_all_dim != 0), so one wrong default alone
 # leaves y unchanged (mla/mscale-001 states both).
+# mixtral_layer's and deepseek_layer's offset as llama_layer's; deepseek_*'s yarn_factor and
+# mscale_all_dim as mla's; their top_k (None) is read only by an MoE layer, which must state it
+# (a dense layer's defaults vector leaves it out and ignores it).
 # rope_frequencies' rule parameters act only under the rope_type that reads them, and its
 # defaults vector is rope_type "default" (which reads none); the same rules' own defaults
 # (yarn's beta_fast 32, beta_slow 1, truncate) are pinned through rope/scaling-defaults-001.
@@ -201,7 +219,9 @@ UNOBSERVABLE = {("dropout", "seed"), ("greedy_decode", "eps"), ("llama_layer", "
                 ("moe_router", "eps"), ("moe", "eps"), ("parallel_layer", "offset"),
                 ("sampling_filter", "min_tokens_to_keep"), ("sample", "min_tokens_to_keep"),
                 ("mla", "offset"), ("mla", "yarn_factor"), ("mla", "mscale_all_dim"),
-                ("gemma_layer", "offset"), *RULE_PARAMETERS}
+                ("gemma_layer", "offset"), ("mixtral_layer", "offset"), ("deepseek_layer", "offset"),
+                *[(f, a) for f in ("deepseek_layer", "deepseek_decoder_only")
+                  for a in ("yarn_factor", "mscale_all_dim", "top_k")], *RULE_PARAMETERS}
 
 
 def wrong_default(name: str, defaults: dict):

@@ -73,7 +73,8 @@ MODULES = {
     "cross_entropy": "losses", "decoder_only_loss": "models", "sdpa_varlen": "attention",
     "sdpa_fp8": "attention", "moe_router": "moe", "moe": "moe", "mla": "layers",
     "gemma_layer": "layers", "gemma_decoder_only": "models", "softcap": "attention",
-    "t5_bias": "positional",
+    "t5_bias": "positional", "mixtral_layer": "layers", "deepseek_layer": "layers",
+    "deepseek_decoder_only": "models",
 }
 
 
@@ -135,11 +136,12 @@ def shared() -> dict[str, type]:
     from .mla import Mla
     from .models import T5, GemmaModels, Models
     from .moe import MoE
+    from .moe_layers import MoeLayers
     from .rnn import Seq2Seq
     from .varlen import Varlen
 
     found = {"residual": Layers}
     for family in (Layers, Models, Decoding, BeamSearch, Seq2Seq, Varlen, Fp8, MoE, Mla,
-                   GemmaLayers, GemmaModels, T5):
+                   GemmaLayers, GemmaModels, T5, MoeLayers):
         found.update(dict.fromkeys(family.__dict__["EXPORTS"], family))
     return found

@@ -12,3 +12,7 @@ from ._core import no_weights_unless_traced as _fast
 from ..composite.layers import GemmaLayers  # noqa: E402
 
 (gemma_layer,) = map(_fast, GemmaLayers.bind(__package__))
+
+from ..composite.moe_layers import MoeLayers  # noqa: E402
+
+mixtral_layer, deepseek_layer = map(_fast, MoeLayers.bind(__package__, "mixtral_layer", "deepseek_layer"))

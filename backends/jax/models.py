@@ -9,3 +9,7 @@ from ._core import no_weights_unless_traced as _fast
 
 (gemma_decoder_only,) = map(_fast, GemmaModels.bind(__package__))
 t5_encoder, t5_decoder = map(_fast, T5.bind(__package__))
+
+from ..composite.moe_layers import MoeLayers  # noqa: E402
+
+(deepseek_decoder_only,) = map(_fast, MoeLayers.bind(__package__, "deepseek_decoder_only"))

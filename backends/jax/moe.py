@@ -49,8 +49,17 @@ def moe_router(logits, correction_bias=None, *, top_k, scoring="softmax", renorm
 # -- the MoE layer (spec/components/moe.md): the shared composite ---------------------------
 
 _moe, = MoE.bind(__package__)
-_moe_jit = jax.jit(_moe, static_argnames=("top_k", "scoring", "renormalize", "eps", "n_group",
-                                          "topk_group", "routed_scaling_factor"))
+
+
+def _moe_scoped(x, *, params, prefix, **attributes):
+    """_moe on the parameters under ``prefix`` (a layer's ``moe.``), so errors name the whole
+    path; the store travels as a plain dict (a pytree), the prefix as a static argument."""
+    return _moe(x, params=check.Params(params, prefix), **attributes)
+
+
+_moe_jit = jax.jit(_moe_scoped, static_argnames=("prefix", "top_k", "scoring", "renormalize",
+                                                 "eps", "n_group", "topk_group",
+                                                 "routed_scaling_factor"))
 
 
 @functools.wraps(_moe)
@@ -58,7 +67,9 @@ def moe(x, *, top_k, scoring="softmax", renormalize=False, eps=1e-20, n_group=1,
         routed_scaling_factor=1.0, params):
     """The composite compiled once per shape and attribute set (its checks read shapes only,
     so they run while tracing)."""
-    return _moe_jit(floating("x", x), params=dict(check.params_of(params).store), top_k=top_k,
+    p = check.params_of(params)
+    store = {k: v for k, v in p.store.items() if k.startswith(p.prefix)}
+    return _moe_jit(floating("x", x), params=store, prefix=p.prefix, top_k=top_k,
                     scoring=scoring, renormalize=renormalize, eps=eps, n_group=n_group,
                     topk_group=topk_group, routed_scaling_factor=routed_scaling_factor)
 

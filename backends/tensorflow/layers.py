@@ -9,3 +9,7 @@ encoder_layer, decoder_layer, encoder, decoder, llama_layer, parallel_layer = La
 from ..composite.layers import GemmaLayers  # noqa: E402
 
 (gemma_layer,) = GemmaLayers.bind(__package__)
+
+from ..composite.moe_layers import MoeLayers  # noqa: E402
+
+mixtral_layer, deepseek_layer = MoeLayers.bind(__package__, "mixtral_layer", "deepseek_layer")

@@ -7,3 +7,7 @@ from ..composite.models import T5, GemmaModels, Models
 
 (gemma_decoder_only,) = GemmaModels.bind(__package__)
 t5_encoder, t5_decoder = T5.bind(__package__)
+
+from ..composite.moe_layers import MoeLayers  # noqa: E402
+
+(deepseek_decoder_only,) = MoeLayers.bind(__package__, "deepseek_decoder_only")

@@ -593,6 +593,40 @@ def agree_hf_mla(device):
     return check
 
 
+def agree_hf_moe_layer(device, layer):
+    """Every mixtral_layer / deepseek_layer vector (value, and the forward of each gradient
+    vector) that transformers' ``layer`` can hold (``hf_moe_layers.expressible``) through
+    ``hf.to_hf``, at the vector's float32 tolerance: transformers computes RMSNorm, the RoPE
+    angles and the router's softmax in float32 whatever the dtype."""
+    from . import hf, hf_moe_layers
+
+    name = f"transformers.{layer}"
+
+    def check(spec):
+        compared = 0
+        for v in spec.vectors:
+            if v.component != "moe_layers" or v.deprecated or v.expect not in ("value", "gradient") \
+                    or not _finite(v):
+                continue
+            found = hf_moe_layers.expressible(v)
+            if found is None or found[0] != layer:
+                continue
+            x, p = _tensors(v.inputs, device), _tensors(v.params, device)
+            a = dict(found[1])
+            offset, pad_id = a.pop("offset", 0), a.pop("pad_id", None)
+            module = hf.to_hf(p, a)
+            assert type(module).__name__ == layer, type(module).__name__
+            if pad_id is not None:
+                _close_at(name, hf.forward(module, x["ids"], pad_id=pad_id), v, "logits", "float32")
+            else:
+                _close_at(name, hf.forward(module, x["x"], x.get("mask"), offset=offset), v, "y",
+                          "float32")
+            compared += 1
+        if not compared:
+            pytest.skip(f"the spec (attnspec {spec.version}) has no vector {layer} can hold")
+    return check
+
+
 def hf_checks(device):
     if importlib.util.find_spec("transformers") is None:
         reason = "transformers is not installed: pip install 'attnspec[hf]' (tox -e hf)"
@@ -613,7 +647,10 @@ def hf_checks(device):
             *[(f"agree/transformers.{m}", agree_hf_zoo(device, m))
               for m in ("MistralDecoderLayer", "Qwen2DecoderLayer", "Phi3DecoderLayer",
                         "GPTNeoXLayer", "FalconDecoderLayer")],
-            ("agree/transformers.DeepseekV3Attention", agree_hf_mla(device))]
+            ("agree/transformers.DeepseekV3Attention", agree_hf_mla(device)),
+            *[(f"agree/transformers.{m}", agree_hf_moe_layer(device, m))
+              for m in ("MixtralDecoderLayer", "Qwen2MoeDecoderLayer", "DeepseekV3DecoderLayer",
+                        "DeepseekV3ForCausalLM")]]
 
 
 # -- error contract --------------------------------------------------------------------------

@@ -44,7 +44,7 @@ from transformers.models.llama.modeling_llama import (
 
 from .. import _checks
 from .._checks import params_of
-from . import hf_gpt2, hf_mla, hf_t5, hf_zoo
+from . import hf_gpt2, hf_mla, hf_moe_layers, hf_t5, hf_zoo
 from .hf_base import (  # noqa: F401 (the converters' shared helpers, re-exported)
     _TO_HF_ACTIVATION,
     ACTIVATIONS,
@@ -80,12 +80,14 @@ from .hf_gpt2 import (  # noqa: F401 (the GPT-2 converters, re-exported)
 from .hf_mla import mla_to_hf
 from .hf_moe import MOE_CLASSES, moe_forward, moe_from_hf, moe_to_hf
 from .hf_moe import SPEC_FUNCTION as _MOE_FUNCTION
+from .hf_moe_layers import LAYERS as _MOE_LAYERS
+from .hf_moe_layers import SPEC_FUNCTION as _MOE_LAYER_FUNCTION
 
 SPEC_FUNCTION = {"BertLayer": "encoder_layer", "GPT2Block": "encoder_layer",
                  "LlamaDecoderLayer": "llama_layer", "LlamaForCausalLM": "llama_decoder_only",
                  **hf_gpt2.SPEC_FUNCTION, **hf_t5.SPEC_FUNCTION,
                  **_MOE_FUNCTION, **_GEMMA_FUNCTION, **hf_zoo.SPEC_FUNCTION,
-                 "DeepseekV3Attention": "mla"}
+                 "DeepseekV3Attention": "mla", **_MOE_LAYER_FUNCTION}
 
 # (HF state_dict name, spec path, transposed); a spec path ending in b_* is an optional bias.
 BERT = [
@@ -252,7 +254,8 @@ _FROM = {BertLayer: bert_layer_from_hf, GPT2Block: gpt2_block_from_hf,
          hf_gpt2.GPT2LMHeadModel: hf_gpt2.gpt2_lm_from_hf,
          LlamaDecoderLayer: llama_layer_from_hf, LlamaForCausalLM: llama_for_causal_lm_from_hf,
          **dict.fromkeys(MOE_CLASSES, moe_from_hf),
-         **dict.fromkeys(_GEMMA_LAYERS, gemma_layer_from_hf)}
+         **dict.fromkeys(_GEMMA_LAYERS, gemma_layer_from_hf),
+         **dict.fromkeys(_MOE_LAYERS, hf_moe_layers.from_hf)}
 
 
 def from_hf(module) -> tuple[dict, dict]:
@@ -292,6 +295,9 @@ def to_hf(params, attributes: dict, model: str | None = None):
         return hf_zoo.to_hf(params, attributes, model)
     if hf_t5.is_t5_stack(params_of(params)):  # t5_encoder / t5_decoder: a T5Stack
         return hf_t5.t5_stack_to_hf(params, attributes)
+    if ("moe.router.w" in params_of(params) or "attn.w_kv_a" in params_of(params)
+            or "layers.0.attn.w_kv_a" in params_of(params)):
+        return hf_moe_layers.to_hf(params, attributes)  # mixtral/deepseek layer, deepseek model
     if "router.w" in params_of(params):
         return moe_to_hf(params, attributes)  # MixtralSparseMoeBlock / Qwen2MoeSparseMoeBlock
     if "w_kv_a" in params_of(params):  # mla: a DeepseekV3Attention (hf_mla.py)
@@ -323,6 +329,8 @@ def forward(module, x, mask=None, *, offset: int = 0, pad_id: int | None = None)
         if mask is not None or offset or pad_id is not None:
             raise ConfigError(f"{type(module).__name__}: moe takes no mask, offset or pad_id")
         return moe_forward(module, x)
+    if isinstance(module, _MOE_LAYERS):
+        return hf_moe_layers.forward(module, x, mask, offset=offset, pad_id=pad_id)
     zoo = hf_zoo
     if isinstance(module, tuple(zoo.FROM)) and pad_id is None:
         return zoo.forward(module, x, mask, offset=offset)
