@@ -87,9 +87,9 @@ def unstack(x, axis: int):
 
 
 def where(c, a, b):
-    arrays = [np.asarray(x) for x in (a, b) if hasattr(x, "dtype")]
-    if arrays and len({x.dtype for x in arrays}) == 1 and _on_host(c, a, b):
-        dtype = arrays[0].dtype  # a Python scalar takes the array's dtype, as in jnp
+    dtypes = {x.dtype for x in (a, b) if hasattr(x, "dtype")}
+    if len(dtypes) == 1 and _on_host(c, a, b):
+        dtype = dtypes.pop()  # a Python scalar takes the array's dtype, as in jnp
         return host(np.where(np.asarray(c), np.asarray(a, dtype=dtype), np.asarray(b, dtype=dtype)))
     return jnp.where(c, a, b)
 
