@@ -262,7 +262,8 @@ class JaxBackend(Backend):
     def vjp(self, name: str, module: str, call: dict, cotangents: dict) -> tuple[dict, dict]:
         """Gradients by ``jax.vjp`` through the spec function: every float input and
         parameter is a primal, the cotangents pull back through the outputs they name (the
-        other outputs get zeros)."""
+        other outputs get zeros). The primals are concrete, so the bucketed kernels' custom
+        VJPs run at bucket sizes (buckets.differentiable)."""
         fn = self.function(name, module)
         floats = {k: a for k, a in call.items()
                   if isinstance(a, jax.Array) and jnp.issubdtype(a.dtype, jnp.floating)}

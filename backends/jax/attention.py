@@ -155,7 +155,12 @@ def combined_mask(ids, *, pad_id, t, num_heads=1, causal=True):
 
 def repeat_kv(q, k, v, num_kv_heads):
     """k, v (..., H_kv, S, .) -> (..., H, S, .), each kv head repeated H / H_kv times."""
-    return _repeat_kv(k, v, check.kv_group(num_kv_heads, q, k, v))
+    group = check.kv_group(num_kv_heads, q, k, v)
+
+    def adjoint(g):  # the sum over each kv head's copies
+        return g.reshape(*g.shape[:-3], g.shape[-3] // group, group, *g.shape[-2:]).sum(axis=-3)
+    return tuple(buckets.moved(lambda x: _repeat_kv(x, x, group)[0],
+                               lambda a: np.repeat(a, group, axis=-3), adjoint, x) for x in (k, v))
 
 
 @functools.partial(jax.jit, static_argnums=2)
@@ -243,26 +248,101 @@ def _bucketed(kernel, q, k, v, mask, full, scores_like: dict, columns: dict | No
     masked out; the mask, and each array of scores_like (broadcastable to full; None: zeros),
     always given; each array of columns broadcastable to (*full[:-1], 1). The second output
     is the weights (..., T, S), or with lse the (..., T) log-sum-exp. At the exact shapes
-    where bucketing does not apply."""
+    where bucketing does not apply. Under ``jax.vjp`` of concrete arrays the backward pass
+    runs at bucket sizes too (``_bucketed_traced``)."""
     columns = columns or {}
     *batch, t, s = full
     n, kw, vw = math.prod(batch), q.shape[-1], v.shape[-1]
     N, T, S, K, V = (buckets.size(d) for d in (n, t, s, kw, vw))
-    if not (buckets.applies(q, k, v, mask, *scores_like.values(), *columns.values())
-            and buckets.small((N, T, S), (N, S, max(K, V)))):
+    arrays = (q, k, v, mask, *scores_like.values(), *columns.values())
+    if buckets.small((N, T, S), (N, S, max(K, V))) and buckets.traced(*arrays):
+        return _bucketed_traced(kernel, q, k, v, mask, full, scores_like, columns, lse, rest)
+    if not (buckets.applies(*arrays) and buckets.small((N, T, S), (N, S, max(K, V)))):
         return kernel(q=q, k=k, v=v, mask=mask, full=full, **scores_like, **columns, **rest)
-    scores_like = {name: buckets.flat(np.zeros((), q.dtype) if x is None else x, batch, (t, s),
-                                      (N, T, S)) for name, x in scores_like.items()}
-    scores_like.update({name: buckets.flat(x, batch, (t, 1), (N, T, 1)) for name, x in columns.items()})
-    inputs = (buckets.flat(q, batch, (t, kw), (N, T, K)), buckets.flat(k, batch, (s, kw), (N, S, K)),
-              buckets.flat(v, batch, (s, vw), (N, S, V)),
-              buckets.flat(True if mask is None else mask, batch, (t, s), (N, T, S), False))
-    q, k, v, mask = buckets.on_device(*inputs)
-    out, second = kernel(q=q, k=k, v=v, mask=mask, full=(N, T, S), **rest,
-                         **dict(zip(scores_like, buckets.on_device(*scores_like.values()))))
+    padded = _bucket_inputs(q, k, v, mask, full, scores_like, columns)
+    out, second = kernel(**dict(zip(padded, buckets.on_device(*padded.values()))),
+                         full=(N, T, S), **rest)
     second = (np.asarray(second)[:n, :t].reshape(*batch, t) if lse
               else np.asarray(second)[:n, :t, :s].reshape(full))
     return buckets.cut(np.asarray(out)[:n, :t, :vw].reshape(*batch, t, vw), ...), buckets.cut(second, ...)
+
+
+def _bucket_inputs(q, k, v, mask, full, scores_like: dict, columns: dict) -> dict:
+    """The kernel's array arguments padded on the host to the bucket sizes of ``full``."""
+    *batch, t, s = full
+    n, kw, vw = math.prod(batch), q.shape[-1], v.shape[-1]
+    N, T, S, K, V = (buckets.size(d) for d in (n, t, s, kw, vw))
+    padded = {"q": buckets.flat(q, batch, (t, kw), (N, T, K)),
+              "k": buckets.flat(k, batch, (s, kw), (N, S, K)),
+              "v": buckets.flat(v, batch, (s, vw), (N, S, V)),
+              "mask": buckets.flat(True if mask is None else mask, batch, (t, s), (N, T, S), False)}
+    padded.update({name: buckets.flat(np.zeros((), q.dtype) if x is None else x, batch, (t, s),
+                                      (N, T, S)) for name, x in scores_like.items()})
+    padded.update({name: buckets.flat(x, batch, (t, 1), (N, T, 1)) for name, x in columns.items()})
+    return padded
+
+
+def _bucketed_traced(kernel, q, k, v, mask, full, scores_like, columns, lse, rest):
+    """_bucketed under a transformation: the exact kernel, with a custom VJP that pads on the
+    host where ``jax.vjp`` runs on concrete arrays, so a gradient compiles once per bucket
+    (the pullback of the padded kernel), not once per shape. Padding is a copy into zeros
+    (and a broadcast), so its adjoint is a cut (and a sum over the broadcast axes); padded
+    keys are masked and padded widths are zeros, so the real entries' cotangents are those
+    of the exact kernel."""
+    names = ("q", "k", "v", "mask", *scores_like, *columns)
+    *batch, t, s = full
+    n, vw = math.prod(batch), v.shape[-1]
+
+    def call(*a):
+        return dict(zip(names, a))
+
+    def exact(*a):
+        return kernel(**call(*a), full=full, **rest)
+
+    def forward(*a):
+        x = call(*a)
+        return _bucketed(kernel, x["q"], x["k"], x["v"], x["mask"], full,
+                         {m: x[m] for m in scores_like}, {m: x[m] for m in columns}, lse, **rest)
+
+    def backward(a, cts):
+        x = call(*a)
+        padded = _bucket_inputs(x["q"], x["k"], x["v"], x["mask"], full,
+                                {m: x[m] for m in scores_like}, {m: x[m] for m in columns})
+        (N, T, V), S = padded["v"].shape[:1] + padded["q"].shape[1:2] + padded["v"].shape[2:], \
+            padded["k"].shape[1]
+        c_out, c_second = (np.asarray(c) for c in cts)
+        c_out = buckets.pad(c_out.reshape(n, t, vw), (N, T, V))
+        c_second = (buckets.pad(c_second.reshape(n, t), (N, T)) if lse
+                    else buckets.pad(c_second.reshape(n, t, s), (N, T, S)))
+        # numbers (the scale, the cap) are arguments of the pullback, not constants in it: one
+        # program for every value, and none shared across dtypes
+        numbers = {m: y for m, y in rest.items() if isinstance(y, np.ndarray | np.generic)}
+        static = (("full", (N, T, S)), *sorted((m, y) for m, y in rest.items() if m not in numbers))
+        grads = buckets.vjp_of(_by_name(kernel, (*padded, *numbers)), static)(
+            (*buckets.on_device(*padded.values()), *numbers.values()),
+            tuple(buckets.on_device(c_out, c_second)))
+        tails = {"q": (t, x["q"].shape[-1]), "k": (s, x["k"].shape[-1]), "v": (s, vw),
+                 **{m: (t, s) for m in scores_like}, **{m: (t, 1) for m in columns}}
+        out = []
+        for name, g in zip(padded, grads):
+            if name == "mask" or x[name] is None:
+                out.append(None)
+                continue
+            tail = tails[name]
+            g = np.asarray(g)[(slice(0, n), *(slice(0, d) for d in tail))].reshape(*batch, *tail)
+            out.append(buckets.cut(buckets.unbroadcast(g, np.shape(x[name])), ...))
+        return out
+
+    return buckets.differentiable(forward, backward, exact, q, k, v, mask,
+                                  *scores_like.values(), *columns.values())
+
+
+@functools.cache
+def _by_name(kernel, names: tuple):
+    """kernel taking its array arguments by position in the order ``names`` (for vjp_of)."""
+    def positional(*a, **static):
+        return kernel(**dict(zip(names, a)), **static)
+    return positional
 
 
 TIES = ("lower_index", "keep_all")
@@ -418,9 +498,11 @@ def sdpa_sinks(q, k, v, sinks, mask=None, bias=None, *, scale=None, num_kv_heads
     sinks = check.sinks_of(_core, sinks, full, q)
     cap = None if softcap is None else const(q, check.softcap(softcap))
     c = const(q, check.scale(scale, q.shape[-1]))
-    if not buckets.applies(sinks):
+    if not (buckets.applies(sinks) or buckets.traced(sinks)):
         return _sdpa_sinks(q, k, v, sinks, mask, bias, c, full, cap)
-    column = np.asarray(sinks)[:, None, None]  # (H, 1, 1): broadcasts to (..., H, T, 1)
+    # (H, 1, 1): broadcasts to (..., H, T, 1); a tracer under jax.vjp (bucketed VJP)
+    column = (sinks[:, None, None] if isinstance(sinks, jax.core.Tracer)
+              else np.asarray(sinks)[:, None, None])
     return _bucketed(_sdpa_sink_column, q, k, v, mask, full, {"bias": bias},
                      {"column": column}, c=c, cap=cap)
 

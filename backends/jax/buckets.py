@@ -10,7 +10,9 @@ exact shapes on the host. Each kernel pads only where padding changes no output 
 
 Under a JAX transformation (``jax.jit``, ``jax.vjp``, ``nnx``) the inputs are tracers and
 the kernel runs at the exact shapes, as it does for calls past MAX_ELEMENTS, on another
-device, or with ``--backend-option buckets=off``.
+device, or with ``--backend-option buckets=off``; except that ``jax.vjp`` of concrete arrays
+(the suite's gradient vectors) gives each bucketed kernel's custom VJP concrete values, so
+its forward and its pullback run at bucket sizes too (``differentiable``, ``vjp_of``).
 
 Why: the conformance suite calls each kernel at hundreds of distinct tiny shapes, and on
 the CPU one compilation (tracing, lowering, XLA) costs 20-80 ms against microseconds of
@@ -20,9 +22,11 @@ cutting are copies on the host (NumPy), which compile nothing.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ._core import host
@@ -97,14 +101,127 @@ def on_device(*xs):
     return tuple(None if x is None else host(x) for x in xs)
 
 
+def traced(*arrays) -> bool:
+    """Whether a call on these arrays holds a tracer and could still run bucketed once the
+    tracers are gone: bucketing is on and every concrete array is on the CPU. Under
+    ``jax.vjp`` of concrete arrays (the suite's gradients) the forward and backward passes of
+    a :func:`differentiable` call see concrete arrays, and run at bucket sizes."""
+    if not _on[0] or not any(isinstance(x, jax.core.Tracer) for x in arrays):
+        return False
+    return all(not isinstance(x, jax.Array) or isinstance(x, jax.core.Tracer)
+               or next(iter(x.devices())).platform == "cpu" for x in arrays if x is not None)
+
+
+def unbroadcast(g, shape: tuple) -> np.ndarray:
+    """The adjoint of broadcasting to g's shape: g summed over the axes broadcast from
+    ``shape``."""
+    g = np.asarray(g)
+    g = g.sum(axis=tuple(range(g.ndim - len(shape)))) if g.ndim > len(shape) else g
+    axes = tuple(i for i, (a, b) in enumerate(zip(g.shape, shape)) if b == 1 and a != 1)
+    return g.sum(axis=axes, keepdims=True) if axes else g
+
+
+@functools.cache
+def vjp_of(kernel, static: tuple):
+    """``(primals, cotangents) -> the primals' cotangents`` of ``kernel(*primals, **static)``,
+    one ``jax.jit`` (compiled once per bucket shape, as the kernel's forward is)."""
+    def pullback(primals, cotangents):
+        _, pull = jax.vjp(lambda *a: kernel(*a, **dict(static)), *primals)
+        return pull(cotangents)
+    return jax.jit(pullback)
+
+
+def _float(x) -> bool:
+    return x is not None and jnp.issubdtype(np.asarray(x).dtype if not isinstance(x, jax.Array)
+                                            else x.dtype, jnp.floating)
+
+
+def differentiable(forward, backward, exact, *args):
+    """``exact(*args)`` under a JAX transformation, with a custom VJP that runs bucketed where
+    the transformation is ``jax.vjp`` of concrete arrays: ``forward(*args)`` (host-padded,
+    as a call on concrete arrays runs) and ``backward(args, cotangents)`` -> one cotangent
+    per arg (None for the non-float ones). Where the values are tracers still (jax.jit,
+    nnx.jit around the gradient), the exact kernel and its own VJP."""
+    @jax.custom_vjp
+    def call(*a):
+        return exact(*a)
+
+    def fwd(*a):
+        if applies(*a):
+            return forward(*a), a
+        return exact(*a), a
+
+    def bwd(a, cts):
+        if applies(*a, *jax.tree_util.tree_leaves(cts)):
+            grads = backward(a, cts)
+        else:
+            keep = [i for i, x in enumerate(a) if _float(x)]
+            _, pull = jax.vjp(lambda *f: exact(*(f[keep.index(i)] if i in keep else x
+                                                 for i, x in enumerate(a))),
+                              *(a[i] for i in keep))
+            got = pull(cts)
+            grads = [got[keep.index(i)] if i in keep else None for i in range(len(a))]
+        return tuple(g if _float(x) else None for g, x in zip(grads, a))
+
+    call.defvjp(fwd, bwd)
+    return call(*args)
+
+
+def moved(exact, forward, adjoint, x):
+    """A map that only moves values (reshape, transpose, repeat): ``forward(x)`` in NumPy on
+    the host where x is concrete (nothing compiled per shape), ``exact(x)`` in JAX under a
+    transformation, with the host ``adjoint`` (the transposed map: a cut, a sum over the
+    copies) as its VJP where ``jax.vjp`` runs on concrete arrays."""
+    if applies(x):
+        return host(forward(np.asarray(x)))
+    if traced(x):
+        return differentiable(lambda x: host(forward(np.asarray(x))),
+                              lambda a, ct: (host(adjoint(np.asarray(ct))),), exact, x)
+    return exact(x)
+
+
 def rowwise(kernel, x, *args, item_rank: int = 1, **static):
     """``kernel(x, *args, **static)`` for a kernel that maps each item of x (its last
     ``item_rank`` axes) on its own: the leading axes flattened to rows, the rows padded, the
-    result cut back to x's leading shape. At the exact shape where bucketing does not apply."""
+    result cut back to x's leading shape. At the exact shape where bucketing does not apply;
+    under ``jax.vjp`` of concrete arrays the backward pass is bucketed too (the args other
+    than x are not padded: the padded rows are zeros and their cotangents zeros, so they add
+    an exact 0 to the args' cotangents)."""
     lead, item = x.shape[:x.ndim - item_rank], x.shape[x.ndim - item_rank:]
     n = math.prod(lead)
-    if not (applies(x, *args) and small((size(n), *item))):
+    if not small((size(n), *item)):
         return kernel(x, *args, **static)
+    if traced(x, *args):
+        return _rowwise_traced(kernel, x, args, item_rank, static)
+    if not applies(x, *args):
+        return kernel(x, *args, **static)
+    return _rows(kernel, x, args, item_rank, static)
+
+
+def _rows(kernel, x, args, item_rank, static):
+    lead, item = x.shape[:x.ndim - item_rank], x.shape[x.ndim - item_rank:]
+    n = math.prod(lead)
     xp = pad(np.asarray(x).reshape((n, *item)), (size(n), *item))  # (N', *item)
     y = np.asarray(kernel(*on_device(xp), *args, **static))  # (N', ...)
     return cut(y[:n].reshape((*lead, *y.shape[1:])), ...)
+
+
+def _rowwise_traced(kernel, x, args, item_rank, static):
+    exact = functools.partial(kernel, **static)
+    key = tuple(sorted(static.items()))
+
+    def forward(x, *a):
+        return _rows(kernel, x, a, item_rank, static)
+
+    def backward(primals, ct):
+        x, *a = primals
+        lead, item = x.shape[:x.ndim - item_rank], x.shape[x.ndim - item_rank:]
+        n, N = math.prod(lead), size(math.prod(lead))
+        xp = pad(np.asarray(x).reshape((n, *item)), (N, *item))
+        ct = np.asarray(ct)
+        cp = pad(ct.reshape((n, *ct.shape[len(lead):])), (N, *ct.shape[len(lead):]))
+        gx, *ga = vjp_of(kernel, key)((*on_device(xp), *a), *on_device(cp))
+        gx = None if not _float(x) else cut(np.asarray(gx)[:n].reshape(x.shape), ...)
+        return (gx, *ga)
+
+    return differentiable(forward, backward, exact, x, *args)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from .. import _checks as check
 from ..composite.moe import MoE
-from ._core import boolean, floating
+from ._core import boolean, const, floating
 
 
 def _ranked(s):
@@ -37,13 +37,23 @@ def moe_router(logits, correction_bias=None, *, top_k, scoring="softmax", renorm
     top_k, n_group, topk_group = check.moe_router(
         tuple(x.shape), None if b is None else tuple(b.shape), top_k, scoring, renormalize, eps,
         n_group, topk_group, routed_scaling_factor)
+    return _router(x, b, const(x, eps), const(x, routed_scaling_factor), top_k=top_k,
+                   scoring=scoring, renormalize=bool(renormalize), n_group=n_group,
+                   topk_group=topk_group)
+
+
+@functools.partial(jax.jit, static_argnames=("top_k", "scoring", "renormalize", "n_group",
+                                             "topk_group"))
+def _router(x, b, eps, scale, top_k, scoring, renormalize, n_group, topk_group):
+    """The router compiled once per shape and (shape-like) attribute set; eps and the scaling
+    factor are traced (one program for every value of them)."""
     p = jax.nn.softmax(x, axis=-1) if scoring == "softmax" else jax.nn.sigmoid(x)  # (N, E)
     s = p if b is None else p + b
     idx = _select(jax.lax.stop_gradient(s), top_k, n_group, topk_group)         # (N, k)
     w = jnp.take_along_axis(p, idx, axis=-1)
     if renormalize:
-        w = w / (w.sum(axis=-1, keepdims=True) + jnp.asarray(eps, x.dtype))
-    return w * jnp.asarray(routed_scaling_factor, x.dtype), idx.astype(jnp.int64)
+        w = w / (w.sum(axis=-1, keepdims=True) + eps)
+    return w * scale, idx.astype(jnp.int64)
 
 
 # -- the MoE layer (spec/components/moe.md): the shared composite ---------------------------

@@ -49,6 +49,15 @@ def _split_heads(x, heads: int):
     return x.reshape(b, t, heads, width // heads).transpose(0, 2, 1, 3)
 
 
+def split_heads(x, heads: int):
+    """(B, T, H*K) -> (B, H, T, K) (the composites' op): moved on the host where x is
+    concrete, and under jax.vjp of concrete arrays (buckets.moved)."""
+    b, t, width = x.shape
+    return buckets.moved(lambda x: _split_heads(x, heads),
+                         lambda a: a.reshape(b, t, heads, width // heads).transpose(0, 2, 1, 3),
+                         lambda g: g.transpose(0, 2, 1, 3).reshape(b, t, width), x)
+
+
 def _weights(p, d_q: int, d_k: int, d_v: int, hk: int, hv: int, like) -> dict:
     """The mha parameters, shape-checked (ParameterError naming the path) and of ``like``'s
     dtype (DTypeError); biases may be None."""

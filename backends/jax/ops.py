@@ -8,16 +8,23 @@ import jax.numpy as jnp
 import numpy as np
 from attnspec.spec.errors import DomainError
 
+from . import buckets
 from ._core import floating, host, integers  # noqa: F401  (dtype checks naming the argument)
 from .multihead import _linear as linear  # noqa: F401  (x W + b from params, checked)
-from .multihead import _split_heads as split_heads  # noqa: F401  (B, T, H*K) -> (B, H, T, K)
+from .multihead import split_heads  # noqa: F401  (B, T, H*K) -> (B, H, T, K)
 
 
 @jax.jit
-def merge_heads(x):
-    """(B, H, T, V) -> (B, T, H*V)."""
+def _merge_heads(x):
     b, h, t, v = x.shape
     return x.transpose(0, 2, 1, 3).reshape(b, t, h * v)
+
+
+def merge_heads(x):
+    """(B, H, T, V) -> (B, T, H*V), moved on the host where it can be (buckets.moved)."""
+    b, h, t, v = x.shape
+    return buckets.moved(_merge_heads, lambda a: a.transpose(0, 2, 1, 3).reshape(b, t, h * v),
+                         lambda g: g.reshape(b, t, h, v).transpose(0, 2, 1, 3), x)
 
 
 def matmul(a, b):
@@ -27,34 +34,84 @@ def matmul(a, b):
 tanh = jnp.tanh
 
 
+# The ops that only move, select or compare values run on the host (NumPy) when their
+# arrays are concrete and on the CPU (as the bucketed kernels' padding does, and under the
+# same backend option, buckets=on): each would otherwise compile a program per shape, and
+# the composites call them at every vector's shapes. They compute no arithmetic, so NumPy
+# and XLA give the same bits. Under a transformation (tracers) they are jax.numpy's.
+
+def _on_host(*xs) -> bool:
+    return buckets.applies(*xs) and all(isinstance(x, (jax.Array, np.ndarray, np.generic, bool,
+                                                       int, float)) for x in xs)
+
+
+def _moved_many(exact, forward, adjoint, xs):
+    """A map of several arrays that only moves values, under jax.vjp of concrete arrays: the
+    host ``forward`` and its host ``adjoint`` as the custom VJP (buckets.differentiable)."""
+    return buckets.differentiable(
+        lambda *a: jax.tree_util.tree_map(host, forward([np.asarray(x) for x in a])),
+        lambda a, ct: [host(g) for g in adjoint(jax.tree_util.tree_map(np.asarray, ct))],
+        lambda *a: exact(list(a)), *xs)
+
+
 def concat(xs, axis: int):
+    if _on_host(*xs):
+        return host(np.concatenate([np.asarray(x) for x in xs], axis=axis))
+    if buckets.traced(*xs):
+        cuts = np.cumsum([x.shape[axis] for x in xs])[:-1]
+        return _moved_many(lambda a: jnp.concatenate(a, axis=axis),
+                           lambda a: np.concatenate(a, axis=axis),
+                           lambda g: np.split(g, cuts, axis=axis), xs)
     return jnp.concatenate(xs, axis=axis)
 
 
 def stack(xs, axis: int):
+    if _on_host(*xs):
+        return host(np.stack([np.asarray(x) for x in xs], axis=axis))
+    if buckets.traced(*xs):
+        return _moved_many(lambda a: jnp.stack(a, axis=axis), lambda a: np.stack(a, axis=axis),
+                           lambda g: [np.take(g, i, axis=axis) for i in range(len(xs))], xs)
     return jnp.stack(xs, axis=axis)
 
 
 def unstack(x, axis: int):
+    if _on_host(x):
+        return [host(np.array(np.take(np.asarray(x), i, axis=axis)))
+                for i in range(x.shape[axis])]
+    if buckets.traced(x):
+        n = x.shape[axis]
+        return _moved_many(lambda a: [jnp.take(a[0], i, axis=axis) for i in range(n)],
+                           lambda a: [np.take(a[0], i, axis=axis) for i in range(n)],
+                           lambda g: [np.stack(g, axis=axis)], [x])
     return [jnp.take(x, i, axis=axis) for i in range(x.shape[axis])]
 
 
 def where(c, a, b):
+    dtypes = {x.dtype for x in (a, b) if hasattr(x, "dtype")}
+    if len(dtypes) == 1 and _on_host(c, a, b):
+        dtype = dtypes.pop()  # a Python scalar takes the array's dtype, as in jnp
+        return host(np.where(np.asarray(c), np.asarray(a, dtype=dtype), np.asarray(b, dtype=dtype)))
     return jnp.where(c, a, b)
 
 
 def argmax(x, axis: int):
     """int64 indices; ties go to the lowest index."""
+    if _on_host(x):  # NumPy's argmax also takes the first maximum (NaN: the first NaN)
+        return host(np.argmax(np.asarray(x), axis=axis).astype(np.int64))
     if x.dtype == jnp.bool_:
         x = x.astype(jnp.int8)
     return jnp.argmax(x, axis=axis).astype(jnp.int64)
 
 
 def any_(x, axis: int):
+    if _on_host(x):
+        return host(np.any(np.asarray(x), axis=axis))
     return jnp.any(x, axis=axis)
 
 
 def all_(x):
+    if _on_host(x):
+        return host(np.all(np.asarray(x)))
     return jnp.all(x)
 
 
@@ -106,8 +163,12 @@ def int64(x):
 
 def take_rows(x, index):
     """x[b, index[b]] for every row b: (B, S, ...) and (B,) -> (B, ...)."""
+    if _on_host(x, index):
+        return host(np.asarray(x)[np.arange(x.shape[0]), np.asarray(index)])
     return x[np.arange(x.shape[0]), index]
 
 
 def reverse(x, axis: int):
+    if _on_host(x):
+        return host(np.flip(np.asarray(x), axis=axis))
     return jnp.flip(x, axis=axis)

@@ -136,6 +136,16 @@ def _rope_rows(x, cos, sin, half):
     *lead, t, kw = x.shape
     n = math.prod(lead)
     N, T = buckets.size(n), buckets.size(t)
+    if buckets.small((N, T, kw)) and buckets.traced(x):  # under jax.vjp: bucketed VJP too
+        def backward(a, ct):
+            xp, cp = (buckets.pad(np.asarray(y).reshape((n, t, kw)), (N, T, kw)) for y in (a[0], ct))
+            g = buckets.vjp_of(_rotate, (("half", half),))(
+                buckets.on_device(xp, buckets.pad(cos, (T, kw // 2)),
+                                  buckets.pad(sin, (T, kw // 2))), *buckets.on_device(cp))[0]
+            return buckets.cut(np.asarray(g)[:n, :t].reshape(x.shape), ...), None, None
+        return buckets.differentiable(lambda x, c, s: _rope_rows(x, c, s, half), backward,
+                                      lambda x, c, s: _rotate(x, host(c), host(s), half),
+                                      x, cos, sin)
     if not (buckets.applies(x) and buckets.small((N, T, kw))):
         return _rotate(x, host(cos), host(sin), half)
     # bucketed (buckets.py): leading axes flattened, rows and positions padded, then cut

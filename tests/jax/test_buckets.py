@@ -3,8 +3,8 @@ kernel returns, every shape of a bucket shares one compilation, and traced or la
 run at their exact shapes.
 
 Each comparison calls the same function twice in one process, buckets on and off; the
-golden vectors judge both paths as well (the suite runs bucketed; gradients and the Flax
-modules under jit run traced, at the exact shapes)."""
+golden vectors judge both paths as well (the suite runs bucketed, its gradients too, through
+the kernels' custom VJPs; the Flax modules under jit run traced, at the exact shapes)."""
 
 import numpy as np
 import pytest
@@ -164,8 +164,91 @@ def test_under_jit_and_vjp_the_kernels_run_at_the_exact_shapes(monkeypatch, back
     monkeypatch.setattr(buckets, "pad", _no_padding)
     jitted = jax.jit(lambda q: sdpa(q, q, q)[0])(q)
     np.testing.assert_allclose(np.asarray(jitted), eager, rtol=1e-13)
-    grad = jax.grad(lambda q: jnp.sum(sdpa(q, q, q)[0]))(q)
+    grad = jax.jit(jax.grad(lambda q: jnp.sum(sdpa(q, q, q)[0])))(q)  # traced: exact shapes
     assert grad.shape == (3, 4) and np.isfinite(np.asarray(grad)).all()
+
+
+def grads_both(backend, name, module, inputs: dict, wrt: tuple, params=None, **kw):
+    """The VJP (backend.vjp, as the suite's gradient vectors call it) of the function's
+    outputs along fixed random cotangents, buckets on, then off: {name: ndarray} twice."""
+    fn = backend.function(name, module)
+    call = {k: backend.asarray(v, dtype=None if v.dtype.kind in "biu" else "float64")
+            if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
+    if params is not None:
+        call["params"] = {k: backend.asarray(v, dtype="float64") for k, v in params.items()}
+    out = fn(**call, **kw)
+    names = J.returns_of(name)
+    outs = dict(zip(names, out if isinstance(out, tuple) else (out,)))
+    rng = np.random.default_rng(3)
+    cts = {k: backend.asarray(rng.standard_normal(np.shape(o)), dtype="float64")
+           for k, o in outs.items() if o is not None and k in wrt}
+    got = []
+    for on in (True, False):
+        buckets.enable(on)
+        gi, gp = backend.vjp(name, module, {**call, **kw}, cts)
+        got.append({k: np.asarray(g) for k, g in {**gi, **gp}.items()})
+    buckets.enable(True)
+    return got
+
+
+def same_grads(on, off, rtol=1e-12):
+    assert on.keys() == off.keys() and on
+    for k in on:
+        assert on[k].shape == off[k].shape and on[k].dtype == off[k].dtype, k
+        np.testing.assert_allclose(on[k], off[k], rtol=rtol, atol=1e-13, equal_nan=True,
+                                   err_msg=k)
+
+
+def test_gradients_under_vjp_of_concrete_arrays_run_bucketed_and_equal_the_exact_ones(backend):
+    """jax.vjp of concrete arrays (the suite's gradient vectors) runs the bucketed kernels'
+    custom VJPs; the cotangents equal those of the exact-shape kernels, broadcast inputs
+    included (their cotangents summed over the broadcast axes)."""
+    mask = RNG.random((3, 5)) > 0.3
+    mask[1] = False  # a row with no key
+    on, off = grads_both(backend, "sdpa", "attention",
+                         dict(q=normal(2, 2, 3, 4), k=normal(2, 1, 5, 4), v=normal(2, 1, 5, 6),
+                              mask=mask, bias=normal(3, 5)),
+                         ("output", "weights"), softcap=2.5, num_kv_heads=1)
+    same_grads(on, off)
+    same_grads(*grads_both(backend, "sdpa_lse", "attention",
+                           dict(q=normal(3, 4), k=normal(5, 4), v=normal(5, 2)),
+                           ("output", "lse")))
+    x = normal(2, 3, 6)
+    same_grads(*grads_both(backend, "layer_norm", "norm", dict(x=x), ("y",),
+                           params={"gamma": normal(6), "beta": normal(6)}))
+    same_grads(*grads_both(backend, "feedforward", "feedforward", dict(x=x), ("y",),
+                           params={"w1": normal(6, 9), "b1": normal(9), "w2": normal(9, 6),
+                                   "b2": normal(6)}, activation="gelu"))
+    same_grads(*grads_both(backend, "rope", "positional", dict(x=normal(2, 5, 8)), ("y",),
+                           convention="half", offset=3))
+    same_grads(*grads_both(backend, "mha", "multihead",
+                           dict(query=normal(2, 3, 8), key=normal(2, 5, 8), value=normal(2, 5, 8)),
+                           ("output", "weights"), num_heads=4, num_kv_heads=2,
+                           params={"w_q": normal(8, 8), "w_k": normal(8, 4), "w_v": normal(8, 4),
+                                   "w_o": normal(8, 8)}))
+
+
+def test_the_gradients_of_a_bucket_compile_nothing_new(backend, caplog):
+    """After one gradient of sdpa at T = 3, those at T = 5, 6, 7 (the same bucket, 8) compile
+    nothing: the forward and the pullback run at the bucket's shapes."""
+    def grad(t):
+        q = normal(2, t, 4)
+        return grads_both(backend, "sdpa", "attention", dict(q=q, k=normal(2, t + 1, 4),
+                                                             v=normal(2, t + 1, 4)), ("output",))
+    same_grads(*grad(3))
+    fn = backend.function("sdpa", "attention")
+    jax.config.update("jax_log_compiles", True)
+    try:
+        with caplog.at_level("WARNING", logger="jax"):
+            for t in (5, 6, 7):
+                call = {n: backend.asarray(normal(2, t + (n != "q"), 4), dtype="float64")
+                        for n in ("q", "k", "v")}
+                out, _ = fn(**call)
+                backend.vjp("sdpa", "attention", call, {"output": out})
+    finally:
+        jax.config.update("jax_log_compiles", False)
+    compiled = [r.getMessage()[:80] for r in caplog.records if "Compiling" in r.getMessage()]
+    assert not compiled
 
 
 def test_an_unknown_buckets_value_is_a_config_error_naming_it():
