@@ -39,7 +39,6 @@ The suite is ``attnspec.conformance.suite``; run it with ``attnspec verify`` or
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import os
 import platform
@@ -410,15 +409,25 @@ def pytest_sessionstart(session):
     s = session.config.stash.get(_SESSION, None)
     if s is not None and not s.problem:
         _RUNNING.append(s)
+        freeze_garbage_collector()
 
 
-@pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session):
-    """The collected suite (thousands of items, each with its vector's parameters) lives until
-    the run ends: frozen out of the cyclic garbage collector, which otherwise walks it in
-    every full collection (pytest runs five when the session ends). Only the suite's runs."""
     s = session.config.stash.get(_SESSION, None)
     if s is not None and not s.problem:
+        freeze_garbage_collector()
+
+
+def freeze_garbage_collector() -> None:
+    """The framework, the vectors and (once collected) the tests live as long as the run:
+    move them out of the cyclic garbage collector's sight (``gc.freeze``), so that each
+    full collection during the run, and the five pytest makes at its end, walk only what
+    the tests create. With torch or TensorFlow loaded a full collection walks millions of
+    objects, ~0.3 s each: 2-3 s of a suite process (docs/figures.md, 2026-11-29).
+    ATTNSPEC_GC_FREEZE=0 leaves the collector alone."""
+    if os.environ.get("ATTNSPEC_GC_FREEZE", "1") != "0":
+        import gc
+
         gc.freeze()
 
 

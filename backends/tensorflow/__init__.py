@@ -79,9 +79,9 @@ class TensorFlowBackend(Backend):
 
     def to_numpy(self, x) -> np.ndarray:
         if isinstance(x, (tf.Tensor, tf.Variable)):
-            if x.dtype.is_floating:
-                x = tf.cast(x, tf.float64)
-            return x.numpy()
+            # widened on the host (exact, as tf.cast is): no TensorFlow op per conversion
+            a = x.numpy()
+            return a.astype(np.float64) if x.dtype.is_floating else a
         x = np.asarray(x)
         return x.astype(np.float64) if x.dtype.kind == "f" else x
 

@@ -138,7 +138,10 @@ def _batched(x, full: tuple):
 def repeat_kv(q, k, v, num_kv_heads):
     """k, v (..., H_kv, S, .) -> (..., H, S, .), each kv head repeated H / H_kv times."""
     group = check.kv_group(num_kv_heads, q, k, v)
-    return tf.repeat(k, group, axis=-3), tf.repeat(v, group, axis=-3)
+    # one gather each: tf.repeat is ~20 eager ops (~0.5 ms a call, 24 us for the gather)
+    heads = np.repeat(np.arange(check.shape(k)[-3], dtype=np.int32), group)  # (H,)
+    return (tf.gather(k, heads, axis=len(k.shape) - 3),
+            tf.gather(v, heads, axis=len(v.shape) - 3))
 
 
 def _scores(q, k, v, mask, bias, scale, num_kv_heads, softcap):

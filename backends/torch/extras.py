@@ -316,11 +316,11 @@ def _close_at(name, got, vector, out_name, dtype):
 def agree_hf_encoder_layer(device, norm):
     """Every expressible encoder_layer vector of this norm through ``hf.to_hf``: BertLayer
     (post) or GPT2Block (pre), the vector's own mask given as HF's additive mask."""
-    from . import hf
-
     name = "transformers." + ("BertLayer" if norm == "post" else "GPT2Block")
 
     def one(v, x, p):
+        from . import hf  # here, not at collection: importing transformers costs ~5 s
+
         a = v.attributes
         t = x["x"].shape[1]
         if a.get("norm", "post") != norm or not _no_empty_rows(v.inputs.get("mask"), t, t):
@@ -441,12 +441,11 @@ def agree_hf_llama(device, function):
     (LlamaForCausalLM) vector through ``hf.to_hf``, judged at the vector's float32
     tolerance: at float64 transformers still computes RMSNorm, the RoPE angles and the
     eager softmax in float32 (spec/components/huggingface.md)."""
-    from . import hf
-
     name = "transformers." + ("LlamaDecoderLayer" if function == "llama_layer"
                               else "LlamaForCausalLM")
 
     def one(v, x, p):
+        from . import hf
         if function == "llama_decoder_only":
             a = _llama_attributes(v, x["ids"].shape[1])
             if a is None:
@@ -503,11 +502,11 @@ def agree_hf_moe(device, block):
     computes the router's softmax and top-k weights in float32 whatever the dtype
     (``softmax(router_logits.float())``; DeepSeek-V3 its router logits:
     spec/components/huggingface.md)."""
-    from . import hf
-
     name = f"transformers.{block}"
 
     def check(spec):
+        from . import hf
+
         vectors = [v for v in spec.vectors if v.function == "moe" and not v.deprecated
                    and v.expect in ("value", "gradient") and _moe_block(v) == block]
         if not vectors:
@@ -524,11 +523,10 @@ def agree_hf_zoo(device, model):
     """Every llama_layer (Mistral, Qwen2, Phi-3) or parallel_layer (GPT-NeoX, Falcon) value
     vector the model can express (``hf_zoo.expressible``) through ``hf.to_hf(model=)``, at
     the vector's float32 tolerance (every one computes the RoPE angles in float32)."""
-    from . import hf, hf_zoo
-
     name = f"transformers.{model}"
 
     def one(v, x, p):
+        from . import hf, hf_zoo
         a = hf_zoo.expressible(v, model)
         if a is None:
             return False
@@ -538,6 +536,8 @@ def agree_hf_zoo(device, model):
         return True
 
     def check(spec):
+        from . import hf_zoo
+
         function = hf_zoo.SPEC_FUNCTION[model]
         vectors = [v for v in spec.vectors if v.function == function and v.expect == "value"
                    and not v.deprecated and _finite(v)]
@@ -565,11 +565,10 @@ def agree_hf_mla(device):
     tolerance: at float64 transformers still computes RMSNorm and the RoPE angles in float32.
     Left out: YaRN's mscale (see _mla_attributes) and a query row with no key to attend to
     (uniform weights in HF, zeros in the spec)."""
-    from .hf_mla import forward, mla_to_hf
-
     name = "transformers.DeepseekV3Attention"
 
     def one(v, x, p):
+        from .hf_mla import forward, mla_to_hf
         t = x["x"].shape[1]
         a = _mla_attributes(v)
         keep = np.tril(np.ones((t, t), dtype=bool))
