@@ -115,9 +115,14 @@ class Decoding(Models):
         return cache
 
     def llama_step(self, ids, cache, *, pad_id, num_layers, num_heads, num_kv_heads=None,
-                   eps=1e-6, rope_base=10000.0, window=None, params):
+                   eps=1e-6, rope_base=10000.0, window=None, rope_scaling=None, rotary_dim=None,
+                   params):
         """(logits (B, t, L), new cache) for the t new tokens ``ids`` (B, t) at positions
-        n..n+t-1, n = cache["length"]: equal to llama_decoder_only(all ids so far)[:, n:]."""
+        n..n+t-1, n = cache["length"]: equal to llama_decoder_only(all ids so far)[:, n:].
+        With rope_scaling the new positions' frequencies are those of seq_len = n + t (as
+        transformers' rotary embedding takes max(position_ids) + 1); the cached keys keep the
+        rotation they were stored with, so a rule whose frequencies depend on seq_len
+        (dynamic, longrope) equals the full forward only while they do not change."""
         ops = self.ops
         p = check.params_of(params)
         L, _ = check.shape(p.require("embed.table", (None, None)))
@@ -126,6 +131,7 @@ class Decoding(Models):
         n_layers = check.integer("num_layers", num_layers, lo=1)
         heads, kv = self.llama_heads(num_heads, num_kv_heads)
         window = self.llama_window(window)
+        rope = self.llama_rope(rope_scaling, rotary_dim)
         n = int(cache["length"])
         check.same("batch size", **{"ids.shape[0]": ids.shape[0],
                                     "cache['keep'].shape[0]": cache["keep"].shape[0]})
@@ -137,7 +143,7 @@ class Decoding(Models):
         for i in range(n_layers):
             past = cache[f"layers.{i}.k"], cache[f"layers.{i}.v"]
             h, (k, v) = self.llama_block(h, mask, heads, kv, eps, rope_base, n,
-                                         p.scope(f"layers.{i}"), None, past)
+                                         p.scope(f"layers.{i}"), None, past, rope=rope)
             new_cache[f"layers.{i}.k"], new_cache[f"layers.{i}.v"] = k, v
         return self.llama_head(h, eps, p), new_cache
 
