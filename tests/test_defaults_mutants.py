@@ -99,6 +99,10 @@ WRONG = [
     *[(f, {"window": 2}) for f in ("llama_layer", "llama_decoder_only")],
     *[(f, {"num_kv_heads": 1}) for f in ("llama_layer", "llama_decoder_only")],
     ("llama_layer", {"attention_bias": True}),  # reads attn.b_q, which no defaults vector has
+    # the defaults vectors have K = 8: half of each head rotated, or every frequency halved
+    *[(f, {"rotary_dim": 4}) for f in ("llama_layer", "llama_decoder_only")],
+    *[(f, {"rope_scaling": {"rope_type": "linear", "factor": 2.0}})
+      for f in ("llama_layer", "llama_decoder_only")],
     ("parallel_layer", {"num_kv_heads": 1}),
     ("parallel_layer", {"num_norms": 1}),
     ("parallel_layer", {"eps": 1e-6}),
