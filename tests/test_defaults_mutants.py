@@ -133,6 +133,8 @@ WRONG = [
     *[("gemma_decoder_only", d) for d in (
         {"num_kv_heads": 1}, {"window": 2}, {"query_pre_attn_scalar": 256.0},
         {"final_softcap": 3.0}, {"qk_norm": True})],
+    # a local base of 100 where rope_base (10000) is meant, on layer 0 of the defaults vector
+    ("gemma_decoder_only", {"rope_local_base": 100.0}),
     ("cross_entropy", {"ignore_index": 0}),
     ("cross_entropy", {"label_smoothing": 0.1}),
     ("cross_entropy", {"reduction": "sum"}),
