@@ -111,6 +111,8 @@ WRONG = [
     ("greedy_decode", {"rope_base": 500000.0}),
     ("greedy_decode", {"window": 2}),
     ("greedy_decode", {"num_kv_heads": 1}),
+    ("greedy_decode", {"rotary_dim": 4}),  # refused by the other models, wrong for Llama's
+    ("greedy_decode", {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}),
     ("mla", {"eps": 1e-5}),
     ("mla", {"rope_base": 500000.0}),
     ("mla", {"rope_convention": "half"}),

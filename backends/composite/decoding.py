@@ -204,24 +204,30 @@ class Decoding(Models):
         return src_ids, check.integer("max_len", max_len, lo=1)
 
     @staticmethod
-    def _llama_config(model, norm, activation, num_kv_heads, rope_base, window) -> dict:
-        """The Llama attributes; refused (unless defaults) by the other models."""
+    def _llama_config(model, norm, activation, num_kv_heads, rope_base, window,
+                      rope_scaling=None, rotary_dim=None) -> dict:
+        """The Llama attributes; refused (unless defaults) by the other models.
+        rope_scaling and rotary_dim are passed on only when given."""
         llama = {"num_kv_heads": num_kv_heads, "rope_base": rope_base, "window": window}
+        rope = {k: v for k, v in (("rope_scaling", rope_scaling), ("rotary_dim", rotary_dim))
+                if v is not None}
         if model == "llama_decoder_only":
             check.choice("norm", norm, ("pre",))
             check.choice("activation", activation, ("silu",))
-        elif llama != {"num_kv_heads": None, "rope_base": 10000.0, "window": None}:
-            raise ConfigError(f"num_kv_heads, rope_base and window are attributes of model "
-                              f"'llama_decoder_only', not of {model!r}")
-        return llama
+        elif llama != {"num_kv_heads": None, "rope_base": 10000.0, "window": None} or rope:
+            raise ConfigError(f"num_kv_heads, rope_base, window, rope_scaling and rotary_dim "
+                              f"are attributes of model 'llama_decoder_only', not of {model!r}")
+        return {**llama, **rope}
 
     def greedy_decode(self, prompt=None, src_ids=None, *, model, bos_id, eos_id, pad_id, max_len,
                       num_layers, num_heads, norm, eps=1e-5, activation, tie_embeddings=False,
-                      num_kv_heads=None, rope_base=10000.0, window=None, params):
+                      num_kv_heads=None, rope_base=10000.0, window=None, rope_scaling=None,
+                      rotary_dim=None, params):
         """ids (B, max_len): the prompt (decoder_only) or [bos_id] (transformer), extended by
         next = argmax_j logits[:, -1, j] (ties: lowest id) until a row emits eos_id, after which
         the row holds pad_id; stops when every row has ended or the length is max_len.
-        llama_decoder_only takes num_kv_heads, rope_base and window, and needs norm='pre',
+        llama_decoder_only takes num_kv_heads, rope_base, window, rope_scaling and rotary_dim
+        (through llama_step), and needs norm='pre',
         activation='silu' (what it is); the others refuse them."""
         ops = self.ops
         check.choice("model", model, MODELS)
@@ -231,7 +237,8 @@ class Decoding(Models):
         check.choice("norm", norm, NORMS)
         cfg = dict(num_layers=num_layers, num_heads=num_heads, norm=norm, eps=eps,
                    activation=activation)
-        llama = self._llama_config(model, norm, activation, num_kv_heads, rope_base, window)
+        llama = self._llama_config(model, norm, activation, num_kv_heads, rope_base, window,
+                                   rope_scaling, rotary_dim)
         if model == "llama_decoder_only":
             seq, max_len = self._prompt(prompt, src_ids, eos_id, pad_id, max_len, p, model)
             steps = self._llama_steps(seq, pad_id, {**llama, "num_layers": num_layers,
