@@ -526,10 +526,11 @@ def scaling_cases(r):
     a, p = gqa()
     yield value("llama/layer-rotary-dim-001", "llama_layer",
                 "rotary_dim 4 of K = 8 (partial rotary, Phi-3's partial_rotary_factor 0.5), no "
-                "scaling, positions 3..8: pairs (i, i + 2) of each head's first 4 features with "
-                "theta_i = 10000^(-2i/4), features 4..7 unrotated; rotating every feature, or "
-                "theta from K, fails.",
-                inputs={"x": shifted(r, (2, 6, 16))}, attributes={**a, "offset": 3, "rotary_dim": 4},
+                "scaling, rope_base 100, positions 3..8: pairs (i, i + 2) of each head's first 4 "
+                "features with theta_i = 100^(-2i/4), features 4..7 unrotated; rotating every "
+                "feature, or theta from K (100^(-2i/8)), fails.",
+                inputs={"x": shifted(r, (2, 6, 16))},
+                attributes={**a, "offset": 3, "rotary_dim": 4, "rope_base": 100.0},
                 params=p, flags=["rotary-dim", "offset"])
     a, p = gqa()
     yield value("llama/layer-yarn-rotary-dim-001", "llama_layer",
