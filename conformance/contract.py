@@ -18,7 +18,8 @@ EXTRA_FUNCTIONS = (
      "*, batch_size, num_layers, num_heads, num_kv_heads=None, params", "cache"),
     ("llama_step", "decoding",
      "ids, cache, *, pad_id, num_layers, num_heads, num_kv_heads=None, eps=1e-06, "
-     "rope_base=10000.0, window=None, params", "(logits, new_cache)"),
+     "rope_base=10000.0, window=None, rope_scaling=None, rotary_dim=None, params",
+     "(logits, new_cache)"),
     ("mla_init_cache", "decoding", "*, batch_size, params", "cache"),
     ("mla_step", "decoding",
      "x, cache, mask=None, *, num_heads, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, "

@@ -105,6 +105,10 @@ WRONG = [
     *[(f, {"window": 2}) for f in ("llama_layer", "llama_decoder_only")],
     *[(f, {"num_kv_heads": 1}) for f in ("llama_layer", "llama_decoder_only")],
     ("llama_layer", {"attention_bias": True}),  # reads attn.b_q, which no defaults vector has
+    # the defaults vectors have K = 8: half of each head rotated, or every frequency halved
+    *[(f, {"rotary_dim": 4}) for f in ("llama_layer", "llama_decoder_only")],
+    *[(f, {"rope_scaling": {"rope_type": "linear", "factor": 2.0}})
+      for f in ("llama_layer", "llama_decoder_only")],
     ("parallel_layer", {"num_kv_heads": 1}),
     ("parallel_layer", {"num_norms": 1}),
     ("parallel_layer", {"eps": 1e-6}),
@@ -113,6 +117,8 @@ WRONG = [
     ("greedy_decode", {"rope_base": 500000.0}),
     ("greedy_decode", {"window": 2}),
     ("greedy_decode", {"num_kv_heads": 1}),
+    ("greedy_decode", {"rotary_dim": 4}),  # refused by the other models, wrong for Llama's
+    ("greedy_decode", {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}),
     ("mla", {"eps": 1e-5}),
     ("mla", {"rope_base": 500000.0}),
     ("mla", {"rope_convention": "half"}),
@@ -146,6 +152,8 @@ WRONG = [
         {"rope_base": 500000.0}, {"rope_convention": "half"},
         {"scoring": "softmax"}, {"renormalize": False}, {"n_group": 2}, {"topk_group": 2},
         {"routed_scaling_factor": 2.5})],
+    # a local base of 100 where rope_base (10000) is meant, on layer 0 of the defaults vector
+    ("gemma_decoder_only", {"rope_local_base": 100.0}),
     ("cross_entropy", {"ignore_index": 0}),
     ("cross_entropy", {"label_smoothing": 0.1}),
     ("cross_entropy", {"reduction": "sum"}),

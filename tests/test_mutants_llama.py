@@ -83,10 +83,10 @@ def no_final_norm(self, h, eps, p, trace=None):
 
 
 def step_positions_not_offset(self, x, keep, heads, kv, eps, base, offset, p, trace,
-                              past=None, bias=False):
+                              past=None, bias=False, rope=None):
     """A cached step rotates its queries and keys at positions 0.. instead of n.."""
     return Decoding.llama_block(self, x, keep, heads, kv, eps, base,
-                                offset if past is None else 0, p, trace, past, bias)
+                                offset if past is None else 0, p, trace, past, bias, rope)
 
 
 MUTANTS = {

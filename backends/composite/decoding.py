@@ -115,9 +115,14 @@ class Decoding(Models):
         return cache
 
     def llama_step(self, ids, cache, *, pad_id, num_layers, num_heads, num_kv_heads=None,
-                   eps=1e-6, rope_base=10000.0, window=None, params):
+                   eps=1e-6, rope_base=10000.0, window=None, rope_scaling=None, rotary_dim=None,
+                   params):
         """(logits (B, t, L), new cache) for the t new tokens ``ids`` (B, t) at positions
-        n..n+t-1, n = cache["length"]: equal to llama_decoder_only(all ids so far)[:, n:]."""
+        n..n+t-1, n = cache["length"]: equal to llama_decoder_only(all ids so far)[:, n:].
+        With rope_scaling the new positions' frequencies are those of seq_len = n + t (as
+        transformers' rotary embedding takes max(position_ids) + 1); the cached keys keep the
+        rotation they were stored with, so a rule whose frequencies depend on seq_len
+        (dynamic, longrope) equals the full forward only while they do not change."""
         ops = self.ops
         p = check.params_of(params)
         L, _ = check.shape(p.require("embed.table", (None, None)))
@@ -126,6 +131,7 @@ class Decoding(Models):
         n_layers = check.integer("num_layers", num_layers, lo=1)
         heads, kv = self.llama_heads(num_heads, num_kv_heads)
         window = self.llama_window(window)
+        rope = self.llama_rope(rope_scaling, rotary_dim)
         n = int(cache["length"])
         check.same("batch size", **{"ids.shape[0]": ids.shape[0],
                                     "cache['keep'].shape[0]": cache["keep"].shape[0]})
@@ -137,7 +143,7 @@ class Decoding(Models):
         for i in range(n_layers):
             past = cache[f"layers.{i}.k"], cache[f"layers.{i}.v"]
             h, (k, v) = self.llama_block(h, mask, heads, kv, eps, rope_base, n,
-                                         p.scope(f"layers.{i}"), None, past)
+                                         p.scope(f"layers.{i}"), None, past, rope=rope)
             new_cache[f"layers.{i}.k"], new_cache[f"layers.{i}.v"] = k, v
         return self.llama_head(h, eps, p), new_cache
 
@@ -198,24 +204,30 @@ class Decoding(Models):
         return src_ids, check.integer("max_len", max_len, lo=1)
 
     @staticmethod
-    def _llama_config(model, norm, activation, num_kv_heads, rope_base, window) -> dict:
-        """The Llama attributes; refused (unless defaults) by the other models."""
+    def _llama_config(model, norm, activation, num_kv_heads, rope_base, window,
+                      rope_scaling=None, rotary_dim=None) -> dict:
+        """The Llama attributes; refused (unless defaults) by the other models.
+        rope_scaling and rotary_dim are passed on only when given."""
         llama = {"num_kv_heads": num_kv_heads, "rope_base": rope_base, "window": window}
+        rope = {k: v for k, v in (("rope_scaling", rope_scaling), ("rotary_dim", rotary_dim))
+                if v is not None}
         if model == "llama_decoder_only":
             check.choice("norm", norm, ("pre",))
             check.choice("activation", activation, ("silu",))
-        elif llama != {"num_kv_heads": None, "rope_base": 10000.0, "window": None}:
-            raise ConfigError(f"num_kv_heads, rope_base and window are attributes of model "
-                              f"'llama_decoder_only', not of {model!r}")
-        return llama
+        elif llama != {"num_kv_heads": None, "rope_base": 10000.0, "window": None} or rope:
+            raise ConfigError(f"num_kv_heads, rope_base, window, rope_scaling and rotary_dim "
+                              f"are attributes of model 'llama_decoder_only', not of {model!r}")
+        return {**llama, **rope}
 
     def greedy_decode(self, prompt=None, src_ids=None, *, model, bos_id, eos_id, pad_id, max_len,
                       num_layers, num_heads, norm, eps=1e-5, activation, tie_embeddings=False,
-                      num_kv_heads=None, rope_base=10000.0, window=None, params):
+                      num_kv_heads=None, rope_base=10000.0, window=None, rope_scaling=None,
+                      rotary_dim=None, params):
         """ids (B, max_len): the prompt (decoder_only) or [bos_id] (transformer), extended by
         next = argmax_j logits[:, -1, j] (ties: lowest id) until a row emits eos_id, after which
         the row holds pad_id; stops when every row has ended or the length is max_len.
-        llama_decoder_only takes num_kv_heads, rope_base and window, and needs norm='pre',
+        llama_decoder_only takes num_kv_heads, rope_base, window, rope_scaling and rotary_dim
+        (through llama_step), and needs norm='pre',
         activation='silu' (what it is); the others refuse them."""
         ops = self.ops
         check.choice("model", model, MODELS)
@@ -225,7 +237,8 @@ class Decoding(Models):
         check.choice("norm", norm, NORMS)
         cfg = dict(num_layers=num_layers, num_heads=num_heads, norm=norm, eps=eps,
                    activation=activation)
-        llama = self._llama_config(model, norm, activation, num_kv_heads, rope_base, window)
+        llama = self._llama_config(model, norm, activation, num_kv_heads, rope_base, window,
+                                   rope_scaling, rotary_dim)
         if model == "llama_decoder_only":
             seq, max_len = self._prompt(prompt, src_ids, eos_id, pad_id, max_len, p, model)
             steps = self._llama_steps(seq, pad_id, {**llama, "num_layers": num_layers,

@@ -4,10 +4,11 @@ Llama-style decoder layer (pre-RMSNorm, RoPE, grouped-query attention, SwiGLU)."
 
 from __future__ import annotations
 
-from attnspec.spec.errors import ShapeError
+from attnspec.spec.errors import ConfigError, ShapeError
 from attnspec.spec.trace import record, scope
 
 from .. import _checks as check
+from .._rope import SCALING_KEYS
 from . import Composite
 
 NORMS = ("post", "pre")
@@ -140,12 +141,14 @@ class Layers(Composite):
     # -- the Llama-style layer ------------------------------------------------------------
 
     def llama_layer(self, x, mask=None, *, num_heads, num_kv_heads=None, eps=1e-6,
-                    rope_base=10000.0, window=None, offset=0, attention_bias=False, params,
-                    trace=None):
+                    rope_base=10000.0, window=None, offset=0, attention_bias=False,
+                    rope_scaling=None, rotary_dim=None, params, trace=None):
         """h = x + W_o Attn(RoPE(RMSNorm(x) W_q), RoPE(RMSNorm(x) W_k), RMSNorm(x) W_v);
         y = h + W_down(silu(RMSNorm(h) W_gate) * RMSNorm(h) W_up); causal (within window),
         RoPE "half" at positions offset..offset+T-1, query head h reads kv head h // (H/H_kv).
         attention_bias (Qwen2): + b_q, b_k, b_v after the projections, no output bias.
+        rope_scaling (rope's ``scaling``: transformers' rope_parameters) and rotary_dim (the
+        first R features of a head rotated) go to rope as they are.
         """
         x = self.ops.floating("x", x)
         b, t, _ = check.rank("x", x, min_rank=3, max_rank=3)
@@ -154,9 +157,32 @@ class Layers(Composite):
         offset = check.integer("offset", offset, lo=0)
         keep = self.llama_keep(mask, b, t, t, window, x)  # (B?, 1, T, T)
         bias = check.flag("attention_bias", attention_bias)
+        rope = self.llama_rope(rope_scaling, rotary_dim)
         y, _ = self.llama_block(x, keep, heads, kv, eps, rope_base, offset,
-                                check.params_of(params), trace, bias=bias)
+                                check.params_of(params), trace, bias=bias, rope=rope)
         return y
+
+    @staticmethod
+    def llama_rope(rope_scaling, rotary_dim) -> dict:
+        """rope's extra attributes for the Llama layers: {} without scaling and rotary_dim (so a
+        backend's rope is called exactly as before), else rotary_dim (an even integer >= 0;
+        at most K, checked by rope) and scaling (a dict of rope_frequencies' attributes)."""
+        extra = {}
+        if rotary_dim is not None:
+            r = check.integer("rotary_dim", rotary_dim, lo=0)
+            if r % 2:
+                raise ConfigError(f"rotary_dim must be even, got {r}")
+            extra["rotary_dim"] = r
+        if rope_scaling is not None:
+            if not isinstance(rope_scaling, dict):
+                raise ConfigError(f"rope_scaling must be a dict of rope_parameters or None, got "
+                                  f"{rope_scaling!r}")
+            unknown = sorted(set(rope_scaling) - set(SCALING_KEYS))
+            if unknown:
+                raise ConfigError(f"rope_scaling has unknown keys {unknown}; known: "
+                                  f"{list(SCALING_KEYS)}")
+            extra["scaling"] = dict(rope_scaling)
+        return extra
 
     @staticmethod
     def llama_heads(num_heads, num_kv_heads) -> tuple:
@@ -189,10 +215,10 @@ class Layers(Composite):
         w = self.ops.floating(p.path(name), p.require(name, (h.shape[-1], d_out)), like=h)
         return self.ops.matmul(h, w)
 
-    def llama_qkv(self, n1, p, heads: int, kv: int, base, offset: int, bias=False):
+    def llama_qkv(self, n1, p, heads: int, kv: int, base, offset: int, bias=False, rope=None):
         """Queries (B, H, t, K) and keys (B, H_kv, t, K) rotated at positions offset..,
         values (B, H_kv, t, K), from the normed input n1 (B, t, D); with bias, b_q, b_k, b_v
-        added before RoPE."""
+        added before RoPE; rope: rope's rotary_dim and scaling (llama_rope), if any."""
         ops = self.ops
         w_q = check.shape(p.require("w_q", (n1.shape[-1], None)))
         width = check.divides(f"query width {p.path('w_q')}.shape[1]", heads, w_q[1], "H*K")
@@ -203,9 +229,8 @@ class Layers(Composite):
         q = ops.split_heads(proj(n1, p, "w_q", heads * width), heads)  # (B, H, t, K)
         k = ops.split_heads(proj(n1, p, "w_k", kv * width), kv)  # (B, H_kv, t, K)
         v = ops.split_heads(proj(n1, p, "w_v", kv * width), kv)  # (B, H_kv, t, K)
-        rope = self.k.rope
-        return (rope(q, offset=offset, base=base, convention="half"),
-                rope(k, offset=offset, base=base, convention="half"), v)
+        rot = {"offset": offset, "base": base, "convention": "half", **(rope or {})}
+        return self.k.rope(q, **rot), self.k.rope(k, **rot), v
 
     def project_bias(self, h, p, name: str, d_out):
         """h W + b over the last axis, W = p[name] (D, d_out), b = p["b" + name[1:]] (d_out,)."""
@@ -213,11 +238,11 @@ class Layers(Composite):
         return self.project(h, p, name, d_out) + self.ops.floating(p.path("b" + name[1:]), b, like=h)
 
     def llama_attention(self, n1, keep, heads: int, kv: int, base, offset: int, p, trace,
-                        past=None, bias=False):
+                        past=None, bias=False, rope=None):
         """W_o concat_h sdpa(Q_h, K_g, V_g, keep) over the past keys/values (B, H_kv, n, K)
         and the new ones; returns (output (B, t, D), (keys, values) (B, H_kv, n+t, K))."""
         ops = self.ops
-        q, k, v = self.llama_qkv(n1, p, heads, kv, base, offset, bias)
+        q, k, v = self.llama_qkv(n1, p, heads, kv, base, offset, bias, rope)
         if past is not None:
             k = ops.concat([past[0], k], axis=2)  # (B, H_kv, n+t, K)
             v = ops.concat([past[1], v], axis=2)  # (B, H_kv, n+t, K)
@@ -228,11 +253,11 @@ class Layers(Composite):
         return o, (k, v)
 
     def llama_block(self, x, keep, heads: int, kv: int, eps, base, offset: int, p, trace,
-                    past=None, bias=False):
+                    past=None, bias=False, rope=None):
         """The layer on x (B, t, D): (y, (keys, values)) (see llama_attention)."""
         n1 = self.k.rms_norm(x, eps=eps, params=p.scope("attn_norm"))
         a, kv_cache = self.llama_attention(n1, keep, heads, kv, base, offset, p.scope("attn"),
-                                           trace, past, bias)
+                                           trace, past, bias, rope)
         r1 = x + a
         record(trace, "residual1.output", r1)
         n2 = self.k.rms_norm(r1, eps=eps, params=p.scope("ffn_norm"))

@@ -146,21 +146,27 @@ class Models(Layers):
                                     label_smoothing=label_smoothing)
 
     def llama_decoder_only(self, ids, *, pad_id, num_layers, num_heads, num_kv_heads=None,
-                           eps=1e-6, rope_base=10000.0, window=None, params, trace=None):
+                           eps=1e-6, rope_base=10000.0, window=None, rope_scaling=None,
+                           rotary_dim=None, params, trace=None):
         """h_0 = E[ids] (no positions, no scale); h_{i+1} = LlamaLayer_i(h_i, pad(ids));
-        logits = RMSNorm(h_N) W_lm (no bias)."""
+        logits = RMSNorm(h_N) W_lm (no bias). rope_scaling and rotary_dim go to every layer
+        (only when given, so a layer without them is called as before)."""
         p = check.params_of(params)
         ids, pad_id = self._model_ids(ids, pad_id, p)
         n = check.integer("num_layers", num_layers, lo=1)
         self.llama_heads(num_heads, num_kv_heads)
         self.llama_window(window)
+        rope = {"rope_scaling": rope_scaling, "rotary_dim": rotary_dim}
+        self.llama_rope(**rope)
+        rope = {k: v for k, v in rope.items() if v is not None}
         h = self.k.embedding(ids, scale=False, params=p.scope("embed"))  # (B, T, D)
         record(trace, "embed.output", h)
         pad = self.k.padding_mask(ids, pad_id=pad_id)  # (B, 1, 1, T)
         for i in range(n):
             h = self.k.llama_layer(h, pad, num_heads=num_heads, num_kv_heads=num_kv_heads,
                                    eps=eps, rope_base=rope_base, window=window, offset=0,
-                                   params=p.scope(f"layers.{i}"), trace=scope(trace, f"layers.{i}"))
+                                   params=p.scope(f"layers.{i}"), trace=scope(trace, f"layers.{i}"),
+                                   **rope)
         return self.llama_head(h, eps, p, trace)
 
     def llama_head(self, h, eps, p, trace=None):
@@ -181,19 +187,24 @@ class GemmaModels(Models):
 
     def gemma_decoder_only(self, ids, *, pad_id, num_layers, num_heads, num_kv_heads=None,
                            eps=1e-6, rope_base=10000.0, window=None, query_pre_attn_scalar=None,
-                           softcap=None, final_softcap=None, qk_norm=False, params, trace=None):
+                           softcap=None, final_softcap=None, qk_norm=False, rope_local_base=None,
+                           params, trace=None):
         """h_0 = E[ids] sqrt(D); h_{i+1} = GemmaLayer_i(h_i, pad(ids)), window on even i only;
-        logits = cap_f(N(h_N; norm.gamma) E^T), cap_f(z) = c tanh(z / c) (final_softcap c)."""
+        logits = cap_f(N(h_N; norm.gamma) E^T), cap_f(z) = c tanh(z / c) (final_softcap c).
+        The even (local) layers rotate with rope_local_base (None: rope_base), the odd
+        (global) ones with rope_base (Gemma 3's rope_local_base_freq and rope_theta)."""
         p = check.params_of(params)
         ids, pad_id = self._model_ids(ids, pad_id, p)
         n = check.integer("num_layers", num_layers, lo=1)
         cap = check.softcap(final_softcap, "final_softcap")
+        local = rope_base if rope_local_base is None else check.eps(rope_local_base,
+                                                                    "rope_local_base")
         h = self.k.embedding(ids, scale=True, params=p.scope("embed"))  # (B, T, D)
         record(trace, "embed.output", h)
         pad = self.k.padding_mask(ids, pad_id=pad_id)  # (B, 1, 1, T)
         for i in range(n):
             h = self.k.gemma_layer(h, pad, num_heads=num_heads, num_kv_heads=num_kv_heads,
-                                   eps=eps, rope_base=rope_base,
+                                   eps=eps, rope_base=rope_base if i % 2 else local,
                                    window=window if i % 2 == 0 else None, offset=0,
                                    query_pre_attn_scalar=query_pre_attn_scalar, softcap=softcap,
                                    qk_norm=qk_norm, params=p.scope(f"layers.{i}"),

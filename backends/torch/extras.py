@@ -426,9 +426,13 @@ def _llama_attributes(v, t):
     """The vector's attributes for to_hf, or None if LlamaConfig cannot hold them: a
     ``window`` shorter than T (one of T or more keeps every causal key), Qwen2's
     ``attention_bias`` (Llama's would bias o_proj too; transformers.Qwen2DecoderLayer judges
-    those vectors)."""
+    those vectors), a ``rotary_dim`` below the head width (Llama rotates whole heads;
+    transformers.Phi3DecoderLayer judges those). ``rope_scaling`` goes to rope_parameters."""
     a = dict(v.attributes)
     if a.pop("attention_bias", False):
+        return None
+    w_q = v.params["attn.w_q"] if "attn.w_q" in v.params else v.params["layers.0.attn.w_q"]
+    if a.get("rotary_dim") not in (None, np.shape(w_q)[1] // a["num_heads"]):
         return None
     if a.get("window") is not None and a["window"] < t:
         return None

@@ -26,7 +26,9 @@
   A row with nothing to attend to gets uniform weights in HF and zeros in the spec.
 
 A config the spec function cannot express (another activation, cross-attention,
-Llama biases or RoPE scaling...) raises ``ConfigError`` naming the config field. See
+Llama biases, a RoPE rule the spec does not state...) raises ``ConfigError`` naming the config
+field. ``rope_parameters`` (rope_theta, rope_type and its fields) becomes ``rope_base`` and
+``rope_scaling`` (:mod:`.hf_rope`). See
 spec/components/huggingface.md.
 """
 
@@ -44,7 +46,7 @@ from transformers.models.llama.modeling_llama import (
 
 from .. import _checks
 from .._checks import params_of
-from . import hf_gpt2, hf_mla, hf_moe_layers, hf_t5, hf_zoo
+from . import hf_gpt2, hf_mla, hf_moe_layers, hf_rope, hf_t5, hf_zoo
 from .hf_base import (  # noqa: F401 (the converters' shared helpers, re-exported)
     _TO_HF_ACTIVATION,
     ACTIVATIONS,
@@ -155,10 +157,6 @@ def _llama_config(layer: LlamaDecoderLayer) -> LlamaConfig:
     if c.hidden_act != "silu":
         _unsupported("LlamaDecoderLayer", "hidden_act", c.hidden_act,
                      "llama_layer's feed-forward is SwiGLU (silu)")
-    rope = dict(c.rope_parameters or {})
-    if rope.get("rope_type", "default") != "default":
-        _unsupported("LlamaDecoderLayer", "rope_parameters (rope_scaling)", rope,
-                     "llama_layer's RoPE is unscaled (rope_type 'default')")
     return c
 
 
@@ -166,17 +164,21 @@ def llama_layer_from_hf(layer: LlamaDecoderLayer) -> tuple[dict, dict]:
     c = _llama_config(layer)
     attributes = {"num_heads": c.num_attention_heads, "num_kv_heads": c.num_key_value_heads,
                   "eps": float(c.rms_norm_eps),
-                  "rope_base": float(c.rope_parameters["rope_theta"])}
+                  **hf_rope.from_hf("LlamaDecoderLayer", c, c.rope_parameters,
+                                    layer.self_attn.head_dim, partial=False)}
     return attributes, _from_state(layer, LLAMA)
 
 
 def llama_layer_to_hf(params, attributes: dict) -> LlamaDecoderLayer:
-    """Spec ``llama_layer`` -> ``LlamaDecoderLayer`` (eager attention, no biases, unscaled
-    RoPE). ``offset`` is a call-time argument of :func:`forward`; a ``window`` has no
-    LlamaConfig field (Mistral's ``sliding_window``) and raises ConfigError."""
+    """Spec ``llama_layer`` -> ``LlamaDecoderLayer`` (eager attention, no biases; rope_base
+    and rope_scaling as ``rope_parameters``, :mod:`.hf_rope`). ``offset`` is a call-time
+    argument of :func:`forward`; a ``window`` has no LlamaConfig field (Mistral's
+    ``sliding_window``) and a ``rotary_dim`` below K none either (Llama rotates whole heads):
+    both raise ConfigError."""
     who = "LlamaDecoderLayer"
     _check_attributes(attributes, {"window": None, "offset": 0},
-                      {"num_heads", "num_kv_heads", "eps", "rope_base", "window", "offset"}, who)
+                      {"num_heads", "num_kv_heads", "eps", "rope_base", "window", "offset",
+                       "rope_scaling", "rotary_dim"}, who)
     p = _spec_params(params, _LLAMA_PATHS, who)
     w_q, w_k = p.require("attn.w_q", (None, None)), p.require("attn.w_k", (None, None))
     w_up = p.require("ffn.w_up", (None, None))
@@ -187,13 +189,12 @@ def llama_layer_to_hf(params, attributes: dict) -> LlamaDecoderLayer:
         raise ConfigError(f"{who}: num_kv_heads={h_kv!r} must divide num_heads={h}")
     if w_q.shape[1] % h:
         raise ConfigError(f"{who}: num_heads={h} does not divide attn.w_q's width {w_q.shape[1]}")
-    rope_base = _checks.eps(attributes.get("rope_base", 10000.0), f"{who}: rope_base")
+    rope, extra = hf_rope.to_hf(who, attributes, w_q.shape[1] // h, partial=False)
     config = LlamaConfig(hidden_size=d, intermediate_size=f, num_attention_heads=h,
                          num_key_value_heads=h_kv, head_dim=w_q.shape[1] // h,
                          rms_norm_eps=_eps(attributes, 1e-6, who), hidden_act="silu",
-                         rope_parameters={"rope_type": "default", "rope_theta": float(rope_base)},
-                         attention_bias=False, mlp_bias=False, attention_dropout=0.0,
-                         attn_implementation="eager")
+                         rope_parameters=rope, attention_bias=False, mlp_bias=False,
+                         attention_dropout=0.0, attn_implementation="eager", **extra)
     layer = LlamaDecoderLayer(config, layer_idx=0)
     if w_k.shape[1] != h_kv * config.head_dim:
         raise ConfigError(f"{who}: attn.w_k has width {w_k.shape[1]}, expected "

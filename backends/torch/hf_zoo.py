@@ -9,7 +9,10 @@ owning rows h*K:(h+1)*K of a projection). What each module stores differently:
 - ``Qwen2DecoderLayer``: ``q_proj``, ``k_proj``, ``v_proj`` with biases, ``o_proj`` without:
   ``llama_layer(attention_bias=True)``; the window only on ``"sliding_attention"`` layers.
 - ``Phi3DecoderLayer``: one ``qkv_proj`` whose rows are the blocks ``[q (H*K) | k (H_kv*K) |
-  v (H_kv*K)]`` and one ``gate_up_proj`` with rows ``[gate (F) | up (F)]``.
+  v (H_kv*K)]`` and one ``gate_up_proj`` with rows ``[gate (F) | up (F)]``; the only one of
+  the three that rotates part of a head (``partial_rotary_factor``: the spec's ``rotary_dim``).
+- Mistral, Qwen2 and Phi-3 take every ``rope_type`` the spec states (``rope_scaling``,
+  :mod:`.hf_rope`); GPT-NeoX and Falcon (``parallel_layer``, unscaled) only the default.
 - ``GPTNeoXLayer``: ``query_key_value`` (3*H*K, D) interleaved per head, rows
   ``[q_0 k_0 v_0 q_1 k_1 v_1 ...]`` of K each (``view(..., H, 3*K).chunk(3)``); two
   LayerNorms; ``use_parallel_residual`` must be True and ``rotary_pct`` 1.0.
@@ -33,6 +36,7 @@ from transformers.models.phi3.modeling_phi3 import Phi3DecoderLayer, Phi3RotaryE
 from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer, Qwen2RotaryEmbedding
 
 from . import hf_base as hf
+from . import hf_rope
 
 SPEC_FUNCTION = {"MistralDecoderLayer": "llama_layer", "Qwen2DecoderLayer": "llama_layer",
                  "Phi3DecoderLayer": "llama_layer", "GPTNeoXLayer": "parallel_layer",
@@ -59,8 +63,9 @@ _FALCON_NORMS = {1: [("input_layernorm.weight", "attn_norm.gamma", False),
                      ("ln_mlp.weight", "ffn_norm.gamma", False),
                      ("ln_mlp.bias", "ffn_norm.beta", False)]}
 
+PHI3_ROPE = ("default", "longrope")  # Phi3Config.validate_rope refuses the other rules
 _LLAMA_ATTRS = {"num_heads", "num_kv_heads", "eps", "rope_base", "window", "offset",
-                "attention_bias"}
+                "attention_bias", "rope_scaling", "rotary_dim"}
 _PARALLEL_ATTRS = {"num_heads", "num_kv_heads", "num_norms", "eps", "activation", "rope_base",
                    "offset"}
 
@@ -107,7 +112,9 @@ def _llama_attributes(module, who: str, bias: bool) -> dict:
     c = module.self_attn.config
     _silu(who, c)
     a = {"num_heads": c.num_attention_heads, "num_kv_heads": c.num_key_value_heads,
-         "eps": float(c.rms_norm_eps), "rope_base": _rope(who, c)}
+         "eps": float(c.rms_norm_eps),
+         **hf_rope.from_hf(who, c, c.rope_parameters, module.self_attn.head_dim,
+                           partial=isinstance(module, Phi3DecoderLayer))}
     if _window(module) is not None:
         a["window"] = int(_window(module))
     if bias:
@@ -246,12 +253,13 @@ def _llama_like_to_hf(params, attributes: dict, who: str):
     d, f = w_up.shape
     h, h_kv, k = _heads(attributes, w_q.shape[1], who)
     window = attributes.get("window")
+    phi3 = who == "Phi3DecoderLayer"
+    rope, extra = hf_rope.to_hf(who, attributes, k, partial=phi3,
+                                rules=PHI3_ROPE if phi3 else hf_rope.ROPE_TYPES)
     common = dict(hidden_size=d, intermediate_size=f, num_attention_heads=h,
                   num_key_value_heads=h_kv, rms_norm_eps=hf._eps(attributes, 1e-6, who),
                   hidden_act="silu", attention_dropout=0.0, attn_implementation="eager",
-                  num_hidden_layers=1, rope_parameters={
-                      "rope_type": "default",
-                      "rope_theta": float(attributes.get("rope_base", 10000.0))})
+                  num_hidden_layers=1, rope_parameters=rope, **extra)
     if who == "MistralDecoderLayer":
         layer = MistralDecoderLayer(MistralConfig(**common, head_dim=k, sliding_window=window), 0)
         return hf._load(layer, hf._to_state(p, hf.LLAMA, layer.state_dict()), w_up.dtype, w_up.device)
@@ -350,7 +358,9 @@ def expressible(v, model: str):
     ``to_hf(..., model=model)``, or None where the model cannot express it: a row that sees no
     key (uniform weights in transformers, zeros in the spec), a head width other than D/H
     (only Mistral has head_dim), Qwen2 without attention_bias or the others with it, GPT-NeoX
-    with H_kv < H or one norm, a window for Phi-3 (the same mask as Mistral's)."""
+    with H_kv < H or one norm, a window for Phi-3 (the same mask as Mistral's), a rotary_dim
+    below K for Mistral and Qwen2 (Phi-3 alone rotates part of a head), a rope_scaling rule
+    other than longrope for Phi-3."""
     a = dict(v.attributes)
     t = v.inputs["x"].shape[1]
     keep = np.tril(np.ones((t, t), dtype=bool))
@@ -369,6 +379,13 @@ def expressible(v, model: str):
         return None
     if a.get("window") is not None and model == "Phi3DecoderLayer":
         return None
+    kind = (a.get("rope_scaling") or {}).get("rope_type", "default")
+    if model == "Phi3DecoderLayer" and kind not in PHI3_ROPE:
+        return None
+    r = a.get("rotary_dim")
+    if r is not None and r != v.params["attn.w_q"].shape[1] // a["num_heads"] and \
+            model in ("MistralDecoderLayer", "Qwen2DecoderLayer"):
+        return None  # they rotate whole heads
     return a
 
 

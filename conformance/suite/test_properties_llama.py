@@ -59,6 +59,44 @@ def test_llama_incremental_decoding_with_cache_equals_full_forward(
                      ops.llama_decoder_only(ids=ids, params=p, **kw), scale=8)
 
 
+def scaling_of(rule):
+    """rope_scaling of a rule whose frequencies do not depend on seq_len, with a small L0
+    (4) so that the positions pass it: the cached keys keep their rotation, so llama_step
+    equals the full forward for these (dynamic and longrope re-pick their frequencies as
+    seq_len grows: spec/components/llama.md)."""
+    return {"linear": {"rope_type": "linear", "factor": 4.0},
+            "yarn": {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 4},
+            "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                       "high_freq_factor": 4.0, "original_max_position_embeddings": 16}}[rule]
+
+
+@given(seed=seeds, cfg=st.sampled_from([(16, 2, 1), (16, 4, 2), (16, 2, 2)]),
+       rule=st.sampled_from(["linear", "yarn", "llama3"]), rotary=st.sampled_from([None, 4]),
+       t=st.integers(2, 8), data=st.data())
+def test_llama_step_with_rope_scaling_equals_full_forward(
+        backend, device, attnspec_session, ops, seed, cfg, rule, rotary, t, data):
+    """llama_step over chunks of the ids, with rope_scaling (linear, yarn with its attention
+    factor, llama3) and a partial rotary, gives the logits of llama_decoder_only on all ids."""
+    (d, h, h_kv) = cfg
+    dtype = attnspec_session.property_dtype
+    r = np.random.default_rng(seed)
+    p = model(r, 1, d, h, h_kv, 10)
+    ids = r.integers(1, 10, (2, t))
+    cuts = sorted(set(c for c in data.draw(st.lists(st.integers(1, t - 1), max_size=3)) if c < t))
+    init, step = ops.raw("llama_init_cache", "decoding"), ops.raw("llama_step", "decoding")
+    bp = {k: backend.asarray(v, dtype=dtype, device=device) for k, v in p.items()}
+    kw = dict(pad_id=0, num_layers=1, num_heads=h, num_kv_heads=h_kv,
+              rope_scaling=scaling_of(rule), **({} if rotary is None else {"rotary_dim": rotary}))
+    cache = init(batch_size=2, num_layers=1, num_heads=h, num_kv_heads=h_kv, params=bp)
+    chunks = []
+    for a, b in zip([0, *cuts], [*cuts, t]):
+        logits, cache = step(backend.asarray(ids[:, a:b], dtype=None, device=device), cache,
+                             params=bp, **kw)
+        chunks.append(backend.to_numpy(logits).astype(np.float64))
+    ops.assert_close(np.concatenate(chunks, axis=1),
+                     ops.llama_decoder_only(ids=ids, params=p, **kw), scale=8)
+
+
 @given(seed=seeds, cfg=heads, window=windows, t=st.integers(2, 6))
 def test_llama_future_tokens_change_no_past_logits(ops, seed, cfg, window, t):
     (d, h, h_kv) = cfg

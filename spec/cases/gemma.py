@@ -23,6 +23,7 @@ COMPONENT = Component("gemma", {
                              required=["pad_id", "num_layers", "num_heads"],
                              attributes={k: v for k, v in {**ATTRS, "final_softcap": None}.items()
                                          if k != "offset"},
+                             added={"rope_local_base": None},
                              params=True, trace=True, oracle=model_oracle),
 }, tolerances=tolerances("stack"))
 
@@ -50,6 +51,7 @@ def cases(rng):
     yield from error_cases(Rng(f"{COMPONENT.id}/errors"))
     yield from defaults_cases()
     yield from model_cases(Rng(f"{COMPONENT.id}/model"))
+    yield from local_base_cases(Rng(f"{COMPONENT.id}/local-base"))
 
 
 def layer_cases(r):
@@ -204,6 +206,7 @@ def grad_cases(r):
                    cotangents={"y": r.uniform((1, 3, 8))},
                    flags=["gradient", "defaults"], omit_defaults=True)
     yield from model_grad_cases(Rng(f"{COMPONENT.id}/model-grad"))
+    yield from local_base_grad_cases(Rng(f"{COMPONENT.id}/grad-local-base"))
 
 
 # -- the Gemma 2 model (gemma_decoder_only) -------------------------------------------------------
@@ -324,3 +327,46 @@ def model_grad_cases(r):
                    params=model_params(r, 1, 8, 2, 2, 4, 6, 7),
                    cotangents={"logits": r.uniform((1, 3, 7))},
                    flags=["gradient", "defaults"], omit_defaults=True)
+
+
+# -- separate RoPE bases for the local and the global layers (issue 25 item 1): Gemma 3's
+# rope_local_base_freq; their own streams (Rng("gemma/local-base"), Rng("gemma/grad-local-base"))
+
+def local_base_cases(r):
+    base = {"pad_id": 0, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1}
+    yield value("gemma/model-local-base-001", "gemma_decoder_only",
+                "rope_local_base = 100 on the local layer 0 (window 2), rope_base = 10000 on the "
+                "global layer 1 (Gemma 3: rope_local_base_freq 10000, rope_theta 1e6; bases "
+                "far apart here so that the frequencies differ within T = 7), K = 8: one base "
+                "for both layers, or the two swapped, fails.",
+                inputs={"ids": ids(r, 12, [7, 6], 7, bos_id=1)},
+                attributes={**base, "window": 2, "rope_local_base": 100.0},
+                params=model_params(r, 2, 16, 2, 1, 8, 12, 12),
+                flags=["base", "sliding-window", "padding"])
+    yield value("gemma/model-local-base-002", "gemma_decoder_only",
+                "N = 3, rope_local_base = 100 on layers 0 and 2 and rope_base = 1e6 on layer 1, "
+                "no window: a local layer takes its base even without a window (its layer "
+                "type, not its mask), qk_norm on, T = 6.",
+                inputs={"ids": ids(r, 12, [6, 6], 6, bos_id=1)},
+                attributes={**base, "num_layers": 3, "rope_base": 1000000.0,
+                            "rope_local_base": 100.0, "qk_norm": True},
+                params=model_params(r, 3, 16, 2, 1, 8, 12, 12, qk_norm=True),
+                flags=["base", "qk-norm"])
+    yield error("gemma/model-local-base-zero-001", "gemma_decoder_only",
+                "rope_local_base = 0 (a base must be > 0).",
+                inputs={"ids": ids(r, 12, [4, 4], 4, bos_id=1)},
+                attributes={**base, "rope_local_base": 0.0},
+                params=model_params(r, 2, 8, 2, 1, 4, 12, 12),
+                error="ConfigError", mentions=["rope_local_base", "0"])
+
+
+def local_base_grad_cases(r):
+    yield gradient("gemma/grad-model-005", "gemma_decoder_only",
+                   "rope_local_base = 100 (layer 0, window 2), rope_base = 10000 (layer 1), "
+                   "N = 2, K = 8, D = 16, T = 5: each layer's RoPE transpose with its own base.",
+                   inputs={"ids": ids(r, 7, [5, 4], 5, bos_id=1)},
+                   attributes={"pad_id": 0, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1,
+                               "window": 2, "rope_local_base": 100.0},
+                   params=model_params(r, 2, 16, 2, 1, 8, 12, 7),
+                   cotangents={"logits": r.uniform((2, 5, 7))},
+                   flags=["gradient", "base", "sliding-window"])

@@ -24,7 +24,8 @@ COMPONENT = Component("greedy_decode", {
                         required=["model", "bos_id", "eos_id", "pad_id", "max_len", "num_layers",
                                   "num_heads", "norm", "activation"],
                         attributes={"eps": 1e-5, "tie_embeddings": False},
-                        added={"num_kv_heads": None, "rope_base": 10000.0, "window": None},
+                        added={"num_kv_heads": None, "rope_base": 10000.0, "window": None,
+                               "rope_scaling": None, "rotary_dim": None},
                         params=True, oracle=oracle),
 })
 

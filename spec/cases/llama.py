@@ -14,10 +14,12 @@ ATTRS = {"num_kv_heads": None, "eps": 1e-6, "rope_base": 10000.0, "window": None
 COMPONENT = Component("llama", {
     "llama_layer": Fn(module="layers", inputs=["x", "mask"], optional=["mask"], returns=["y"],
                       required=["num_heads"], attributes={**ATTRS, "offset": 0}, params=True,
-                      added={"attention_bias": False}, trace=True, oracle=layer_oracle),
+                      added={"attention_bias": False, "rope_scaling": None, "rotary_dim": None},
+                      trace=True, oracle=layer_oracle),
     "llama_decoder_only": Fn(module="models", inputs=["ids"], returns=["logits"],
                              required=["pad_id", "num_layers", "num_heads"],
                              attributes=dict(ATTRS), params=True, trace=True,
+                             added={"rope_scaling": None, "rotary_dim": None},
                              oracle=model_oracle),
 }, tolerances=tolerances("stack"))
 
@@ -56,6 +58,7 @@ def cases(rng):
     yield from model_cases(Rng(f"{COMPONENT.id}/model"))
     yield from defaults_cases()
     yield from bias_cases(Rng(f"{COMPONENT.id}/bias"))
+    yield from scaling_cases(Rng(f"{COMPONENT.id}/scaling"))
 
 
 def layer_cases(r):
@@ -410,6 +413,7 @@ def grad_cases(r):
                    cotangents={"logits": r.uniform((2, 5, 7))},
                    flags=["gradient", "defaults", "default-eps", "padding"], omit_defaults=True)
     yield from bias_grad_cases(Rng(f"{COMPONENT.id}/grad-bias"))
+    yield from scaling_grad_cases(Rng(f"{COMPONENT.id}/grad-scaling"))
 
 
 def bias_grad_cases(r):
@@ -449,3 +453,206 @@ def bias_grad_cases(r):
                    inputs={"x": shifted(r, (2, 4, 8)), "mask": mask}, attributes=a, params=p,
                    cotangents={"y": r.uniform((2, 4, 8))},
                    flags=["gradient", "bias", "padding", "fully-masked"])
+
+
+# -- RoPE scaling and partial rotary (issue 25 item 1): llama/layer-<rule>-*, their own stream -----
+# (Rng("llama/scaling")). The scaling is rope's `scaling` (transformers' rope_parameters less
+# rope_theta), at positions past a small original context L0, where the rules differ.
+
+L0 = 16
+LINEAR = {"rope_type": "linear", "factor": 4.0}
+DYNAMIC = {"rope_type": "dynamic", "factor": 8.0, "max_position_embeddings": L0 // 2}
+YARN = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": L0}
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 4 * L0}
+LONGROPE = {"rope_type": "longrope", "original_max_position_embeddings": L0,
+            "max_position_embeddings": 4 * L0, "short_factor": [1.0, 1.5, 2.0, 3.0],
+            "long_factor": [1.0, 4.0, 16.0, 64.0]}
+
+
+def scaling_cases(r):
+    def gqa(h=2, h_kv=1, k=8, d=16, f=24):
+        return {"num_heads": h, "num_kv_heads": h_kv}, layer_params(r, d, h, h_kv, k, f)
+
+    a, p = gqa()
+    yield value("llama/layer-linear-001", "llama_layer",
+                "rope_scaling linear (factor 4), positions 20..24 (offset 20), H = 2 on H_kv = 1, "
+                "K = 8: theta_i / 4 in the queries and the keys; a layer that ignores the scaling "
+                "or scales the positions of the queries only fails.",
+                inputs={"x": shifted(r, (2, 5, 16))},
+                attributes={**a, "offset": 20, "rope_scaling": LINEAR},
+                params=p, flags=["rope-scaling", "offset", "gqa"])
+    a, p = gqa()
+    yield value("llama/layer-dynamic-001", "llama_layer",
+                "rope_scaling dynamic (factor 8, max_position_embeddings 8), positions 14..19: "
+                "seq_len = offset + T = 20 > 8, so base' = 10000 (8 * 20 / 8 - 7)^(8/6) = "
+                "10000 * 30.6; seq_len taken as T = 6 (<= 8: the base unchanged) fails.",
+                inputs={"x": shifted(r, (2, 6, 16))},
+                attributes={**a, "offset": 14, "rope_scaling": DYNAMIC},
+                params=p, flags=["rope-scaling", "offset"])
+    a, p = gqa()
+    yield value("llama/layer-yarn-001", "llama_layer",
+                "rope_scaling yarn (factor 8, L0 16), positions 20..24: the ramped frequencies "
+                "and the attention factor m = 0.1 ln 8 + 1 = 1.208 multiplying cos and sin of "
+                "both q and k (the scores carry m^2 = 1.459); dropping m, or applying it once to "
+                "the scores, fails.",
+                inputs={"x": shifted(r, (2, 5, 16))},
+                attributes={**a, "offset": 20, "rope_scaling": YARN},
+                params=p, flags=["rope-scaling", "attention-factor", "offset"])
+    a, p = gqa(h=4, h_kv=2, k=8, d=32)
+    yield value("llama/layer-llama3-001", "llama_layer",
+                "rope_scaling llama3 (factor 8, low 1, high 4, L0 64), K = 8, positions 30..34: "
+                "pair 0 kept (wavelength 6.3 < 64/4), pair 1 in the smooth band (62.8), pairs 2, 3 "
+                "divided by 8; yarn's or linear's rule in its place fails.",
+                inputs={"x": shifted(r, (1, 5, 32))},
+                attributes={**a, "offset": 30, "rope_scaling": LLAMA3},
+                params=p, flags=["rope-scaling", "offset", "gqa"])
+    a, p = gqa()
+    yield value("llama/layer-longrope-001", "llama_layer",
+                "rope_scaling longrope (L0 16, max_position_embeddings 64), positions 14..17: "
+                "seq_len = 18 > 16 picks long_factor [1, 4, 16, 64] for every row, and m = "
+                "sqrt(1 + ln 4 / ln 16) = 1.225 multiplies cos and sin; short_factor, or no m, "
+                "fails.",
+                inputs={"x": shifted(r, (2, 4, 16))},
+                attributes={**a, "offset": 14, "rope_scaling": LONGROPE},
+                params=p, flags=["rope-scaling", "attention-factor", "offset"])
+    a, p = gqa()
+    yield value("llama/layer-longrope-002", "llama_layer",
+                "rope_scaling longrope at positions 0..5 (seq_len 6 <= L0 16): short_factor "
+                "[1, 1.5, 2, 3], still with m = 1.225 (transformers applies it in both regimes); "
+                "the long factors fail.",
+                inputs={"x": shifted(r, (2, 6, 16))}, attributes={**a, "rope_scaling": LONGROPE},
+                params=p, flags=["rope-scaling", "attention-factor"])
+    a, p = gqa()
+    yield value("llama/layer-rotary-dim-001", "llama_layer",
+                "rotary_dim 4 of K = 8 (partial rotary, Phi-3's partial_rotary_factor 0.5), no "
+                "scaling, rope_base 100, positions 3..8: pairs (i, i + 2) of each head's first 4 "
+                "features with theta_i = 100^(-2i/4), features 4..7 unrotated; rotating every "
+                "feature, or theta from K (100^(-2i/8)), fails.",
+                inputs={"x": shifted(r, (2, 6, 16))},
+                attributes={**a, "offset": 3, "rotary_dim": 4, "rope_base": 100.0},
+                params=p, flags=["rotary-dim", "offset"])
+    a, p = gqa()
+    yield value("llama/layer-yarn-rotary-dim-001", "llama_layer",
+                "rope_scaling yarn with mscale 1 and mscale_all_dim 0.5 (DeepSeek's spelling: "
+                "m = (0.1 ln 8 + 1) / (0.05 ln 8 + 1) = 1.094) and rotary_dim 6 of K = 8, "
+                "positions 18..22: the frequencies of R = 6 and m on the rotated features only.",
+                inputs={"x": shifted(r, (1, 5, 16))},
+                attributes={**a, "offset": 18, "rotary_dim": 6,
+                            "rope_scaling": {**YARN, "mscale": 1.0, "mscale_all_dim": 0.5}},
+                params=p, flags=["rope-scaling", "rotary-dim", "attention-factor"])
+    a, p = gqa()
+    yield value("llama/layer-longrope-rotary-dim-001", "llama_layer",
+                "rope_scaling longrope with rotary_dim 4 of K = 8 (Phi-3 / Phi-4-mini: "
+                "partial_rotary_factor 0.5 with longrope), positions 15..18 (seq_len 19 > L0 "
+                "16: long factors [1, 8] over R = 4), m = 1.225 on the rotated features only.",
+                inputs={"x": shifted(r, (2, 4, 16))},
+                attributes={**a, "offset": 15, "rotary_dim": 4,
+                            "rope_scaling": {**LONGROPE, "short_factor": [1.0, 2.0],
+                                             "long_factor": [1.0, 8.0]}},
+                params=p, flags=["rope-scaling", "rotary-dim", "attention-factor"])
+    p = layer_params(r, 16, 2, 2, 8, 24)
+    yield value("llama/layer-scaling-defaults-001", "llama_layer",
+                "Only num_heads and rope_scaling (llama3) given: num_kv_heads, eps, rope_base, "
+                "window, offset and rotary_dim left out (H, 1e-6, 10000, None, 0, K), H = 2, "
+                "K = 8, T = 8, a tiny x so eps 1e-5 fails.",
+                inputs={"x": tiny(r, (2, 8, 16))},
+                attributes={"num_heads": 2, "rope_scaling": {**LLAMA3,
+                                                             "original_max_position_embeddings": 8}},
+                params=p, flags=["defaults", "rope-scaling", "default-eps"], omit_defaults=True)
+
+    mattrs = {"pad_id": 0, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1}
+    yield value("llama/model-yarn-001", "llama_decoder_only",
+                "N = 2, rope_scaling yarn (factor 4, L0 4), T = 8 (positions past L0), D = 16, "
+                "H = 2, H_kv = 1, K = 8, row 1 right-padded after 6: every layer's q and k "
+                "rotated with the yarn frequencies and m = 1.139.",
+                inputs={"ids": ids(r, 20, [8, 6], 8, bos_id=1)},
+                attributes={**mattrs, "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                                       "original_max_position_embeddings": 4}},
+                params=model_params(r, 2, 16, 2, 1, 32, 20),
+                flags=["rope-scaling", "attention-factor", "two-layers", "padding"])
+    yield value("llama/model-dynamic-001", "llama_decoder_only",
+                "N = 1, rope_scaling dynamic (factor 4, max_position_embeddings 4) with "
+                "rotary_dim 4 of K = 8, T = 7: seq_len 7 > 4, base' = 10000 (4 * 7 / 4 - 3)^(4/2) "
+                "= 160000 over the first 4 features of each head.",
+                inputs={"ids": ids(r, 20, [7, 7], 7, bos_id=1)},
+                attributes={**mattrs, "num_layers": 1, "rotary_dim": 4,
+                            "rope_scaling": {"rope_type": "dynamic", "factor": 4.0,
+                                             "max_position_embeddings": 4}},
+                params=model_params(r, 1, 16, 2, 1, 32, 20), flags=["rope-scaling", "rotary-dim"])
+
+    a, p = gqa()
+    x = shifted(r, (1, 3, 16))
+    yield error("llama/layer-rope-scaling-key-001", "llama_layer",
+                "rope_scaling = {'type': 'linear', 'factor': 2}: 'type' is transformers' old "
+                "spelling of rope_type, not a key of the spec's scaling.",
+                inputs={"x": x}, attributes={**a, "rope_scaling": {"type": "linear", "factor": 2.0}},
+                params=p, error="ConfigError", mentions=["rope_scaling", "type"])
+    yield error("llama/layer-rope-scaling-type-001", "llama_layer",
+                "rope_scaling rope_type = 'proportional' (a transformers 5 rule the spec does not "
+                "state).",
+                inputs={"x": x},
+                attributes={**a, "rope_scaling": {"rope_type": "proportional", "factor": 2.0}},
+                params=p, error="ConfigError", mentions=["rope_type", "proportional"])
+    yield error("llama/layer-rotary-dim-odd-001", "llama_layer", "rotary_dim = 5 is odd.",
+                inputs={"x": x}, attributes={**a, "rotary_dim": 5}, params=p,
+                error="ConfigError", mentions=["rotary_dim", "5"])
+    yield error("llama/layer-rotary-dim-wide-001", "llama_layer",
+                "rotary_dim = 16 > K = 8 (w_q (16, 16), H = 2).",
+                inputs={"x": x}, attributes={**a, "rotary_dim": 16}, params=p,
+                error="ConfigError", mentions=["rotary_dim", "16"])
+    yield error("llama/model-rope-scaling-001", "llama_decoder_only",
+                "rope_scaling = 'linear', a string where a dict of rope_parameters is expected.",
+                inputs={"ids": np.array([[1, 5, 4]], dtype=np.int64)},
+                attributes={**mattrs, "rope_scaling": "linear"},
+                params=model_params(r, 2, 16, 2, 1, 32, 20), error="ConfigError",
+                mentions=["rope_scaling", "linear"])
+
+
+def scaling_grad_cases(r):
+    def layer(h=2, h_kv=1, k=4, d=8, f=6):
+        return {"num_heads": h, "num_kv_heads": h_kv}, layer_params(r, d, h, h_kv, k, f)
+
+    a, p = layer()
+    yield gradient("llama/grad-014", "llama_layer",
+                   "rope_scaling yarn (factor 8, L0 16), positions 20..23, H = 2 on H_kv = 1, K = 4: "
+                   "dQ and dK go back through m R^T (m = 1.208), so dW_q and dW_k carry m; a "
+                   "backward without m fails.",
+                   inputs={"x": shifted(r, (2, 4, 8))},
+                   attributes={**a, "offset": 20, "rope_scaling": YARN}, params=p,
+                   cotangents={"y": r.uniform((2, 4, 8))},
+                   flags=["gradient", "rope-scaling", "attention-factor", "offset"])
+    a, p = layer(k=8, d=16)
+    yield gradient("llama/grad-015", "llama_layer",
+                   "rope_scaling llama3 (factor 8, L0 64) with rotary_dim 6 of K = 8, positions "
+                   "30..33: the unrotated features 6, 7 of dQ, dK pass straight back.",
+                   inputs={"x": shifted(r, (1, 4, 16))},
+                   attributes={**a, "offset": 30, "rotary_dim": 6, "rope_scaling": LLAMA3},
+                   params=p, cotangents={"y": r.uniform((1, 4, 16))},
+                   flags=["gradient", "rope-scaling", "rotary-dim", "offset"])
+    a, p = layer(k=8, d=16)
+    yield gradient("llama/grad-016", "llama_layer",
+                   "rope_scaling longrope (L0 16), positions 14..17 (long factors), m = 1.225.",
+                   inputs={"x": shifted(r, (1, 4, 16))},
+                   attributes={**a, "offset": 14, "rope_scaling": LONGROPE}, params=p,
+                   cotangents={"y": r.uniform((1, 4, 16))},
+                   flags=["gradient", "rope-scaling", "attention-factor"])
+    yield gradient("llama/grad-017", "llama_decoder_only",
+                   "N = 1, rope_scaling linear (factor 4), positions 0..4, H = 2, "
+                   "H_kv = 1, K = 4, D = 8, vocabulary 7.",
+                   inputs={"ids": np.array([[1, 4, 6, 4, 3], [1, 3, 5, 2, 0]], dtype=np.int64)},
+                   attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
+                               "rope_scaling": LINEAR},
+                   params=model_params(r, 1, 8, 2, 1, 6, 7),
+                   cotangents={"logits": r.uniform((2, 5, 7))},
+                   flags=["gradient", "rope-scaling", "padding"])
+    yield gradient("llama/grad-018", "llama_decoder_only",
+                   "N = 1, rope_scaling dynamic (factor 2, max_position_embeddings 4), T = 6 > 4: "
+                   "base' = 10000 (2 * 6 / 4 - 1)^(4/2) = 40000.",
+                   inputs={"ids": np.array([[1, 4, 6, 4, 3, 2], [1, 3, 5, 2, 6, 5]], dtype=np.int64)},
+                   attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
+                               "rope_scaling": {"rope_type": "dynamic", "factor": 2.0,
+                                                "max_position_embeddings": 4}},
+                   params=model_params(r, 1, 8, 2, 1, 6, 7),
+                   cotangents={"logits": r.uniform((2, 6, 7))},
+                   flags=["gradient", "rope-scaling"])

@@ -183,16 +183,26 @@ def _model_attrs(num_heads, num_kv_heads, eps, rope_base, query_pre_attn_scalar,
             "softcap": softcap, "qk_norm": qk_norm}
 
 
+def _local(attrs, i, window, rope_local_base):
+    """Layer i's attributes: the even (local) layers take the window and rope_local_base
+    (None: rope_base), the odd (global) ones neither (Gemma 2's alternation; Gemma 3's
+    rope_local_base_freq, the sliding_attention layers' rope_theta)."""
+    if i % 2:
+        return {**attrs, "window": None}
+    base = attrs["rope_base"] if rope_local_base is None else rope_local_base
+    return {**attrs, "window": window, "rope_base": base}
+
+
 def gemma_decoder_only(ids, pad_id=0, num_layers=1, num_heads=1, num_kv_heads=None, eps=1e-6,
                        rope_base=10000.0, window=None, query_pre_attn_scalar=None, softcap=None,
-                       final_softcap=None, qk_norm=False, params=None):
+                       final_softcap=None, qk_norm=False, rope_local_base=None, params=None):
     attrs = _model_attrs(num_heads, num_kv_heads, eps, rope_base, query_pre_attn_scalar,
                          softcap, qk_norm)
     h = embedding(ids, scale=True, params=sub(params, "embed"))["y"]  # (B, T, D)
     out = {"embed.output": h}
     pad = _padding(ids, pad_id)  # (B, 1, 1, T)
     for i in range(int(num_layers)):
-        r = gemma_layer(h, pad, **attrs, window=window if i % 2 == 0 else None,
+        r = gemma_layer(h, pad, **_local(attrs, i, window, rope_local_base),
                         params=sub(params, f"layers.{i}"))
         h = r.pop("y")
         out.update({f"layers.{i}.{k}": v for k, v in r.items()})
@@ -206,7 +216,8 @@ def gemma_decoder_only(ids, pad_id=0, num_layers=1, num_heads=1, num_kv_heads=No
 
 def gemma_decoder_only_vjp(cot, ids, pad_id=0, num_layers=1, num_heads=1, num_kv_heads=None,
                            eps=1e-6, rope_base=10000.0, window=None, query_pre_attn_scalar=None,
-                           softcap=None, final_softcap=None, qk_norm=False, params=None):
+                           softcap=None, final_softcap=None, qk_norm=False, rope_local_base=None,
+                           params=None):
     """z = N(h_N) E^T, logits = cap_f(z), h_i+1 = layer_i(h_i), h_0 = E[ids] sqrt(D):
         dz = dlogits (1 - tanh^2(z / c)),  dE += dz^T N(h_N) (the tied head),
         dh_N = N^T (dz E),  dh_i = layer_i^T dh_i+1,
@@ -215,10 +226,9 @@ def gemma_decoder_only_vjp(cot, ids, pad_id=0, num_layers=1, num_heads=1, num_kv
                          softcap, qk_norm)
     hs = [embedding(ids, scale=True, params=sub(params, "embed"))["y"]]
     pad = _padding(ids, pad_id)
-    windows = [window if i % 2 == 0 else None for i in range(int(num_layers))]
-    for i, w in enumerate(windows):
-        hs.append(gemma_layer(hs[-1], pad, **attrs, window=w,
-                              params=sub(params, f"layers.{i}"))["y"])
+    layer_attrs = [_local(attrs, i, window, rope_local_base) for i in range(int(num_layers))]
+    for i, a in enumerate(layer_attrs):
+        hs.append(gemma_layer(hs[-1], pad, **a, params=sub(params, f"layers.{i}"))["y"])
     n = _norm(hs[-1], eps, params, "norm")
     dz = mpa(cot["logits"])
     if final_softcap is not None:
@@ -228,7 +238,7 @@ def gemma_decoder_only_vjp(cot, ids, pad_id=0, num_layers=1, num_heads=1, num_kv
     dh, p_norm = _norm_vjp(gn["x"], hs[-1], eps, params, "norm")
     grads = [prefixed("embed", p_head), p_norm]
     for i in reversed(range(int(num_layers))):
-        gi, pl = gemma_layer_vjp({"y": dh}, hs[i], pad, **attrs, window=windows[i],
+        gi, pl = gemma_layer_vjp({"y": dh}, hs[i], pad, **layer_attrs[i],
                                  params=sub(params, f"layers.{i}"))
         dh = gi["x"]
         grads.append(prefixed(f"layers.{i}", pl))

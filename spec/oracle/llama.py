@@ -8,6 +8,10 @@ llama_layer, x (B, T, D), H query heads and H_kv key/value heads of width K:
     K  = RoPE_half(n1 W_k + b_k)  (B, H_kv, T, K)
     V  = n1 W_v + b_v             (B, H_kv, T, K)
     (b_q, b_k, b_v only with attention_bias, Qwen2; never an output bias)
+    RoPE_half is rope(convention "half", base rope_base, rotary_dim, scaling rope_scaling):
+    with rotary_dim R only the first R features of each head rotate (Phi-3); with rope_scaling
+    theta_i and the attention factor m come from rope_frequencies(seq_len = offset + T) and
+    m multiplies cos and sin (transformers' attention_scaling), so the scores carry m^2
     keep[b, i, j] = mask[b, 0, i, j] and j <= i and (window is None or i - window < j)
     O_h = sdpa(Q_h, K_g, V_g, keep),  g = h // (H / H_kv)
     r1 = x + concat_h(O_h) W_o                              (attn.output = concat W_o)
@@ -63,7 +67,15 @@ def qkv_project(n1, params, name, bias):
     return add(out, mpa(params["b_" + name])) if bias else out
 
 
-def attention(n1, keep, num_heads, num_kv_heads, rope_base, offset, params, bias=False):
+def _rot(offset, rope_base, rope):
+    """rope's attributes for the queries and keys: rope = (rotary_dim, rope_scaling)."""
+    rotary_dim, scaling = rope
+    return {"offset": offset, "base": rope_base, "convention": "half", "rotary_dim": rotary_dim,
+            "scaling": scaling}
+
+
+def attention(n1, keep, num_heads, num_kv_heads, rope_base, offset, params, bias=False,
+              rope_extra=(None, None)):
     """The grouped-query attention sublayer on the normed input: (output, weights)."""
     h_count = int(num_heads)
     h_kv = h_count if num_kv_heads is None else int(num_kv_heads)
@@ -71,22 +83,25 @@ def attention(n1, keep, num_heads, num_kv_heads, rope_base, offset, params, bias
     kw = q_all.shape[-1] // h_count
     k_all = qkv_project(n1, params, "k", bias)  # (B, T, H_kv*K)
     v_all = qkv_project(n1, params, "v", bias)  # (B, T, H_kv*K)
-    q = rope(heads_of(q_all, h_count, kw), offset=offset, base=rope_base, convention="half")["y"]
-    k = rope(heads_of(k_all, h_kv, kw), offset=offset, base=rope_base, convention="half")["y"]
+    rot = _rot(offset, rope_base, rope_extra)
+    q = rope(heads_of(q_all, h_count, kw), **rot)["y"]
+    k = rope(heads_of(k_all, h_kv, kw), **rot)["y"]
     v = heads_of(v_all, h_kv, kw)
     r = sdpa(q, k, v, mask=keep, num_kv_heads=h_kv)  # (B, H, T, K), (B, H, T, T)
     return matmul(merge_heads(r["output"]), mpa(params["w_o"])), r["weights"]
 
 
 def llama_layer(x, mask=None, num_heads=1, num_kv_heads=None, eps=1e-6, rope_base=10000.0,
-                window=None, offset=0, attention_bias=False, params=None):
+                window=None, offset=0, attention_bias=False, rope_scaling=None, rotary_dim=None,
+                params=None):
     x = mpa(x)
     out = {}
     n1 = rms_norm(x, eps=eps, params=sub(params, "attn_norm"))["y"]
     keep = keep_mask(x.shape[1], mask, window)
     out["attn.output"], out["attn.weights"] = attention(n1, keep, num_heads, num_kv_heads,
                                                         rope_base, offset, sub(params, "attn"),
-                                                        bool(attention_bias))
+                                                        bool(attention_bias),
+                                                        (rotary_dim, rope_scaling))
     out["residual1.output"] = add(x, out["attn.output"])
     n2 = rms_norm(out["residual1.output"], eps=eps, params=sub(params, "ffn_norm"))["y"]
     out["ffn.output"] = gated_feedforward(n2, activation="silu", params=sub(params, "ffn"))["y"]
@@ -95,13 +110,15 @@ def llama_layer(x, mask=None, num_heads=1, num_kv_heads=None, eps=1e-6, rope_bas
 
 
 def llama_decoder_only(ids, pad_id=0, num_layers=1, num_heads=1, num_kv_heads=None, eps=1e-6,
-                       rope_base=10000.0, window=None, params=None):
+                       rope_base=10000.0, window=None, rope_scaling=None, rotary_dim=None,
+                       params=None):
     h = embedding(ids, scale=False, params=sub(params, "embed"))["y"]  # (B, T, D)
     out = {"embed.output": h}
     pad = _padding(ids, pad_id)  # (B, 1, 1, T)
     for i in range(int(num_layers)):
         r = llama_layer(h, pad, num_heads=num_heads, num_kv_heads=num_kv_heads, eps=eps,
                         rope_base=rope_base, window=window, offset=0,
+                        rope_scaling=rope_scaling, rotary_dim=rotary_dim,
                         params=sub(params, f"layers.{i}"))
         h = r.pop("y")
         out.update({f"layers.{i}.{k}": v for k, v in r.items()})
@@ -114,7 +131,7 @@ def llama_decoder_only(ids, pad_id=0, num_layers=1, num_heads=1, num_kv_heads=No
 # -- gradients -------------------------------------------------------------------------------
 
 def attention_vjp(do_all, n1, keep, num_heads, num_kv_heads, rope_base, offset, params,
-                  bias=False):
+                  bias=False, rope_extra=(None, None)):
     """The attention sublayer backward, dA = cotangent of concat_h(O_h) W_o (B, T, D):
         dW_o = concat(O)^T dA,  dO = heads(dA W_o^T),  (dQ, dK, dV) = sdpa^T dO (GQA: a kv
         head's dK, dV summed over its query heads),  dQ, dK through RoPE^T (rotation by -angle),
@@ -128,7 +145,7 @@ def attention_vjp(do_all, n1, keep, num_heads, num_kv_heads, rope_base, offset, 
     q_pre = heads_of(qkv_project(n1, params, "q", bias), h_count, kw)  # (B, H, T, K) before RoPE
     k_pre = heads_of(qkv_project(n1, params, "k", bias), h_kv, kw)     # (B, H_kv, T, K)
     v = heads_of(qkv_project(n1, params, "v", bias), h_kv, kw)
-    rot = {"offset": offset, "base": rope_base, "convention": "half"}
+    rot = _rot(offset, rope_base, rope_extra)  # dx = m R^T dy (rope_vjp), m with rope_scaling
     q, k = rope(q_pre, **rot)["y"], rope(k_pre, **rot)["y"]
     o = sdpa(q, k, v, mask=keep, num_kv_heads=h_kv)["output"]  # (B, H, T, K)
     grads = {}
@@ -147,7 +164,8 @@ def attention_vjp(do_all, n1, keep, num_heads, num_kv_heads, rope_base, offset, 
 
 
 def llama_layer_vjp(cot, x, mask=None, num_heads=1, num_kv_heads=None, eps=1e-6,
-                    rope_base=10000.0, window=None, offset=0, attention_bias=False, params=None):
+                    rope_base=10000.0, window=None, offset=0, attention_bias=False,
+                    rope_scaling=None, rotary_dim=None, params=None):
     """r1 = x + A(RMSNorm_1(x)), y = r1 + F(RMSNorm_2(r1)), each residual passing its
     cotangent to both branches:
         dr1 = dy + RMSNorm_2^T F^T dy,   dx = dr1 + RMSNorm_1^T A^T dr1
@@ -156,28 +174,31 @@ def llama_layer_vjp(cot, x, mask=None, num_heads=1, num_kv_heads=None, eps=1e-6,
     n1 = rms_norm(x, eps=eps, params=sub(params, "attn_norm"))["y"]
     keep = keep_mask(x.shape[1], mask, window)
     bias = bool(attention_bias)
+    extra = (rotary_dim, rope_scaling)
     a, _ = attention(n1, keep, num_heads, num_kv_heads, rope_base, offset, sub(params, "attn"),
-                     bias)
+                     bias, extra)
     r1 = add(x, a)
     n2 = rms_norm(r1, eps=eps, params=sub(params, "ffn_norm"))["y"]
     gf, pf = gated_feedforward_vjp({"y": dy}, n2, activation="silu", params=sub(params, "ffn"))
     gn2, pn2 = rms_norm_vjp({"y": gf["x"]}, r1, eps=eps, params=sub(params, "ffn_norm"))
     dr1 = dy + gn2["x"]
     dn1, pa = attention_vjp(dr1, n1, keep, num_heads, num_kv_heads, rope_base, offset,
-                            sub(params, "attn"), bias)
+                            sub(params, "attn"), bias, extra)
     gn1, pn1 = rms_norm_vjp({"y": dn1}, x, eps=eps, params=sub(params, "attn_norm"))
     return {"x": dr1 + gn1["x"]}, merge(prefixed("ffn", pf), prefixed("ffn_norm", pn2), pa,
                                         prefixed("attn_norm", pn1))
 
 
 def llama_decoder_only_vjp(cot, ids, pad_id=0, num_layers=1, num_heads=1, num_kv_heads=None,
-                           eps=1e-6, rope_base=10000.0, window=None, params=None):
+                           eps=1e-6, rope_base=10000.0, window=None, rope_scaling=None,
+                           rotary_dim=None, params=None):
     """logits = RMSNorm(h_N) W_lm, h_i+1 = layer_i(h_i), h_0 = E[ids]:
         dW_lm = RMSNorm(h_N)^T dlogits,  dh_N = RMSNorm^T (dlogits W_lm^T),
         dh_i = layer_i^T dh_i+1 (with its parameters' gradients),
         dE[l] = sum of dh_0 over the positions holding id l   (the ids get none)"""
     attrs = {"num_heads": num_heads, "num_kv_heads": num_kv_heads, "eps": eps,
-             "rope_base": rope_base, "window": window, "offset": 0}
+             "rope_base": rope_base, "window": window, "offset": 0,
+             "rope_scaling": rope_scaling, "rotary_dim": rotary_dim}
     hs = [embedding(ids, scale=False, params=sub(params, "embed"))["y"]]  # h_0 (B, T, D)
     pad = _padding(ids, pad_id)  # (B, 1, 1, T)
     for i in range(int(num_layers)):
