@@ -273,6 +273,13 @@ def _real(value) -> bool:
     return isinstance(value, Real) and not isinstance(value, (bool, np.bool_))
 
 
+def finite(value, name: str) -> float:
+    """A finite real number (bool and str refused), as a Python float."""
+    if not _real(value) or not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
 def eps(value, name: str = "eps") -> float:
     """A normaliser's eps: a finite real number > 0 (bool and str refused), as a Python float.
 

@@ -24,9 +24,6 @@ beam each step (no cache to reorder); a batch of B rows holds its K*B beams beam
 
 from __future__ import annotations
 
-import math
-from numbers import Real
-
 from attnspec.spec.errors import ConfigError
 
 from .. import _checks as check
@@ -34,15 +31,14 @@ from .decoding import MODELS, Decoding
 from .layers import NORMS
 
 EARLY_STOPPING = (True, False, "never")
+INF = float("inf")  # a finished or taken slot's score: -INF
 
 
 def beam_attributes(num_beams, num_return_sequences, length_penalty, early_stopping):
     """(K, R, alpha, early_stopping) checked, or ConfigError naming the attribute."""
     k = check.integer("num_beams", num_beams, lo=1)
     r = check.integer("num_return_sequences", num_return_sequences, lo=1, hi=k)
-    if (not isinstance(length_penalty, Real) or isinstance(length_penalty, bool)
-            or not math.isfinite(length_penalty)):
-        raise ConfigError(f"length_penalty must be a finite number, got {length_penalty!r}")
+    check.finite(length_penalty, "length_penalty")
     if isinstance(early_stopping, str):
         ok = early_stopping == "never"
     else:
@@ -83,10 +79,10 @@ class BeamSearch(Decoding):
         taken = ops.falses(tuple(scores.shape), like=scores)  # (B, M)
         picks = []
         for _ in range(count):
-            left = ops.where(taken, -math.inf, scores)
+            left = ops.where(taken, -INF, scores)
             idx = ops.argmax(left, axis=1)  # (B,)
             # only -inf left (empty slots): the first one not taken, not a taken one again
-            idx = ops.where(ops.take_rows(left, idx) == -math.inf,
+            idx = ops.where(ops.take_rows(left, idx) == -INF,
                             ops.argmax(~taken, axis=1), idx)
             picks.append((idx, ops.take_rows(scores, idx)))
             taken = taken | (flat == idx[:, None])
@@ -118,7 +114,7 @@ class BeamSearch(Decoding):
         """(B, K) live scores before the first step: slot 0 is the prompt (0), the others
         empty (-inf), so the first step expands one beam."""
         ops = self.ops
-        return ops.where(ops.arange(0, k, like=zero)[None, :] == 0, zero, -math.inf)
+        return ops.where(ops.arange(0, k, like=zero)[None, :] == 0, zero, -INF)
 
     def _finish(self, fin, cands, open_, g: int, alpha: float, k: int):
         """Merge the ending candidates of rank < K into the finished (B, K) and keep the K
@@ -128,7 +124,7 @@ class BeamSearch(Decoding):
         news, new_seqs, new_filled = [], [], []
         for val, seq, ends in self._eligible(cands, k):
             ok = ends & open_
-            news.append(ops.where(ok, self._penalised(val, g, alpha), -math.inf))
+            news.append(ops.where(ok, self._penalised(val, g, alpha), -INF))
             new_seqs.append(seq)
             new_filled.append(ok)
         pool = ops.concat([scores, ops.stack(news, axis=1)], axis=1)  # (B, 2K)
@@ -143,7 +139,7 @@ class BeamSearch(Decoding):
         """The first K candidates that do not end, in rank order: (scores (B, K), their
         sequences [(B, n)] per slot)."""
         ops = self.ops
-        going = ops.stack([ops.where(ends, -math.inf, val) for val, _, ends in cands], axis=1)
+        going = ops.stack([ops.where(ends, -INF, val) for val, _, ends in cands], axis=1)
         seqs = ops.stack([seq for _, seq, _ in cands], axis=1)  # (B, 2K, max_len)
         picks = self._best(going, k)
         return (ops.stack([v for _, v in picks], axis=1),
@@ -225,7 +221,7 @@ class BeamSearch(Decoding):
             if live is None:
                 zero = ops.zeros((b, k), like=lp)
                 live = self._initial(zero, k)
-                fin = (zero - math.inf, ops.full((b, k, max_len), pad_id, like=seq),
+                fin = (zero - INF, ops.full((b, k, max_len), pad_id, like=seq),
                        ops.falses((b, k), like=seq))
             cand = ops.concat([live[:, i:i + 1] + lp[i * b:(i + 1) * b] for i in range(k)],
                               axis=1)  # (B, K*V), flat index slot*V + token

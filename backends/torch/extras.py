@@ -347,11 +347,10 @@ def agree_hf_gpt2_lm(device):
     """Every decoder_only value vector GPT2LMHeadModel can hold (the tied GPT-2 ones:
     ``decoder_only/gpt2-*``) through ``hf.to_hf``, at the vector's float64 tolerance
     (GPT-2 computes LayerNorm, softmax and gelu_new in the module's dtype)."""
-    from . import hf
-
     name = "transformers.GPT2LMHeadModel"
 
     def one(v, x, p):
+        from . import hf  # when the check runs, not when it is listed
         a = _gpt2_lm_attributes(v)
         if a is None:
             return False
@@ -378,11 +377,10 @@ def agree_hf_t5(device, kind):
     (``hf_t5.t5_block_to_hf``; block 0 computes the position bias, the later blocks are given
     it, then final_norm), at the vector's float32 tolerance: T5LayerNorm's variance and the
     eager softmax are float32 even in a float64 module (spec/components/huggingface.md)."""
-    from . import hf, hf_t5
-
     name = "transformers." + ("T5Block" if kind == "blocks" else f"T5Stack.{kind}")
 
     def one(v, x, p):
+        from . import hf, hf_t5  # when the check runs, not when it is listed
         decoder = v.function == "t5_decoder"
         memory = x.get("memory")
         t, s = x["x"].shape[1], (memory.shape[1] if decoder else 0)
@@ -601,11 +599,10 @@ def agree_hf_moe_layer(device, layer):
     vector) that transformers' ``layer`` can hold (``hf_moe_layers.expressible``) through
     ``hf.to_hf``, at the vector's float32 tolerance: transformers computes RMSNorm, the RoPE
     angles and the router's softmax in float32 whatever the dtype."""
-    from . import hf, hf_moe_layers
-
     name = f"transformers.{layer}"
 
     def check(spec):
+        from . import hf, hf_moe_layers  # when the check runs, not when it is listed
         compared = 0
         for v in spec.vectors:
             if v.component != "moe_layers" or v.deprecated or v.expect not in ("value", "gradient") \
