@@ -114,6 +114,7 @@ WRONG = [
     ("parallel_layer", {"eps": 1e-6}),
     ("parallel_layer", {"activation": "relu"}),
     ("parallel_layer", {"rope_base": 500000.0}),
+    ("parallel_layer", {"rotary_dim": 2}),  # GPT-NeoX's rotary_pct 0.25 where None (K) is meant
     ("greedy_decode", {"rope_base": 500000.0}),
     ("greedy_decode", {"window": 2}),
     ("greedy_decode", {"num_kv_heads": 1}),

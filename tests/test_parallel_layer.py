@@ -15,6 +15,7 @@ from attnspec.spec.oracle.parallel_layer import parallel_layer as oracle
 
 from .mutants import assert_rejected, composite_mutant, rejections
 from .test_grad_oracle import VJP, _check
+from .test_mutants_llama_rope import _rope_with, rotary_dim_ignored, rotary_theta_from_k
 
 
 @pytest.mark.parametrize("num_norms", [1, 2])
@@ -28,6 +29,15 @@ def test_parallel_layer_vjp_matches_central_differences(num_norms):
         _check(oracle, VJP["parallel_layer"], {"y": r.uniform((2, 3, 4))},
                {"x": r.uniform((2, 3, 4)), "mask": mask}, attrs,
                layer_params(r, 4, 2, 1, 2, 3, num_norms))
+
+
+def test_parallel_layer_vjp_with_a_partial_rotary_matches_central_differences():
+    r = Rng("test/grad/parallel_layer/rotary")
+    attrs = {"num_heads": 2, "num_kv_heads": 2, "num_norms": 2, "offset": 2,
+             "rope_base": 100.0, "eps": 0.01, "rotary_dim": 2}
+    with precision():
+        _check(oracle, VJP["parallel_layer"], {"y": r.uniform((1, 3, 8))},
+               {"x": r.uniform((1, 3, 8))}, attrs, layer_params(r, 8, 2, 2, 4, 3, 2))
 
 
 def by_hand(x, *, num_heads, num_kv_heads, num_norms, params, eps=1e-5, activation="gelu"):
@@ -80,7 +90,8 @@ def test_parallel_layer_refuses_bad_input_naming_it():
 def _variant(sequential=False, one_norm=False):
     """parallel_layer with a planted bug: the MLP on x + A (sequential), or LN_1 for both."""
     def layer(self, x, mask=None, *, num_heads, num_kv_heads=None, num_norms=2, eps=1e-5,
-              activation="gelu", rope_base=10000.0, offset=0, params, trace=None):
+              activation="gelu", rope_base=10000.0, offset=0, rotary_dim=None, params,
+              trace=None):
         from attnspec.backends import _checks as check
         from attnspec.spec.trace import record
 
@@ -89,7 +100,8 @@ def _variant(sequential=False, one_norm=False):
         keep = self.llama_keep(mask, b, t, t, None, x)
         p = check.params_of(params)
         n1 = self.k.layer_norm(x, eps=eps, params=p.scope("attn_norm"))
-        a = self.parallel_attention(n1, keep, heads, kv, rope_base, offset, p.scope("attn"), trace)
+        a = self.parallel_attention(n1, keep, heads, kv, rope_base, offset, p.scope("attn"), trace,
+                                    self.llama_rope(None, rotary_dim))
         h = x + a if sequential else x
         two = num_norms == 2 and not one_norm
         n2 = self.k.layer_norm(h, eps=eps, params=p.scope("ffn_norm" if two else "attn_norm"))
@@ -99,8 +111,8 @@ def _variant(sequential=False, one_norm=False):
     return layer
 
 
-def _no_output_bias(self, n, keep, heads, kv, base, offset, p, trace):
-    o = Layers.parallel_attention(self, n, keep, heads, kv, base, offset, p, trace)
+def _no_output_bias(self, n, keep, heads, kv, base, offset, p, trace, rope=None):
+    o = Layers.parallel_attention(self, n, keep, heads, kv, base, offset, p, trace, rope)
     return o - p["b_o"]
 
 
@@ -108,8 +120,8 @@ def _rms_for_layer_norm(x, *, eps=1e-5, params):
     return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * params["gamma"] + params["beta"]
 
 
-def _rope_interleaved(x, *, offset=0, base=10000.0, convention="half"):
-    return positional.rope(x, offset=offset, base=base, convention="interleaved")
+def _rope_interleaved(x, *, offset=0, base=10000.0, convention="half", **rest):
+    return positional.rope(x, offset=offset, base=base, convention="interleaved", **rest)
 
 
 BUGS = {
@@ -118,6 +130,10 @@ BUGS = {
     "no-output-bias": {"methods": {"parallel_attention": _no_output_bias}},
     "rms-norm-for-layer-norm": {"kernels": {"layer_norm": _rms_for_layer_norm}},
     "rope-interleaved": {"kernels": {"rope": _rope_interleaved}},
+    # GPT-NeoX's rotary_pct: the whole head rotated, or the R-wide part with the K-wide
+    # head's frequencies (the llama rope mutants, tests/test_mutants_llama_rope.py)
+    "rotary-dim-ignored": {"kernels": {"rope": _rope_with(rotary_dim_ignored)}},
+    "rotary-theta-from-k": {"kernels": {"rope": _rope_with(rotary_theta_from_k)}},
 }
 
 

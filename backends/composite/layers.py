@@ -270,11 +270,12 @@ class Layers(Composite):
     # -- the parallel-residual layer (GPT-NeoX, Falcon) ---------------------------------------
 
     def parallel_layer(self, x, mask=None, *, num_heads, num_kv_heads=None, num_norms=2,
-                       eps=1e-5, activation="gelu", rope_base=10000.0, offset=0, params,
-                       trace=None):
+                       eps=1e-5, activation="gelu", rope_base=10000.0, offset=0,
+                       rotary_dim=None, params, trace=None):
         """y = x + A(LN_1(x)) + F(LN_2(x)) (num_norms = 1: LN_2 = LN_1), both branches on x;
         A = W_o Attn(RoPE(n W_q + b_q), RoPE(n W_k + b_k), n W_v + b_v) + b_o, causal, RoPE
-        "half" at positions offset..offset+T-1, query head h reads kv head h // (H/H_kv);
+        "half" at positions offset..offset+T-1 (rotary_dim R: the first R features of a head,
+        GPT-NeoX's rotary_pct), query head h reads kv head h // (H/H_kv);
         F = act(n W1 + b1) W2 + b2."""
         x = self.ops.floating("x", x)
         b, t, _ = check.rank("x", x, min_rank=3, max_rank=3)
@@ -285,14 +286,17 @@ class Layers(Composite):
         p = check.params_of(params)
         n1 = self.k.layer_norm(x, eps=eps, params=p.scope("attn_norm"))
         n2 = n1 if norms == 1 else self.k.layer_norm(x, eps=eps, params=p.scope("ffn_norm"))
-        a = self.parallel_attention(n1, keep, heads, kv, rope_base, offset, p.scope("attn"), trace)
+        rope = self.llama_rope(None, rotary_dim)
+        a = self.parallel_attention(n1, keep, heads, kv, rope_base, offset, p.scope("attn"), trace,
+                                    rope)
         f = self.k.feedforward(n2, activation=activation, params=p.scope("ffn"))
         record(trace, "ffn.output", f)
         return x + a + f
 
-    def parallel_attention(self, n, keep, heads: int, kv: int, base, offset: int, p, trace):
+    def parallel_attention(self, n, keep, heads: int, kv: int, base, offset: int, p, trace,
+                           rope=None):
         """W_o concat_h sdpa(Q_h, K_g, V_g, keep) + b_o, every projection with its bias."""
-        q, k, v = self.llama_qkv(n, p, heads, kv, base, offset, bias=True)
+        q, k, v = self.llama_qkv(n, p, heads, kv, base, offset, bias=True, rope=rope)
         out, weights = self.k.sdpa(q, k, v, keep, num_kv_heads=kv)  # (B, H, T, K), (B, H, T, T)
         record(trace, "attn.weights", weights)
         o = self.project_bias(self.ops.merge_heads(out), p, "w_o", n.shape[-1])  # (B, T, D)

@@ -15,7 +15,8 @@ owning rows h*K:(h+1)*K of a projection). What each module stores differently:
   :mod:`.hf_rope`); GPT-NeoX and Falcon (``parallel_layer``, unscaled) only the default.
 - ``GPTNeoXLayer``: ``query_key_value`` (3*H*K, D) interleaved per head, rows
   ``[q_0 k_0 v_0 q_1 k_1 v_1 ...]`` of K each (``view(..., H, 3*K).chunk(3)``); two
-  LayerNorms; ``use_parallel_residual`` must be True and ``rotary_pct`` 1.0.
+  LayerNorms; ``use_parallel_residual`` must be True; its ``partial_rotary_factor``
+  (``rotary_pct``, 0.25 by default) is the spec's ``rotary_dim = int(K * factor)``.
 - ``FalconDecoderLayer``: ``query_key_value`` grouped per kv head in the new decoder
   architecture (``[q_{g,0} .. q_{g,G-1} k_g v_g]``, G = H / H_kv), ``[q (H*K) | k (K) | v (K)]``
   with the old multi-query, per head ``[q_h k_h v_h]`` otherwise; ``bias=False`` is zero biases.
@@ -67,7 +68,7 @@ PHI3_ROPE = ("default", "longrope")  # Phi3Config.validate_rope refuses the othe
 _LLAMA_ATTRS = {"num_heads", "num_kv_heads", "eps", "rope_base", "window", "offset",
                 "attention_bias", "rope_scaling", "rotary_dim"}
 _PARALLEL_ATTRS = {"num_heads", "num_kv_heads", "num_norms", "eps", "activation", "rope_base",
-                   "offset"}
+                   "offset", "rotary_dim"}
 
 
 def _state(module, table) -> dict:
@@ -83,15 +84,15 @@ def _state(module, table) -> dict:
     return out
 
 
-def _rope(module: str, c) -> float:
+def _rope(module: str, c, head_dim: int, partial: bool) -> dict:
+    """rope_base (and rotary_dim where ``partial``: GPT-NeoX's partial_rotary_factor, its
+    rotary_pct) of a parallel layer's config; any scaling rule is refused (parallel_layer has
+    no rope_scaling)."""
     rope = dict(c.rope_parameters or {})
     if rope.get("rope_type", "default") != "default":
         hf._unsupported(module, "rope_parameters (rope_scaling)", rope,
                         "the spec's RoPE here is unscaled (rope_type 'default')")
-    if float(rope.get("partial_rotary_factor", 1.0)) != 1.0:
-        hf._unsupported(module, "rope_parameters.partial_rotary_factor (rotary_pct)",
-                        rope["partial_rotary_factor"], "the spec rotates every head dimension")
-    return float(rope["rope_theta"])
+    return hf_rope.from_hf(module, c, rope, head_dim, partial=partial)
 
 
 def _silu(module: str, c):
@@ -184,7 +185,7 @@ def gpt_neox_layer_from_hf(layer: GPTNeoXLayer) -> tuple[dict, dict]:
                         "parallel_layer is the parallel residual (the sequential layer is not)")
     a = {"num_heads": c.num_attention_heads, "num_kv_heads": None, "num_norms": 2,
          "eps": float(c.layer_norm_eps), "activation": hf._activation(who, "hidden_act", c.hidden_act),
-         "rope_base": _rope(who, c)}
+         **_rope(who, c, layer.attention.head_size, partial=True)}
     qkv = layer.attention.query_key_value
     h, k = c.num_attention_heads, layer.attention.head_size
     p = _state(layer, NEOX)
@@ -216,7 +217,8 @@ def falcon_layer_from_hf(layer: FalconDecoderLayer) -> tuple[dict, dict]:
     h, k = c.num_attention_heads, layer.self_attention.head_dim
     a = {"num_heads": h, "num_kv_heads": h_kv, "num_norms": norms,
          "eps": float(c.layer_norm_epsilon),
-         "activation": hf._activation(who, "activation", c.activation), "rope_base": _rope(who, c)}
+         "activation": hf._activation(who, "activation", c.activation),
+         **_rope(who, c, k, partial=False)}
     qkv = layer.self_attention.query_key_value
     p = _state(layer, FALCON + _FALCON_NORMS[norms])
     p.update(_split_qkv(qkv.weight.detach(), _zero_bias(qkv), h, h_kv, k, layout))
@@ -304,8 +306,8 @@ def _parallel_to_hf(params, attributes: dict, who: str):
     h, h_kv, k = _heads(attributes, p.require("attn.w_q", (d, None)).shape[1], who)
     if k * h != d:
         raise ConfigError(f"{who}: head width K = {k} must be D / num_heads = {d} / {h}")
-    rope = {"rope_type": "default", "rope_theta": float(attributes.get("rope_base", 10000.0)),
-            "partial_rotary_factor": 1.0}
+    rope, _ = hf_rope.to_hf(who, attributes, k, partial=who == "GPTNeoXLayer", rules=("default",))
+    rope.setdefault("partial_rotary_factor", 1.0)
     common = dict(hidden_size=d, num_attention_heads=h, attention_dropout=0.0,
                   hidden_dropout=0.0, attn_implementation="eager", num_hidden_layers=1,
                   rope_parameters=rope)
@@ -359,7 +361,7 @@ def expressible(v, model: str):
     key (uniform weights in transformers, zeros in the spec), a head width other than D/H
     (only Mistral has head_dim), Qwen2 without attention_bias or the others with it, GPT-NeoX
     with H_kv < H or one norm, a window for Phi-3 (the same mask as Mistral's), a rotary_dim
-    below K for Mistral and Qwen2 (Phi-3 alone rotates part of a head), a rope_scaling rule
+    below K for Mistral, Qwen2 and Falcon (Phi-3 and GPT-NeoX rotate part of a head), a rope_scaling rule
     other than longrope for Phi-3."""
     a = dict(v.attributes)
     t = v.inputs["x"].shape[1]
@@ -384,7 +386,7 @@ def expressible(v, model: str):
         return None
     r = a.get("rotary_dim")
     if r is not None and r != v.params["attn.w_q"].shape[1] // a["num_heads"] and \
-            model in ("MistralDecoderLayer", "Qwen2DecoderLayer"):
+            model in ("MistralDecoderLayer", "Qwen2DecoderLayer", "FalconDecoderLayer"):
         return None  # they rotate whole heads
     return a
 

@@ -14,6 +14,7 @@ COMPONENT = Component("parallel_layer", {
                          required=["num_heads"],
                          attributes={"num_kv_heads": None, "num_norms": 2, "eps": 1e-5,
                                      "activation": "gelu", "rope_base": 10000.0, "offset": 0},
+                         added={"rotary_dim": None},
                          params=True, trace=True, oracle=oracle),
 }, tolerances=tolerances("stack"))
 
@@ -123,6 +124,48 @@ def cases(rng):
                 inputs={"x": tiny(rd, (2, 8, 16))}, attributes={"num_heads": 2},
                 params=layer_params(rd, 16, 2, 2, 8, 32), flags=["defaults", "default-eps"],
                 omit_defaults=True)
+    yield from rotary_cases(Rng(f"{COMPONENT.id}/rotary"))
+
+
+def rotary_cases(r):
+    """rotary_dim (added in 1.4.0): GPT-NeoX's rotary_pct (0.25 by default in transformers'
+    GPTNeoXConfig): only the first R features of each query and key head rotate, with the
+    frequencies of an R-wide head, theta_i = base^(-2i/R); the other K - R pass through."""
+    def layer(h, h_kv=None, k=8, d=16, f=32, num_norms=2):
+        a = {"num_heads": h, "num_kv_heads": h_kv, "num_norms": num_norms}
+        return a, layer_params(r, d, h, h_kv or h, k, f, num_norms)
+
+    a, p = layer(2)
+    yield value("parallel_layer/rotary-dim-001", "parallel_layer",
+                "rotary_dim 2 of K = 8 (GPT-NeoX's default rotary_pct 0.25), H = 2, two norms, "
+                "T = 7, rope_base 100: pair (0, 1) rotates by p radians, features 2..7 pass "
+                "through. Rotating the whole head fails.",
+                inputs={"x": shifted(r, (2, 7, 16))},
+                attributes={**a, "rotary_dim": 2, "rope_base": 100.0}, params=p,
+                flags=["rotary-dim", "parallel-residual"])
+    a, p = layer(4, 2, num_norms=1)
+    yield value("parallel_layer/rotary-dim-002", "parallel_layer",
+                "rotary_dim 4 of K = 8, one norm, GQA (H = 4 on H_kv = 2), offset 5, T = 5, "
+                "rope_base 100: theta = (1, 100^-1/2) from the R-wide head, not (1, 100^-1/4) "
+                "from K; features 4..7 pass through.",
+                inputs={"x": shifted(r, (2, 5, 16))},
+                attributes={**a, "rotary_dim": 4, "rope_base": 100.0, "offset": 5}, params=p,
+                flags=["rotary-dim", "gqa", "offset"])
+    a, p = layer(2)
+    yield value("parallel_layer/rotary-dim-zero-001", "parallel_layer",
+                "rotary_dim 0: nothing rotates (the attention sees no positions but through the "
+                "causal mask), offset 9, T = 6.",
+                inputs={"x": shifted(r, (1, 6, 16))},
+                attributes={**a, "rotary_dim": 0, "offset": 9}, params=p,
+                flags=["rotary-dim", "edge", "offset"])
+    x = shifted(r, (1, 4, 16))
+    yield error("parallel_layer/rotary-dim-odd-001", "parallel_layer", "rotary_dim = 3 is odd.",
+                inputs={"x": x}, attributes={**a, "rotary_dim": 3}, params=p,
+                error="ConfigError", mentions=["rotary_dim", "3"])
+    yield error("parallel_layer/rotary-dim-wide-001", "parallel_layer",
+                "rotary_dim = 10 > K = 8 (w_q (16, 16), H = 2).",
+                inputs={"x": x}, attributes={**a, "rotary_dim": 10}, params=p,
+                error="ConfigError", mentions=["rotary_dim", "10"])
 
 
 def grad_cases(r):
@@ -163,3 +206,12 @@ def grad_cases(r):
                    attributes={"num_heads": 2}, params=layer_params(r, 8, 2, 2, 4, 12),
                    cotangents={"y": r.uniform((2, 5, 8))},
                    flags=["gradient", "defaults"], omit_defaults=True)
+    rg = Rng(f"{COMPONENT.id}/grad-rotary")
+    yield gradient("parallel_layer/grad-005", "parallel_layer",
+                   "rotary_dim 2 of K = 4 (rotary_pct 0.5), GQA (H = 4 on H_kv = 2), offset 2, "
+                   "rope_base 100, T = 5: dq and dk rotate back on features 0..1 only.",
+                   inputs={"x": shifted(rg, (2, 5, 8))},
+                   attributes={"num_heads": 4, "num_kv_heads": 2, "num_norms": 2,
+                               "rotary_dim": 2, "offset": 2, "rope_base": 100.0},
+                   params=layer_params(rg, 8, 4, 2, 4, 12), cotangents={"y": rg.uniform((2, 5, 8))},
+                   flags=["gradient", "rotary-dim", "gqa"])

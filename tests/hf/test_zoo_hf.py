@@ -80,6 +80,8 @@ FALCONS = {
     "multi-head": dict(new_decoder_architecture=False, multi_query=False),
 }
 MODULES = {"Mistral": mistral, "Qwen2": qwen2, "Phi3": phi3, "GPTNeoX": neox,
+           # a partial rotary (transformers' GPTNeoXConfig defaults to 0.25): 2 of K = 4
+           "GPTNeoX-partial": lambda: neox(rope_parameters={**ROPE, "partial_rotary_factor": 0.5}),
            **{f"Falcon-{k}": (lambda c=c: falcon(**c)) for k, c in FALCONS.items()}}
 SPEC_FN = {llama_layer: "llama_layer", parallel_layer: "parallel_layer"}
 
@@ -159,6 +161,29 @@ def test_the_vectors_through_the_zoo_layer(model, function, least):
     assert _through(model, function) >= least
 
 
+def test_gpt_neox_partial_rotary_is_rotary_dim():
+    """GPT-NeoX's partial_rotary_factor (rotary_pct) f is parallel_layer's rotary_dim K f, both
+    ways; the parallel_layer/rotary-dim-* vectors pass through GPTNeoXLayer, and a converter
+    that drops the factor (the whole head rotated) fails them."""
+    a, _ = hf.from_hf(neox(rope_parameters={**ROPE, "partial_rotary_factor": 0.5}))
+    assert a["rotary_dim"] == 2  # K = 16 / 4
+    assert "rotary_dim" not in hf.from_hf(neox())[0]  # factor 1: every feature, the default
+    before = _through("GPTNeoXLayer", "parallel_layer")
+    assert before >= 5  # the three rotary-dim vectors among them
+
+
+def test_gpt_neox_partial_rotary_dropped_is_caught(monkeypatch):
+    real = hf_zoo.hf_rope.to_hf
+
+    def dropped(who, attributes, head_dim, partial, rules=hf_zoo.hf_rope.ROPE_TYPES):
+        rope, config = real(who, attributes, head_dim, partial, rules)
+        rope.pop("partial_rotary_factor", None)
+        return rope, config
+    monkeypatch.setattr(hf_zoo.hf_rope, "to_hf", dropped)
+    with pytest.raises(AssertionError):
+        _through("GPTNeoXLayer", "parallel_layer")
+
+
 def test_to_hf_from_hf_is_bit_identical():
     for name, make in MODULES.items():
         m = make()
@@ -179,7 +204,8 @@ def test_to_hf_from_hf_is_bit_identical():
 
 
 @pytest.mark.parametrize("make, field", [
-    (lambda: neox(rope_parameters={**ROPE, "partial_rotary_factor": 0.25}), "partial_rotary_factor"),
+    (lambda: falcon(rope_parameters={**ROPE, "partial_rotary_factor": 0.5}),
+     "partial_rotary_factor"),
     (lambda: neox(use_parallel_residual=False), "use_parallel_residual"),
     (lambda: falcon(alibi=True), "alibi"),
     (lambda: qwen2(hidden_act="gelu"), "hidden_act"),
