@@ -6,6 +6,7 @@ torch or onnxruntime missing is an import error here (the ``kernels`` extra)."""
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -130,7 +131,11 @@ def test_route_fails_exactly_the_documented_vectors_and_the_committed_verdicts(r
     if route == "flex":  # its stress half: the next test
         got = _part(_judged(route, stress=False), stress=False)
         want = {i: ds for i, ds in _expected_failures(route).items() if "/stress-" not in i}
-        assert got == _part(verdicts.committed()["routes"][route], stress=False)
+        committed = _part(verdicts.committed()["routes"][route], stress=False)
+        if not eight_key_bug():  # a CPU where compiled FlexAttention is right with 8 keys
+            committed = _without_short_keys(committed)
+            want = {i: ds for i, ds in want.items() if i != "sdpa/large-001"}
+        assert got == committed
     else:
         got, want = _judged(route), _expected_failures(route)
         assert got == verdicts.committed()["routes"][route]
@@ -256,19 +261,58 @@ for s in (8, 16):
 """
 
 
-def test_flex_attention_compiled_cpu_is_wrong_with_eight_keys():
+@functools.cache
+def eight_key_bug() -> bool:
     """cause-flex-short-keys, the page's reproducer, in a fresh process (in a process that has
     already compiled and failed other FlexAttention calls, it was right once: the bug depends
-    on state): compiled on the CPU, flex_attention with S = 8 keys gives NaN (T = 16, K = 16,
-    small integer inputs, no score_mod); with S = 16 it is right, and eager is right at 8."""
+    on state): whether compiled FlexAttention on this CPU is wrong with S = 8 keys (T = 16,
+    K = 16, small integer inputs, no score_mod). It depends on the CPU too: wrong on the
+    machines that measured it (2026-11-27/28) and right on an AMD EPYC with AVX-512 BF16
+    (2026-11-29). Either way S = 16 is right, and eager is right at 8 and 16; an 8-key error
+    that is neither NaN/large (> 1) nor float32 rounding (< 1e-5) is a new failure."""
     import subprocess
     import sys
 
     out = subprocess.run([sys.executable, "-c", EIGHT_KEYS], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     errors = {int(s): (float(c), float(e)) for s, c, e in (x.split() for x in out.stdout.split("\n") if x)}
-    assert errors[8][0] > 1 and errors[16][0] < 1e-5, errors
+    assert errors[16][0] < 1e-5, errors
     assert errors[8][1] < 1e-5 and errors[16][1] < 1e-5, errors
+    assert errors[8][0] > 1 or errors[8][0] < 1e-5, errors
+    return errors[8][0] > 1
+
+
+@IN_PROCESS_FLEX
+def test_flex_attention_compiled_cpu_eight_keys_is_the_documented_bug_or_right():
+    """The reproducer gives the documented NaN / off-by-2 outputs or the right ones, and the
+    route's verdict on sdpa/large-001 (S = 4, the route's 8-key bucket) follows it (the
+    route test below expects its failure only where the bug shows)."""
+    bug = eight_key_bug()
+    v = _vector("sdpa/large-001")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = torch_routes.flex(as_call(v), "float32")["output"]
+    assert (_misses(v, "float32", got) > 1) == bug, (bug, _misses(v, "float32", got))
+
+
+def _without_short_keys(results: dict) -> dict:
+    """``results`` as a CPU without cause-flex-short-keys gives them: each failure of that
+    cause a pass in its family."""
+    families = {k: dict(c) for k, c in results["families"].items()}
+    failing = {}
+    for vid, ds in results["failing"].items():
+        kept = {d: why for d, why in ds.items() if why != "flex-short-keys"}
+        if len(kept) < len(ds):
+            cell = families[verdicts.family(_vector(vid))]
+            cell["fail"] -= len(ds) - len(kept)
+            cell["pass"] += len(ds) - len(kept)
+        if kept:
+            failing[vid] = kept
+    for name, cell in families.items():
+        whys = {why for vid, ds in failing.items() if verdicts.family(_vector(vid)) == name
+                for why in ds.values()}
+        cell["causes"] = sorted(set(cell["causes"]) & whys)
+    return {**results, "families": families, "failing": failing}
 
 
 @IN_PROCESS_FLEX
