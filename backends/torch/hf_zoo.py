@@ -84,7 +84,12 @@ def _state(module, table) -> dict:
     return out
 
 
-def _rope(module: str, c, head_dim: int, partial: bool) -> dict:
+def _rope(module: str, c) -> float:
+    """rope_base of an unscaled config that rotates whole heads (else ConfigError)."""
+    return _rope_attributes(module, c, 0, partial=False)["rope_base"]
+
+
+def _rope_attributes(module: str, c, head_dim: int, partial: bool) -> dict:
     """rope_base (and rotary_dim where ``partial``: GPT-NeoX's partial_rotary_factor, its
     rotary_pct) of a parallel layer's config; any scaling rule is refused (parallel_layer has
     no rope_scaling)."""
@@ -185,7 +190,7 @@ def gpt_neox_layer_from_hf(layer: GPTNeoXLayer) -> tuple[dict, dict]:
                         "parallel_layer is the parallel residual (the sequential layer is not)")
     a = {"num_heads": c.num_attention_heads, "num_kv_heads": None, "num_norms": 2,
          "eps": float(c.layer_norm_eps), "activation": hf._activation(who, "hidden_act", c.hidden_act),
-         **_rope(who, c, layer.attention.head_size, partial=True)}
+         **_rope_attributes(who, c, layer.attention.head_size, partial=True)}
     qkv = layer.attention.query_key_value
     h, k = c.num_attention_heads, layer.attention.head_size
     p = _state(layer, NEOX)
@@ -218,7 +223,7 @@ def falcon_layer_from_hf(layer: FalconDecoderLayer) -> tuple[dict, dict]:
     a = {"num_heads": h, "num_kv_heads": h_kv, "num_norms": norms,
          "eps": float(c.layer_norm_epsilon),
          "activation": hf._activation(who, "activation", c.activation),
-         **_rope(who, c, k, partial=False)}
+         **_rope_attributes(who, c, k, partial=False)}
     qkv = layer.self_attention.query_key_value
     p = _state(layer, FALCON + _FALCON_NORMS[norms])
     p.update(_split_qkv(qkv.weight.detach(), _zero_bias(qkv), h, h_kv, k, layout))
