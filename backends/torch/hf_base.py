@@ -133,3 +133,21 @@ def _mask(mask, x, who: str) -> torch.Tensor:
         raise ShapeError(f"{who}: mask of shape {tuple(mask.shape)} does not broadcast to "
                          f"(B, H, T, T) = ({b}, H, {t}, {t})") from None
     return mask.to(x.device)
+
+
+def causal_layer_inputs(x, mask, offset, window, who: str) -> tuple:
+    """(keep, positions) for calling a decoder layer as its spec function is called: keep
+    (T, T) or (B?, 1, T, T) bool, causal (within ``window``) ANDed with the spec's ``mask``;
+    positions (1, T) = offset..offset+T-1. x must be a (B, T, D) tensor (ConfigError)."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 3:
+        raise ConfigError(f"{who}: x must be a (B, T, D) torch.Tensor")
+    _checks.integer("offset", offset, lo=0)
+    t = x.shape[1]
+    i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
+    keep = j <= i
+    if window is not None:
+        keep = keep & (j > i - window)
+    keep = keep.to(x.device)
+    if mask is not None:
+        keep = _mask(mask, x, who) & keep
+    return keep, torch.arange(offset, offset + t, device=x.device)[None]

@@ -293,19 +293,7 @@ def forward(layer, x, mask=None, *, offset: int = 0, pad_id: int | None = None) 
         return deepseek_for_causal_lm_forward(layer, x, pad_id=pad_id)
     if pad_id is not None:
         raise ConfigError(f"{who}: pad_id is the model's, not a layer's")
-    if not isinstance(x, torch.Tensor) or x.dim() != 3:
-        raise ConfigError(f"{who}: x must be a (B, T, D) torch.Tensor")
-    integer("offset", offset, lo=0)
-    t = x.shape[1]
-    i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
-    keep = j <= i
-    window = _window(layer)
-    if window is not None:
-        keep = keep & (j > i - window)
-    keep = keep.to(x.device)
-    if mask is not None:
-        keep = hf._mask(mask, x, who) & keep
-    positions = torch.arange(offset, offset + t, device=x.device)[None]
+    keep, positions = hf.causal_layer_inputs(x, mask, offset, _window(layer), who)
     rotary = _ROTARY[type(layer)](layer.self_attn.config).to(x.device)
     with torch.no_grad():
         out = layer(x, position_embeddings=rotary(x, positions), position_ids=positions,

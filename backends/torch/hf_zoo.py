@@ -412,22 +412,8 @@ def forward(module, x, mask=None, *, offset: int = 0) -> torch.Tensor:
     """``y`` of the spec function for ``module`` on ``x`` (B, T, D): causal (within the
     layer's sliding window) ANDed with the spec's boolean ``mask``, RoPE cos/sin from the
     model's own rotary embedding at positions ``offset..offset+T-1``."""
-    from attnspec.backends._checks import integer
-
     who = type(module).__name__
-    if not isinstance(x, torch.Tensor) or x.dim() != 3:
-        raise ConfigError(f"{who}: x must be a (B, T, D) torch.Tensor")
-    integer("offset", offset, lo=0)
-    t = x.shape[1]
-    i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
-    keep = j <= i
-    window = _window(module)
-    if window is not None:
-        keep = keep & (j > i - window)
-    keep = keep.to(x.device)
-    if mask is not None:
-        keep = hf._mask(mask, x, who) & keep
-    positions = torch.arange(offset, offset + t, device=x.device)[None]
+    keep, positions = hf.causal_layer_inputs(x, mask, offset, _window(module), who)
     rotary = _ROTARY[type(module)](_config(module)).to(x.device)
     kwargs = {"position_embeddings": rotary(x, positions), "position_ids": positions,
               "attention_mask": hf.additive_mask(keep, x.dtype).to(x.device)}
