@@ -2,6 +2,8 @@
 y = x + Attn(LN_1(x)) + MLP(LN_2(x)) with one or two LayerNorms, RoPE "half", causal
 grouped-query attention with biases, a GELU feed-forward with biases."""
 
+from functools import partial
+
 import numpy as np
 
 from ..oracle.parallel_layer import parallel_layer as oracle
@@ -38,12 +40,17 @@ def layer_params(rng, d, h, h_kv, k, f, num_norms=2, scale=0.5):
     return p
 
 
+def layer_case(r, h, h_kv=None, k=4, d=16, f=32, num_norms=2):
+    """(attributes, params) of a layer with H = h query heads on h_kv (None: h) kv heads of
+    width K = k, D = d, F = f, drawn from r."""
+    a = {"num_heads": h, "num_kv_heads": h_kv, "num_norms": num_norms}
+    return a, layer_params(r, d, h, h_kv or h, k, f, num_norms)
+
+
 def cases(rng):
     r = Rng(f"{COMPONENT.id}/layer")
 
-    def layer(h, h_kv=None, k=4, d=16, f=32, num_norms=2):
-        a = {"num_heads": h, "num_kv_heads": h_kv, "num_norms": num_norms}
-        return a, layer_params(r, d, h, h_kv or h, k, f, num_norms)
+    layer = partial(layer_case, r)
 
     a, p = layer(4)
     yield value("parallel_layer/basic-001", "parallel_layer",
@@ -131,9 +138,7 @@ def rotary_cases(r):
     """rotary_dim (added in 1.4.0): GPT-NeoX's rotary_pct (0.25 by default in transformers'
     GPTNeoXConfig): only the first R features of each query and key head rotate, with the
     frequencies of an R-wide head, theta_i = base^(-2i/R); the other K - R pass through."""
-    def layer(h, h_kv=None, k=8, d=16, f=32, num_norms=2):
-        a = {"num_heads": h, "num_kv_heads": h_kv, "num_norms": num_norms}
-        return a, layer_params(r, d, h, h_kv or h, k, f, num_norms)
+    layer = partial(layer_case, r, k=8)
 
     a, p = layer(2)
     yield value("parallel_layer/rotary-dim-001", "parallel_layer",
@@ -169,9 +174,7 @@ def rotary_cases(r):
 
 
 def grad_cases(r):
-    def layer(h, h_kv=None, k=2, d=8, f=12, num_norms=2):
-        a = {"num_heads": h, "num_kv_heads": h_kv, "num_norms": num_norms}
-        return a, layer_params(r, d, h, h_kv or h, k, f, num_norms)
+    layer = partial(layer_case, r, k=2, d=8, f=12)
 
     a, p = layer(4, 2)
     yield gradient("parallel_layer/grad-001", "parallel_layer",
