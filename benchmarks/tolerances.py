@@ -72,13 +72,12 @@ def main(argv: list[str] | None = None) -> int:
                     "(torch's explicit path differentiated by autograd; needs torch)")
     ap.add_argument("--stress", action="store_true", help="the stress family only (spec/STRESS.md; "
                     "without planted bugs; --write then replaces its entries only)")
-    ap.add_argument("--component", action="append", help="only these components")
+    ap.add_argument("--component", action="append", help="only these components (--write "
+                    "then replaces their entries only)")
     ap.add_argument("--quiet", action="store_true", help="the summary only")
     ap.add_argument("--verbose", action="store_true",
                     help="also every planted bug's deviation/tolerance on every vector")
     args = ap.parse_args(argv)
-    if args.write and args.component and not args.stress:
-        ap.error("--write derives every component; leave out --component")
 
     from attnspec.spec.vectors import default_spec
 
@@ -107,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.stress:  # the others' entries stay as they are
             doc = {**derived, **{k: {**derived.get(k, {}), **v} for k, v in doc.items()
                                  if not k.startswith("_")}}
+        elif args.component:  # the other components' entries stay as they are
+            doc = merge_components(derived, doc, set(args.component))
         else:  # the stress family's entries stay as they are (--stress derives them)
             doc = {**doc, **{k: v for k, v in derived.items() if "/stress-" in k}}
         from attnspec.spec.generate import TOLERANCES_JSON, dumps
@@ -125,6 +126,22 @@ def main(argv: list[str] | None = None) -> int:
         if found:
             return 1
     return 0
+
+
+def merge_components(derived: dict, doc: dict, components: set[str]) -> dict:
+    """``derived`` with the entries of ``components`` (their stress vectors aside) replaced
+    by ``doc``'s in place: a vector of theirs that is gone loses its entry, a new one comes
+    last, the other components' entries stay as they are (so the file's diff is theirs)."""
+    def theirs(key: str) -> bool:
+        return key.split("/")[0] in components and "/stress-" not in key
+
+    missed = {c: d for c, d in derived.get("_uncatchable", {}).items() if c not in components}
+    missed.update(doc.get("_uncatchable", {}))
+    out = {k: doc[k] if theirs(k) else v for k, v in derived.items()
+           if not theirs(k) or k in doc}
+    out.update({k: v for k, v in doc.items() if not k.startswith("_") and k not in out})
+    out["_uncatchable"] = dict(sorted(missed.items()))
+    return out
 
 
 def _g(x: float) -> str:

@@ -222,3 +222,18 @@ def test_the_approximate_order_covers_a_float32_erf_as_tensorflows():
     dev = derive.deviation(v, *got)
     assert dev.ratio(v.tolerances["float32"]) < 1 / 1.2
     assert dev.ratio({"rtol": 2e-5, "atol": 1e-5}) > 1
+
+
+def test_writing_some_components_replaces_their_entries_only():
+    from benchmarks.tolerances import merge_components
+
+    t = {"float32": {"rtol": 1e-5, "atol": 1e-6}}
+    derived = {"_note": "n", "a/x-001": t, "a/gone-001": t, "a/stress-big-001": t,
+               "b/y-001": t, "_uncatchable": {"a": {"float16": ["m1"]}, "b": {"bfloat16": ["m2"]}}}
+    new = {"float32": {"rtol": 2e-5, "atol": 2e-6}}
+    doc = {"_note": "n", "a/x-001": new, "a/new-001": new, "_uncatchable": {}}
+    out = merge_components(derived, doc, {"a"})
+    assert list(out) == ["_note", "a/x-001", "a/stress-big-001", "b/y-001", "_uncatchable",
+                         "a/new-001"]  # in place; a new one last (a full --write sorts)
+    assert out["a/x-001"] == out["a/new-001"] == new and out["b/y-001"] == t
+    assert out["_uncatchable"] == {"b": {"bfloat16": ["m2"]}}
