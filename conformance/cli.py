@@ -427,6 +427,9 @@ def summary_table(doc: dict) -> str:
         lines.append(f"{comp:22s} {dtype:9s} {_counts(t)} {results.fmt(t.max_abs, '.2g'):>9s} "
                      f"{results.fmt(t.max_ulp):>9s}")
     lines += ["-" * len(head), f"{'total':32s} {_counts(results.total(rows.values()))}"]
+    if not rows:  # -k chose only properties, differential tests or extra checks
+        lines.append("(no golden vector selected: the table counts vectors only; the other "
+                     "tests' outcomes are pytest's line above)")
     return "\n".join(lines)
 
 

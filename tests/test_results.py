@@ -123,3 +123,10 @@ def test_verify_hints_at_a_float64_that_is_float32_inside():
     hints = float64_hints(doc)
     assert len(hints) == 1 and hints[0].startswith("hint: softmax fail at float64")
     assert float64_hints(DOC) == []
+
+
+def test_a_table_without_vectors_says_so_rather_than_counting_zero():
+    empty = summary_table({**DOC, "results": []}).splitlines()
+    assert empty[-2].split() == ["total", "0", "0", "0", "0", "0", "0"]
+    assert "no golden vector selected" in empty[-1]
+    assert "no golden vector" not in summary_table(DOC)
