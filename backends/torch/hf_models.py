@@ -18,7 +18,9 @@
   RMSNorm, the head tied to the embedding (Gemma always ties), ``final_logit_softcapping``
   = ``final_softcap``. Gemma 3's default ``layer_types`` (five local layers per global one)
   is not the spec's alternation: its converter writes ``layer_types`` explicitly, and from_hf
-  refuses any other pattern, naming ``layer_types``.
+  refuses any other pattern, naming ``layer_types``. A Gemma 3 ``rope_local_base`` without a
+  window becomes sliding layers with ``sliding_window`` = 2**30 (transformers gives the local
+  base to the sliding layers only), which from_hf reads back as ``window=2**30``.
 
 ``forward(model, ids, pad_id)`` calls the model as the spec function is called:
 ``attention_mask = ids != pad_id`` (the model adds the causal or window mask itself).
@@ -28,6 +30,7 @@ See spec/components/huggingface.md.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from attnspec.spec.errors import ConfigError
 from transformers.models.gemma2.modeling_gemma2 import Gemma2ForCausalLM
@@ -49,6 +52,7 @@ CLASSES = {"MistralForCausalLM": MistralForCausalLM, "Qwen2ForCausalLM": Qwen2Fo
 MODELS = tuple(CLASSES.values())
 LAYER = {"MistralForCausalLM": "MistralDecoderLayer", "Qwen2ForCausalLM": "Qwen2DecoderLayer",
          "Phi3ForCausalLM": "Phi3DecoderLayer"}
+UNBOUNDED = 1 << 30  # Gemma 3's local layers without a window: a sliding window that never binds
 _MODEL_ATTRS = ("num_layers", "pad_id", "tie_embeddings")
 _GEMMA_MODEL_ATTRS = ("num_layers", "pad_id", "final_softcap", "rope_local_base")
 
@@ -206,9 +210,9 @@ def gemma_to_hf(params, attributes: dict):
     if not qk_norm and local != base:
         raise ConfigError(f"{who}: rope_local_base={local!r} differs from rope_base={base!r}; "
                           f"Gemma 2 has one rope_theta (Gemma 3, qk_norm=True, has two)")
-    if qk_norm and window is None and n > 1 and local != base:
-        raise ConfigError(f"{who}: rope_local_base={local!r} without a window: every layer is "
-                          f"full attention in transformers and rotates with rope_base")
+    if qk_norm and window is None and local != base:
+        # transformers ties the local base to the sliding layers: a window that never binds
+        window = UNBOUNDED
     table = {s for _, s, _ in hf_gemma.GEMMA + (hf_gemma.QK_NORM if qk_norm else [])}
     p = hf._spec_params(params, _layer_paths(n, table, {"embed.table", "norm.gamma"}), who)
     emb = p.require("embed.table", (None, None))
@@ -275,7 +279,7 @@ def forward(model, ids: torch.Tensor, pad_id: int | None = None) -> torch.Tensor
     (the model adds the causal mask, the window and the positions 0..T-1 itself)."""
     keep = torch.ones_like(ids) if pad_id is None else (ids != pad_id).long()
     with torch.no_grad():
-        return model(input_ids=ids, attention_mask=keep).logits
+        return model(input_ids=ids, attention_mask=keep, use_cache=False).logits
 
 
 # -- which vectors a model can express ------------------------------------------------------
@@ -287,10 +291,16 @@ def expressible(v, model: str):
     without attention_bias or the others with it, a rotary_dim below K but for Phi-3, a
     rope_scaling rule Phi-3 refuses, a head width other than D / H (only Mistral and Gemma
     have head_dim), Gemma 2 with qk_norm or a local base, Gemma 3 without qk_norm; a row
-    whose first id is pad_id (a query that sees no key: uniform weights in transformers)."""
+    where a query sees no key (causal, not pad_id, within the window): transformers gives it
+    uniform weights (NaN under Gemma 2's soft-capping), the spec zeros."""
     a = dict(v.attributes)
-    ids = v.inputs["ids"]
-    if (ids[:, 0] == a.get("pad_id")).any():
+    ids = np.asarray(v.inputs["ids"])
+    t = ids.shape[1]
+    i, j = np.arange(t)[:, None], np.arange(t)[None, :]
+    keep = (j <= i)[None] & (ids != a.get("pad_id"))[:, None, :]  # (B, T, T)
+    if a.get("window") is not None:
+        keep = keep & (i - j < a["window"])[None]
+    if not keep.any(-1).all():
         return None
     p = v.params
     if model in ("Gemma2ForCausalLM", "Gemma3ForCausalLM"):

@@ -739,6 +739,16 @@ def qwen2_model_cases(r):
                 inputs={"ids": x}, attributes={**a, "tie_embeddings": "yes"},
                 params={k: v for k, v in p.items() if k != "lm_head.w"},
                 error="ConfigError", mentions=["tie_embeddings"])
+    yield value("llama/model-phi3-001", "llama_decoder_only",
+                "A whole Phi-3 (Phi3ForCausalLM: partial_rotary_factor 0.5, untied head): "
+                "rotary_dim 4 of K = 8 in every layer, no scaling, rope_base 100, N = 2, H = 2, "
+                "H_kv = 1, D = 16, T = 7, row 1 right-padded after 5; rotating whole heads, or "
+                "theta from K rather than rotary_dim, fails.",
+                inputs={"ids": ids(r, 20, [7, 5], 7, bos_id=1)},
+                attributes={**attrs, "num_heads": 2, "num_kv_heads": 1, "rotary_dim": 4,
+                            "rope_base": 100.0},
+                params=model_params(r, 2, 16, 2, 1, 32, 20),
+                flags=["rotary-dim", "two-layers", "padding", "base"])
 
 
 def qwen2_model_grad_cases(r):
