@@ -105,6 +105,8 @@ WRONG = [
     *[(f, {"window": 2}) for f in ("llama_layer", "llama_decoder_only")],
     *[(f, {"num_kv_heads": 1}) for f in ("llama_layer", "llama_decoder_only")],
     ("llama_layer", {"attention_bias": True}),  # reads attn.b_q, which no defaults vector has
+    ("llama_decoder_only", {"attention_bias": True}),  # reads layers.0.attn.b_q: none given
+    ("llama_decoder_only", {"tie_embeddings": True}),  # Qwen2's tie where lm_head.w is given
     # the defaults vectors have K = 8: half of each head rotated, or every frequency halved
     *[(f, {"rotary_dim": 4}) for f in ("llama_layer", "llama_decoder_only")],
     *[(f, {"rope_scaling": {"rope_type": "linear", "factor": 2.0}})
