@@ -184,6 +184,42 @@ class Models(Layers):
         return self.project(h, p.scope("lm_head"), "w")
 
 
+# -- the parallel-residual model: GPT-NeoX, Falcon (issue 25 item 6) -------------------------------
+
+class ParallelModels(Models):
+    """GPT-NeoX's and Falcon's decoder-only model: unscaled embeddings without positions,
+    parallel_layer (RoPE at 0..T-1) N times, a final LayerNorm, an untied head without a bias
+    (GPT-NeoX's embed_out) or the head tied to the embedding table (Falcon)."""
+
+    EXPORTS = ("parallel_decoder_only",)
+
+    def parallel_decoder_only(self, ids, *, pad_id, num_layers, num_heads, num_kv_heads=None,
+                              num_norms=2, eps=1e-5, activation="gelu", rope_base=10000.0,
+                              rotary_dim=None, tie_embeddings=False, params, trace=None):
+        """h_0 = E[ids]; h_{i+1} = ParallelLayer_i(h_i, pad(ids)); logits = LN(h_N;
+        final_norm) W_lm (no bias), or LN(h_N) E^T with tie_embeddings (no lm_head.*)."""
+        p = check.params_of(params)
+        tie = check.flag("tie_embeddings", tie_embeddings)
+        if tie:
+            self.no_head_params(p)
+        ids, pad_id = self._model_ids(ids, pad_id, p)
+        n = check.integer("num_layers", num_layers, lo=1)
+        h = self.k.embedding(ids, scale=False, params=p.scope("embed"))  # (B, T, D)
+        record(trace, "embed.output", h)
+        pad = self.k.padding_mask(ids, pad_id=pad_id)  # (B, 1, 1, T)
+        rope = {} if rotary_dim is None else {"rotary_dim": rotary_dim}
+        for i in range(n):
+            h = self.k.parallel_layer(h, pad, num_heads=num_heads, num_kv_heads=num_kv_heads,
+                                      num_norms=num_norms, eps=eps, activation=activation,
+                                      rope_base=rope_base, offset=0, params=p.scope(f"layers.{i}"),
+                                      trace=scope(trace, f"layers.{i}"), **rope)
+        h = self.k.layer_norm(h, eps=eps, params=p.scope("final_norm"))
+        record(trace, "final_norm.output", h)
+        if tie:
+            return self.k.lm_head(h, tied=True, params=p.scope("embed"))
+        return self.project(h, p.scope("lm_head"), "w")
+
+
 # -- the Gemma 2 model (issue 25) ---------------------------------------------------------------
 
 class GemmaModels(Models):
