@@ -554,8 +554,8 @@ def agree_hf_zoo(device, model):
 
 
 def agree_hf_models(device, model):
-    """Every llama_decoder_only (Mistral, Qwen2, Phi-3) or gemma_decoder_only (Gemma 2, 3)
-    value vector the model can express (``hf_models.expressible``) through
+    """Every llama_decoder_only (Mistral, Qwen2, Phi-3), gemma_decoder_only (Gemma 2, 3) or
+    parallel_decoder_only (GPT-NeoX, Falcon) value vector the model can express (``hf_models.expressible``) through
     ``hf.to_hf(model=)``, at the vector's float32 tolerance (each computes its RMSNorms and
     RoPE angles in float32 whatever the dtype: spec/components/huggingface.md)."""
     name = f"transformers.{model}"
@@ -684,7 +684,8 @@ def hf_checks(device):
             ("agree/transformers.DeepseekV3Attention", agree_hf_mla(device)),
             *[(f"agree/transformers.{m}", agree_hf_models(device, m))
               for m in ("MistralForCausalLM", "Qwen2ForCausalLM", "Phi3ForCausalLM",
-                        "Gemma2ForCausalLM", "Gemma3ForCausalLM")],
+                        "Gemma2ForCausalLM", "Gemma3ForCausalLM", "GPTNeoXForCausalLM",
+                        "FalconForCausalLM")],
             *[(f"agree/transformers.{m}", agree_hf_moe_layer(device, m))
               for m in ("MixtralDecoderLayer", "Qwen2MoeDecoderLayer", "DeepseekV3DecoderLayer",
                         "DeepseekV3ForCausalLM")]]

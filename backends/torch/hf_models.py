@@ -22,6 +22,12 @@
   window becomes sliding layers with ``sliding_window`` = 2**30 (transformers gives the local
   base to the sliding layers only), which from_hf reads back as ``window=2**30``.
 
+- ``GPTNeoXForCausalLM``, ``FalconForCausalLM`` -> ``parallel_decoder_only``: ``embed_in`` /
+  ``word_embeddings`` (unscaled) is ``embed.table``, each layer the layer converter's
+  (GPT-NeoX's per-head fused qkv, Falcon's three layouts), ``final_layer_norm`` / ``ln_f``
+  ``final_norm.gamma``, ``.beta``, ``lm_head`` ``lm_head.w`` or, tied (Falcon's default),
+  nothing (``tie_embeddings=True``).
+
 ``forward(model, ids, pad_id)`` calls the model as the spec function is called:
 ``attention_mask = ids != pad_id`` (the model adds the causal or window mask itself).
 A config the spec function cannot express raises ``ConfigError`` naming the config field.
@@ -33,8 +39,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 from attnspec.spec.errors import ConfigError
+from transformers.models.falcon.modeling_falcon import FalconForCausalLM
 from transformers.models.gemma2.modeling_gemma2 import Gemma2ForCausalLM
 from transformers.models.gemma3.modeling_gemma3 import Gemma3ForCausalLM
+from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXForCausalLM
 from transformers.models.mistral.modeling_mistral import MistralForCausalLM
 from transformers.models.phi3.modeling_phi3 import Phi3ForCausalLM
 from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM
@@ -45,8 +53,11 @@ from . import hf_gemma, hf_zoo
 
 SPEC_FUNCTION = {"MistralForCausalLM": "llama_decoder_only", "Qwen2ForCausalLM": "llama_decoder_only",
                  "Phi3ForCausalLM": "llama_decoder_only", "Gemma2ForCausalLM": "gemma_decoder_only",
-                 "Gemma3ForCausalLM": "gemma_decoder_only"}
-CLASSES = {"MistralForCausalLM": MistralForCausalLM, "Qwen2ForCausalLM": Qwen2ForCausalLM,
+                 "Gemma3ForCausalLM": "gemma_decoder_only",
+                 "GPTNeoXForCausalLM": "parallel_decoder_only",
+                 "FalconForCausalLM": "parallel_decoder_only"}
+CLASSES = {"GPTNeoXForCausalLM": GPTNeoXForCausalLM, "FalconForCausalLM": FalconForCausalLM,
+           "MistralForCausalLM": MistralForCausalLM, "Qwen2ForCausalLM": Qwen2ForCausalLM,
            "Phi3ForCausalLM": Phi3ForCausalLM, "Gemma2ForCausalLM": Gemma2ForCausalLM,
            "Gemma3ForCausalLM": Gemma3ForCausalLM}
 MODELS = tuple(CLASSES.values())
@@ -251,12 +262,92 @@ def gemma_to_hf(params, attributes: dict):
     return out
 
 
+# -- GPT-NeoX / Falcon <-> parallel_decoder_only --------------------------------------------------
+
+# model -> (layer converter's name, the base model's attribute, its embedding, its layers, its
+# final LayerNorm)
+PARALLEL = {"GPTNeoXForCausalLM": ("GPTNeoXLayer", "gpt_neox", "embed_in", "layers",
+                                   "final_layer_norm"),
+            "FalconForCausalLM": ("FalconDecoderLayer", "transformer", "word_embeddings", "h",
+                                  "ln_f")}
+
+
+def parallel_from_hf(model) -> tuple[dict, dict]:
+    """A GPTNeoXForCausalLM or FalconForCausalLM -> (attributes, params) of
+    parallel_decoder_only; ``pad_id`` is config.pad_token_id when set."""
+    who = type(model).__name__
+    _, base, embed, stack, final = PARALLEL[who]
+    body = getattr(model, base)
+    layers = list(getattr(body, stack))
+    convert = hf_zoo.FROM[type(layers[0])]
+    attributes, params = None, {"embed.table": hf._t(getattr(body, embed).weight)}
+    for i, layer in enumerate(layers):
+        a, p = convert(layer)
+        if attributes is None:
+            attributes = a
+        for field in sorted(set(a) | set(attributes)):
+            _same(who, i, field, a.get(field), attributes.get(field))
+        params.update({f"layers.{i}.{k}": v for k, v in p.items()})
+    attributes = {**attributes, "num_layers": len(layers)}
+    c = model.config
+    if c.pad_token_id is not None:
+        attributes["pad_id"] = int(c.pad_token_id)
+    norm = getattr(body, final)
+    params["final_norm.gamma"], params["final_norm.beta"] = hf._t(norm.weight), hf._t(norm.bias)
+    if c.tie_word_embeddings:
+        attributes["tie_embeddings"] = True
+    else:
+        params["lm_head.w"] = hf._t(model.lm_head.weight.T)
+    return attributes, params
+
+
+def parallel_to_hf(params, attributes: dict, model: str):
+    """Spec parallel_decoder_only -> GPTNeoXForCausalLM or FalconForCausalLM (eager
+    attention, dropout 0, ``pad_token_id`` None), tied or with an untied head."""
+    who = model
+    layer, base, embed, stack, final = PARALLEL[model]
+    n = _num_layers(attributes, who)
+    tied = _checks.flag("tie_embeddings", attributes.get("tie_embeddings", False))
+    layer_attrs = {k: v for k, v in attributes.items() if k not in _MODEL_ATTRS}
+    if layer == "GPTNeoXLayer":
+        paths = {s for _, s, _ in hf_zoo.NEOX}
+    else:
+        paths = {s for _, s, _ in hf_zoo.FALCON + hf_zoo._FALCON_NORMS.get(
+            attributes.get("num_norms", 2), [])}
+    paths |= {f"attn.{w}_{c}" for w in "wb" for c in "qkv"}
+    head = {"embed.table", "final_norm.gamma", "final_norm.beta"} | (
+        set() if tied else {"lm_head.w"})
+    p = hf._spec_params(params, _layer_paths(n, paths, head), who)
+    table = p.require("embed.table", (None, None))
+    vocab, d = table.shape
+    built = [hf_zoo.to_hf(p.scope(f"layers.{i}"), layer_attrs, model=layer) for i in range(n)]
+    config = hf_zoo._config(built[0])
+    config.vocab_size, config.num_hidden_layers = vocab, n
+    config.tie_word_embeddings, config.pad_token_id = tied, None
+    config.bos_token_id = config.eos_token_id = None
+    out = CLASSES[model](config)
+    prefix = f"{base}.{stack}"
+    state = {f"{base}.{embed}.weight": table,
+             f"{base}.{final}.weight": p.require("final_norm.gamma", (d,)),
+             f"{base}.{final}.bias": p.require("final_norm.beta", (d,)),
+             "lm_head.weight": table if tied else p.require("lm_head.w", (d, vocab)).T}
+    for i, module in enumerate(built):
+        state.update({f"{prefix}.{i}.{k}": v for k, v in module.state_dict().items()})
+    out = hf._load(out, state, table.dtype, table.device)
+    if tied and out.lm_head.weight.data_ptr() != getattr(out, base).get_input_embeddings(
+            ).weight.data_ptr():
+        raise ConfigError(f"{who}: transformers did not tie lm_head to the embedding")  # pragma: no cover
+    return out
+
+
 # -- dispatch --------------------------------------------------------------------------------
 
 
 def from_hf(model) -> tuple[dict, dict]:
     if isinstance(model, (Gemma2ForCausalLM, Gemma3ForCausalLM)):
         return gemma_from_hf(model)
+    if isinstance(model, (GPTNeoXForCausalLM, FalconForCausalLM)):
+        return parallel_from_hf(model)
     return llama_like_from_hf(model)
 
 
@@ -271,6 +362,8 @@ def to_hf(params, attributes: dict, model: str):
             raise ConfigError(f"{model} needs qk_norm={model == 'Gemma3ForCausalLM'}, got "
                               f"{attributes.get('qk_norm')!r}")
         return gemma_to_hf(params, attributes)
+    if model in PARALLEL:
+        return parallel_to_hf(params, attributes, model)
     raise ConfigError(f"model: {model!r} has no converter; supported: {', '.join(SPEC_FUNCTION)}")
 
 
@@ -303,6 +396,16 @@ def expressible(v, model: str):
     if not keep.any(-1).all():
         return None
     p = v.params
+    if model in PARALLEL:
+        h, w_q = a["num_heads"], p["layers.0.attn.w_q"]
+        if w_q.shape[1] != p["embed.table"].shape[1]:
+            return None
+        if model == "GPTNeoXForCausalLM" and (a.get("num_kv_heads") not in (None, h)
+                                              or a.get("num_norms", 2) != 2):
+            return None
+        if model == "FalconForCausalLM" and a.get("rotary_dim") not in (None, w_q.shape[1] // h):
+            return None  # Falcon rotates whole heads
+        return a
     if model in ("Gemma2ForCausalLM", "Gemma3ForCausalLM"):
         if bool(a.get("qk_norm", False)) != (model == "Gemma3ForCausalLM"):
             return None

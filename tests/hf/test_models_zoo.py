@@ -18,13 +18,27 @@ import pytest
 pytest.importorskip("transformers")
 
 import torch
-from attnspec.backends.numpy.models import gemma_decoder_only, llama_decoder_only
+from attnspec.backends.numpy.models import (
+    gemma_decoder_only,
+    llama_decoder_only,
+    parallel_decoder_only,
+)
 from attnspec.backends.torch import hf, hf_gemma, hf_models
 from attnspec.spec.errors import ConfigError, ParameterError
 from attnspec.spec.vectors import default_spec
-from transformers import Gemma2Config, Gemma3TextConfig, MistralConfig, Phi3Config, Qwen2Config
+from transformers import (
+    FalconConfig,
+    Gemma2Config,
+    Gemma3TextConfig,
+    GPTNeoXConfig,
+    MistralConfig,
+    Phi3Config,
+    Qwen2Config,
+)
+from transformers.models.falcon.modeling_falcon import FalconForCausalLM
 from transformers.models.gemma2.modeling_gemma2 import Gemma2ForCausalLM
 from transformers.models.gemma3.modeling_gemma3 import Gemma3ForCausalLM
+from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXForCausalLM
 from transformers.models.mistral.modeling_mistral import MistralForCausalLM
 from transformers.models.phi3.modeling_phi3 import Phi3ForCausalLM
 from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM
@@ -70,14 +84,35 @@ def gemma3(**c):
     return randomized(Gemma3ForCausalLM(Gemma3TextConfig(**{**base, **c})))
 
 
-MODELS = {"MistralForCausalLM": mistral, "Qwen2ForCausalLM": qwen2, "Phi3ForCausalLM": phi3,
+def neox(**c):
+    base = dict(hidden_size=16, intermediate_size=24, num_attention_heads=4, hidden_act="gelu",
+                attn_implementation="eager", num_hidden_layers=2, vocab_size=11,
+                rope_parameters={**ROPE, "partial_rotary_factor": 0.5}, pad_token_id=None,
+                bos_token_id=None, eos_token_id=None)
+    return randomized(GPTNeoXForCausalLM(GPTNeoXConfig(**{**base, **c})))
+
+
+def falcon(**c):
+    """Falcon's new decoder architecture (GQA, two norms), its default tied head."""
+    base = dict(hidden_size=16, num_attention_heads=4, num_kv_heads=2, ffn_hidden_size=24,
+                bias=True, alibi=False, parallel_attn=True, new_decoder_architecture=True,
+                attn_implementation="eager", num_hidden_layers=2, vocab_size=11,
+                rope_parameters=ROPE, pad_token_id=None, bos_token_id=None, eos_token_id=None)
+    return randomized(FalconForCausalLM(FalconConfig(**{**base, **c})))
+
+
+MODELS = {"GPTNeoXForCausalLM": neox, "FalconForCausalLM": falcon,
+          "MistralForCausalLM": mistral, "Qwen2ForCausalLM": qwen2, "Phi3ForCausalLM": phi3,
           "Gemma2ForCausalLM": gemma2, "Gemma3ForCausalLM": gemma3}
 IDS = torch.tensor([[1, 5, 3, 7, 9, 2, 4], [1, 8, 6, 4, 3, 0, 0]])
 
 
 def _spec_logits(model, ids, pad_id):
     a, p = hf.from_hf(model)
-    fn = gemma_decoder_only if "Gemma" in type(model).__name__ else llama_decoder_only
+    name = type(model).__name__
+    fn = gemma_decoder_only if "Gemma" in name else (
+        parallel_decoder_only if name in ("GPTNeoXForCausalLM", "FalconForCausalLM")
+        else llama_decoder_only)
     return fn(ids.numpy(), params={k: v.numpy() for k, v in p.items()},
               **{**a, "pad_id": pad_id})
 
@@ -162,7 +197,8 @@ def _through(model, planted=None):
 
 @pytest.mark.parametrize("model, least", [
     ("MistralForCausalLM", 9), ("Qwen2ForCausalLM", 3), ("Phi3ForCausalLM", 8),
-    ("Gemma2ForCausalLM", 5), ("Gemma3ForCausalLM", 2)])
+    ("Gemma2ForCausalLM", 5), ("Gemma3ForCausalLM", 2), ("GPTNeoXForCausalLM", 4),
+    ("FalconForCausalLM", 5)])
 def test_the_vectors_through_the_zoo_model(model, least):
     assert len(_through(model)) >= least
 
@@ -206,6 +242,37 @@ def test_gemma_window_on_every_layer_is_caught(monkeypatch):
         return real(params, {**attributes, "window": window})
     monkeypatch.setattr(hf_models.hf_gemma, "gemma_layer_to_hf", every_layer)
     _fails("Gemma2ForCausalLM", None)
+
+
+def test_gpt_neox_model_partial_rotary_ignored_is_caught(monkeypatch):
+    real = hf_models.hf_zoo.to_hf
+
+    def whole_heads(params, attributes, model):
+        return real(params, {k: v for k, v in attributes.items() if k != "rotary_dim"}, model)
+    monkeypatch.setattr(hf_models.hf_zoo, "to_hf", whole_heads)
+    _fails("GPTNeoXForCausalLM", None)
+
+
+def test_falcon_final_norm_bias_dropped_is_caught():
+    def drop(module, v):
+        with torch.no_grad():
+            module.transformer.ln_f.bias.zero_()
+    _fails("FalconForCausalLM", drop)
+
+
+def test_parallel_models_attributes():
+    a, p = hf.from_hf(neox())
+    assert a == {"num_heads": 4, "num_kv_heads": None, "num_norms": 2, "eps": 1e-5,
+                 "activation": "gelu", "rope_base": 100.0, "rotary_dim": 2, "num_layers": 2}
+    assert {"final_norm.gamma", "final_norm.beta", "lm_head.w"} <= set(p)
+    a, p = hf.from_hf(falcon())  # FalconConfig ties the head by default
+    assert a["tie_embeddings"] is True and "lm_head.w" not in p
+    assert (a["num_kv_heads"], a["num_norms"]) == (2, 2)
+
+
+def test_sequential_gpt_neox_model_is_refused():
+    with pytest.raises(ConfigError, match="use_parallel_residual"):
+        hf.from_hf(neox(use_parallel_residual=False))
 
 
 def test_gemma3_local_base_ignored_is_caught(monkeypatch):
