@@ -117,6 +117,9 @@ WRONG = [
     ("parallel_layer", {"activation": "relu"}),
     ("parallel_layer", {"rope_base": 500000.0}),
     ("parallel_layer", {"rotary_dim": 2}),  # GPT-NeoX's rotary_pct 0.25 where None (K) is meant
+    *[("parallel_decoder_only", d) for d in (
+        {"num_kv_heads": 1}, {"num_norms": 1}, {"eps": 1e-6}, {"activation": "relu"},
+        {"rope_base": 500000.0}, {"rotary_dim": 4}, {"tie_embeddings": True})],
     ("greedy_decode", {"rope_base": 500000.0}),
     ("greedy_decode", {"window": 2}),
     ("greedy_decode", {"num_kv_heads": 1}),
