@@ -135,8 +135,7 @@ def shared() -> dict[str, type]:
     from .fp8 import Fp8
     from .layers import GemmaLayers, Layers
     from .mla import Mla
-    from .models import T5, GemmaModels, Models
-    from .models import ParallelModels
+    from .models import T5, GemmaModels, Models, ParallelModels
     from .moe import MoE
     from .moe_layers import MoeLayers
     from .rnn import Seq2Seq

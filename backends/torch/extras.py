@@ -555,9 +555,10 @@ def agree_hf_zoo(device, model):
 
 def agree_hf_models(device, model):
     """Every llama_decoder_only (Mistral, Qwen2, Phi-3), gemma_decoder_only (Gemma 2, 3) or
-    parallel_decoder_only (GPT-NeoX, Falcon) value vector the model can express (``hf_models.expressible``) through
-    ``hf.to_hf(model=)``, at the vector's float32 tolerance (each computes its RMSNorms and
-    RoPE angles in float32 whatever the dtype: spec/components/huggingface.md)."""
+    parallel_decoder_only (GPT-NeoX, Falcon) value vector the model can express
+    (``hf_models.expressible``) through ``hf.to_hf(model=)``, at the vector's float32
+    tolerance (each computes its RoPE angles, and all but Falcon their softmax and
+    RMSNorms, in float32 whatever the dtype: spec/components/huggingface.md)."""
     name = f"transformers.{model}"
 
     def one(v, x, p):

@@ -48,8 +48,7 @@ from transformers.models.llama.modeling_llama import (
 
 from .. import _checks
 from .._checks import params_of
-from . import hf_gpt2, hf_mla, hf_moe_layers, hf_rope, hf_t5, hf_zoo
-from . import hf_models
+from . import hf_gpt2, hf_mla, hf_models, hf_moe_layers, hf_rope, hf_t5, hf_zoo
 from .hf_base import (  # noqa: F401 (the converters' shared helpers, re-exported)
     _TO_HF_ACTIVATION,
     ACTIVATIONS,
