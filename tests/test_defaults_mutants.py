@@ -179,6 +179,7 @@ COARSE = [
     # of a training step; cross_entropy's own defaults vector catches it at every dtype
     ("decoder_only_loss", {"label_smoothing": 0.1}, ("float64", "float32")),
     ("parallel_layer", {"activation": "gelu_tanh"}, ("float64", "float32")),
+    ("parallel_decoder_only", {"activation": "gelu_tanh"}, ("float64", "float32")),
     # sample's defaults vector is float32/float64 only (64 CDF steps 0.016 apart)
     ("sample", {"temperature": 0.7}, ("float64", "float32")),
     ("sample", {"top_k": 50}, ("float64", "float32")),
