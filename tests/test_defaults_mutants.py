@@ -105,6 +105,8 @@ WRONG = [
     *[(f, {"window": 2}) for f in ("llama_layer", "llama_decoder_only")],
     *[(f, {"num_kv_heads": 1}) for f in ("llama_layer", "llama_decoder_only")],
     ("llama_layer", {"attention_bias": True}),  # reads attn.b_q, which no defaults vector has
+    ("llama_decoder_only", {"attention_bias": True}),  # reads layers.0.attn.b_q: none given
+    ("llama_decoder_only", {"tie_embeddings": True}),  # Qwen2's tie where lm_head.w is given
     # the defaults vectors have K = 8: half of each head rotated, or every frequency halved
     *[(f, {"rotary_dim": 4}) for f in ("llama_layer", "llama_decoder_only")],
     *[(f, {"rope_scaling": {"rope_type": "linear", "factor": 2.0}})
@@ -115,6 +117,9 @@ WRONG = [
     ("parallel_layer", {"activation": "relu"}),
     ("parallel_layer", {"rope_base": 500000.0}),
     ("parallel_layer", {"rotary_dim": 2}),  # GPT-NeoX's rotary_pct 0.25 where None (K) is meant
+    *[("parallel_decoder_only", d) for d in (
+        {"num_kv_heads": 1}, {"num_norms": 1}, {"eps": 1e-6}, {"activation": "relu"},
+        {"rope_base": 500000.0}, {"rotary_dim": 4}, {"tie_embeddings": True})],
     ("greedy_decode", {"rope_base": 500000.0}),
     ("greedy_decode", {"window": 2}),
     ("greedy_decode", {"num_kv_heads": 1}),
@@ -174,6 +179,7 @@ COARSE = [
     # of a training step; cross_entropy's own defaults vector catches it at every dtype
     ("decoder_only_loss", {"label_smoothing": 0.1}, ("float64", "float32")),
     ("parallel_layer", {"activation": "gelu_tanh"}, ("float64", "float32")),
+    ("parallel_decoder_only", {"activation": "gelu_tanh"}, ("float64", "float32")),
     # sample's defaults vector is float32/float64 only (64 CDF steps 0.016 apart)
     ("sample", {"temperature": 0.7}, ("float64", "float32")),
     ("sample", {"top_k": 50}, ("float64", "float32")),

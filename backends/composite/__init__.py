@@ -75,6 +75,7 @@ MODULES = {
     "gemma_layer": "layers", "gemma_decoder_only": "models", "softcap": "attention",
     "t5_bias": "positional", "mixtral_layer": "layers", "deepseek_layer": "layers",
     "deepseek_decoder_only": "models",
+    "parallel_decoder_only": "models",
 }
 
 
@@ -134,7 +135,7 @@ def shared() -> dict[str, type]:
     from .fp8 import Fp8
     from .layers import GemmaLayers, Layers
     from .mla import Mla
-    from .models import T5, GemmaModels, Models
+    from .models import T5, GemmaModels, Models, ParallelModels
     from .moe import MoE
     from .moe_layers import MoeLayers
     from .rnn import Seq2Seq
@@ -142,6 +143,6 @@ def shared() -> dict[str, type]:
 
     found = {"residual": Layers}
     for family in (Layers, Models, Decoding, BeamSearch, Seq2Seq, Varlen, Fp8, MoE, Mla,
-                   GemmaLayers, GemmaModels, T5, MoeLayers):
+                   GemmaLayers, GemmaModels, T5, MoeLayers, ParallelModels):
         found.update(dict.fromkeys(family.__dict__["EXPORTS"], family))
     return found

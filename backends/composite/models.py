@@ -147,11 +147,17 @@ class Models(Layers):
 
     def llama_decoder_only(self, ids, *, pad_id, num_layers, num_heads, num_kv_heads=None,
                            eps=1e-6, rope_base=10000.0, window=None, rope_scaling=None,
-                           rotary_dim=None, params, trace=None):
+                           rotary_dim=None, attention_bias=False, tie_embeddings=False,
+                           params, trace=None):
         """h_0 = E[ids] (no positions, no scale); h_{i+1} = LlamaLayer_i(h_i, pad(ids));
         logits = RMSNorm(h_N) W_lm (no bias). rope_scaling and rotary_dim go to every layer
-        (only when given, so a layer without them is called as before)."""
+        (only when given, so a layer without them is called as before), attention_bias
+        (Qwen2's q, k, v biases) too; tie_embeddings: W_lm = E^T, no lm_head.* parameters."""
         p = check.params_of(params)
+        tie = check.flag("tie_embeddings", tie_embeddings)
+        bias = {"attention_bias": True} if check.flag("attention_bias", attention_bias) else {}
+        if tie:
+            self.no_head_params(p)
         ids, pad_id = self._model_ids(ids, pad_id, p)
         n = check.integer("num_layers", num_layers, lo=1)
         self.llama_heads(num_heads, num_kv_heads)
@@ -166,13 +172,51 @@ class Models(Layers):
             h = self.k.llama_layer(h, pad, num_heads=num_heads, num_kv_heads=num_kv_heads,
                                    eps=eps, rope_base=rope_base, window=window, offset=0,
                                    params=p.scope(f"layers.{i}"), trace=scope(trace, f"layers.{i}"),
-                                   **rope)
-        return self.llama_head(h, eps, p, trace)
+                                   **rope, **bias)
+        return self.llama_head(h, eps, p, trace, tie=tie)
 
-    def llama_head(self, h, eps, p, trace=None):
-        """logits = RMSNorm(h; norm.gamma) lm_head.w: (B, t, L)."""
+    def llama_head(self, h, eps, p, trace=None, tie=False):
+        """logits = RMSNorm(h; norm.gamma) lm_head.w: (B, t, L); tie: embed.table^T."""
         h = self.k.rms_norm(h, eps=eps, params=p.scope("norm"))
         record(trace, "norm.output", h)
+        if tie:
+            return self.k.lm_head(h, tied=True, params=p.scope("embed"))
+        return self.project(h, p.scope("lm_head"), "w")
+
+
+# -- the parallel-residual model: GPT-NeoX, Falcon (issue 25 item 6) -------------------------------
+
+class ParallelModels(Models):
+    """GPT-NeoX's and Falcon's decoder-only model: unscaled embeddings without positions,
+    parallel_layer (RoPE at 0..T-1) N times, a final LayerNorm, an untied head without a bias
+    (GPT-NeoX's embed_out) or the head tied to the embedding table (Falcon)."""
+
+    EXPORTS = ("parallel_decoder_only",)
+
+    def parallel_decoder_only(self, ids, *, pad_id, num_layers, num_heads, num_kv_heads=None,
+                              num_norms=2, eps=1e-5, activation="gelu", rope_base=10000.0,
+                              rotary_dim=None, tie_embeddings=False, params, trace=None):
+        """h_0 = E[ids]; h_{i+1} = ParallelLayer_i(h_i, pad(ids)); logits = LN(h_N;
+        final_norm) W_lm (no bias), or LN(h_N) E^T with tie_embeddings (no lm_head.*)."""
+        p = check.params_of(params)
+        tie = check.flag("tie_embeddings", tie_embeddings)
+        if tie:
+            self.no_head_params(p)
+        ids, pad_id = self._model_ids(ids, pad_id, p)
+        n = check.integer("num_layers", num_layers, lo=1)
+        h = self.k.embedding(ids, scale=False, params=p.scope("embed"))  # (B, T, D)
+        record(trace, "embed.output", h)
+        pad = self.k.padding_mask(ids, pad_id=pad_id)  # (B, 1, 1, T)
+        rope = {} if rotary_dim is None else {"rotary_dim": rotary_dim}
+        for i in range(n):
+            h = self.k.parallel_layer(h, pad, num_heads=num_heads, num_kv_heads=num_kv_heads,
+                                      num_norms=num_norms, eps=eps, activation=activation,
+                                      rope_base=rope_base, offset=0, params=p.scope(f"layers.{i}"),
+                                      trace=scope(trace, f"layers.{i}"), **rope)
+        h = self.k.layer_norm(h, eps=eps, params=p.scope("final_norm"))
+        record(trace, "final_norm.output", h)
+        if tie:
+            return self.k.lm_head(h, tied=True, params=p.scope("embed"))
         return self.project(h, p.scope("lm_head"), "w")
 
 

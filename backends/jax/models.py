@@ -13,3 +13,7 @@ t5_encoder, t5_decoder = map(_fast, T5.bind(__package__))
 from ..composite.moe_layers import MoeLayers  # noqa: E402
 
 (deepseek_decoder_only,) = map(_fast, MoeLayers.bind(__package__, "deepseek_decoder_only"))
+
+from ..composite.models import ParallelModels  # noqa: E402
+
+(parallel_decoder_only,) = map(_fast, ParallelModels.bind(__package__))

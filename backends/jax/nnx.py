@@ -45,7 +45,7 @@ import inspect
 
 import jax
 import jax.numpy as jnp
-from attnspec.spec.errors import DTypeError, ParameterError
+from attnspec.spec.errors import ConfigError, DTypeError, ParameterError
 from flax import nnx
 
 from . import decoding as _decoding
@@ -236,6 +236,17 @@ class LlamaDecoderOnly(DecoderOnly):
     fn = staticmethod(_models.llama_decoder_only)
     model = "llama_decoder_only"
     fixed = {"norm": "pre", "activation": "silu"}
+    # llama_decoder_only's attributes that the cached path (llama_step, greedy_decode) does
+    # not take (Qwen2's model, 1.4.0): left out at False, refused when set
+    uncached = ("attention_bias", "tie_embeddings")
+
+    def greedy_attributes(self) -> dict:
+        attrs = super().greedy_attributes()
+        for name in self.uncached:
+            if attrs.get(name):
+                raise ConfigError(f"{type(self).__name__}.generate: {name}=True is not in the "
+                                  f"cached path (llama_step); the forward pass takes it")
+        return {k: v for k, v in attrs.items() if k not in self.uncached}
 
 
 class Seq2SeqAttention(_Model):

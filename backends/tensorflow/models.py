@@ -11,3 +11,7 @@ t5_encoder, t5_decoder = T5.bind(__package__)
 from ..composite.moe_layers import MoeLayers  # noqa: E402
 
 (deepseek_decoder_only,) = MoeLayers.bind(__package__, "deepseek_decoder_only")
+
+from ..composite.models import ParallelModels  # noqa: E402
+
+(parallel_decoder_only,) = ParallelModels.bind(__package__)

@@ -429,6 +429,8 @@ def _llama_attributes(v, t):
     a = dict(v.attributes)
     if a.pop("attention_bias", False):
         return None
+    if a.pop("tie_embeddings", False):  # LlamaForCausalLM's converter is untied;
+        return None  # transformers.Qwen2ForCausalLM judges the tied vectors
     w_q = v.params["attn.w_q"] if "attn.w_q" in v.params else v.params["layers.0.attn.w_q"]
     if a.get("rotary_dim") not in (None, np.shape(w_q)[1] // a["num_heads"]):
         return None
@@ -551,6 +553,39 @@ def agree_hf_zoo(device, model):
     return check
 
 
+def agree_hf_models(device, model):
+    """Every llama_decoder_only (Mistral, Qwen2, Phi-3), gemma_decoder_only (Gemma 2, 3) or
+    parallel_decoder_only (GPT-NeoX, Falcon) value vector the model can express
+    (``hf_models.expressible``) through ``hf.to_hf(model=)``, at the vector's float32
+    tolerance (each computes its RoPE angles, and all but Falcon their softmax and
+    RMSNorms, in float32 whatever the dtype: spec/components/huggingface.md)."""
+    name = f"transformers.{model}"
+
+    def one(v, x, p):
+        from . import hf, hf_models
+        a = hf_models.expressible(v, model)
+        if a is None:
+            return False
+        pad_id = a.pop("pad_id")
+        module = hf.to_hf(p, a, model=model)
+        assert type(module).__name__ == model, type(module).__name__
+        _close_at(name, hf.forward(module, x["ids"], pad_id=pad_id), v, "logits", "float32")
+        return True
+
+    def check(spec):
+        from . import hf_models
+
+        function = hf_models.SPEC_FUNCTION[model]
+        vectors = [v for v in spec.vectors if v.function == function and v.expect == "value"
+                   and not v.deprecated and _finite(v)]
+        if not vectors:
+            pytest.skip(f"the spec (attnspec {spec.version}) has no {function} vectors")
+        compared = sum(bool(one(v, _tensors(v.inputs, device), _tensors(v.params, device)))
+                       for v in vectors)
+        assert compared, f"{name}: no {function} vector could be expressed"
+    return check
+
+
 def _mla_attributes(v):
     """The vector's attributes for mla_to_hf, or None if DeepseekV3Config cannot hold them
     (YaRN's mscale comes with YaRN's frequency scaling there)."""
@@ -648,6 +683,10 @@ def hf_checks(device):
               for m in ("MistralDecoderLayer", "Qwen2DecoderLayer", "Phi3DecoderLayer",
                         "GPTNeoXLayer", "FalconDecoderLayer")],
             ("agree/transformers.DeepseekV3Attention", agree_hf_mla(device)),
+            *[(f"agree/transformers.{m}", agree_hf_models(device, m))
+              for m in ("MistralForCausalLM", "Qwen2ForCausalLM", "Phi3ForCausalLM",
+                        "Gemma2ForCausalLM", "Gemma3ForCausalLM", "GPTNeoXForCausalLM",
+                        "FalconForCausalLM")],
             *[(f"agree/transformers.{m}", agree_hf_moe_layer(device, m))
               for m in ("MixtralDecoderLayer", "Qwen2MoeDecoderLayer", "DeepseekV3DecoderLayer",
                         "DeepseekV3ForCausalLM")]]

@@ -9,6 +9,8 @@
 - ``LlamaForCausalLM`` -> ``llama_decoder_only``: ids, ``attention_mask = ids != pad_id``.
 - ``MixtralSparseMoeBlock``, ``Qwen2MoeSparseMoeBlock``, ``DeepseekV3MoE`` -> ``moe``
   (``hf_moe.py``).
+- ``MistralForCausalLM``, ``Qwen2ForCausalLM``, ``Phi3ForCausalLM`` -> ``llama_decoder_only``,
+  ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM`` -> ``gemma_decoder_only`` (``hf_models.py``).
 
 ``from_hf(module) -> (attributes, params)`` and ``to_hf(params, attributes) -> module``;
 ``forward(module, x, mask=None, offset=0)`` calls a module as the spec function is called
@@ -46,7 +48,7 @@ from transformers.models.llama.modeling_llama import (
 
 from .. import _checks
 from .._checks import params_of
-from . import hf_gpt2, hf_mla, hf_moe_layers, hf_rope, hf_t5, hf_zoo
+from . import hf_gpt2, hf_mla, hf_models, hf_moe_layers, hf_rope, hf_t5, hf_zoo
 from .hf_base import (  # noqa: F401 (the converters' shared helpers, re-exported)
     _TO_HF_ACTIVATION,
     ACTIVATIONS,
@@ -89,7 +91,8 @@ SPEC_FUNCTION = {"BertLayer": "encoder_layer", "GPT2Block": "encoder_layer",
                  "LlamaDecoderLayer": "llama_layer", "LlamaForCausalLM": "llama_decoder_only",
                  **hf_gpt2.SPEC_FUNCTION, **hf_t5.SPEC_FUNCTION,
                  **_MOE_FUNCTION, **_GEMMA_FUNCTION, **hf_zoo.SPEC_FUNCTION,
-                 "DeepseekV3Attention": "mla", **_MOE_LAYER_FUNCTION}
+                 "DeepseekV3Attention": "mla", **_MOE_LAYER_FUNCTION,
+                 **hf_models.SPEC_FUNCTION}
 
 # (HF state_dict name, spec path, transposed); a spec path ending in b_* is an optional bias.
 BERT = [
@@ -269,6 +272,8 @@ def from_hf(module) -> tuple[dict, dict]:
     for cls, convert in hf_zoo.FROM.items():
         if isinstance(module, cls):
             return convert(module)
+    if isinstance(module, hf_models.MODELS):  # Mistral/Qwen2/Phi3/Gemma2/Gemma3 ForCausalLM
+        return hf_models.from_hf(module)
     if isinstance(module, hf_mla.DeepseekV3Attention):
         return hf_mla.mla_from_hf(module)
     if isinstance(module, hf_t5.T5Stack):  # t5_encoder or t5_decoder (config.is_decoder)
@@ -289,9 +294,11 @@ def to_hf(params, attributes: dict, model: str | None = None):
     ``t5_decoder`` ones (``layers.0.<attn>.rel_bias.table``) a ``T5Stack``
     (``hf_t5.t5_block_to_hf`` builds one ``T5Block``). ``model`` names one
     of :data:`.hf_zoo.SPEC_FUNCTION` (``"Qwen2DecoderLayer"``, ``"GPTNeoXLayer"``...)
-    instead."""
+    instead, or one of :data:`.hf_models.SPEC_FUNCTION` (``"Qwen2ForCausalLM"``...)."""
     if model == "T5Stack":
         return hf_t5.t5_stack_to_hf(params, attributes)
+    if model in hf_models.SPEC_FUNCTION:
+        return hf_models.to_hf(params, attributes, model)
     if model is not None:
         return hf_zoo.to_hf(params, attributes, model)
     if hf_t5.is_t5_stack(params_of(params)):  # t5_encoder / t5_decoder: a T5Stack
@@ -332,6 +339,11 @@ def forward(module, x, mask=None, *, offset: int = 0, pad_id: int | None = None)
         return moe_forward(module, x)
     if isinstance(module, _MOE_LAYERS):
         return hf_moe_layers.forward(module, x, mask, offset=offset, pad_id=pad_id)
+    if isinstance(module, hf_models.MODELS):
+        if mask is not None or offset:
+            raise ConfigError(f"{type(module).__name__}: pass pad_id, not mask or offset")
+        _forward_checks(module, x, offset, pad_id)
+        return hf_models.forward(module, x, pad_id)
     zoo = hf_zoo
     if isinstance(module, tuple(zoo.FROM)) and pad_id is None:
         return zoo.forward(module, x, mask, offset=offset)
@@ -374,7 +386,7 @@ def _forward_checks(module, x, offset, pad_id) -> str:
     """The spec's errors for :func:`forward`'s arguments (transformers' own would be
     tracebacks deep in the layer); returns the module's class name."""
     who = type(module).__name__
-    if not isinstance(module, tuple(_FROM)):
+    if not isinstance(module, tuple(_FROM) + hf_models.MODELS):
         raise ConfigError(f"module: {who} has no converter; supported: {', '.join(SPEC_FUNCTION)}")
     if not isinstance(x, torch.Tensor):
         raise DTypeError(f"{who}: x must be a torch.Tensor, got {type(x).__name__}")
@@ -382,7 +394,7 @@ def _forward_checks(module, x, offset, pad_id) -> str:
     weight = next(module.parameters())
     if x.device != weight.device:
         raise DeviceError(f"{who}: x is on {x.device}, the module on {weight.device}")
-    if isinstance(module, (LlamaForCausalLM, hf_gpt2.GPT2LMHeadModel)):
+    if isinstance(module, (LlamaForCausalLM, hf_gpt2.GPT2LMHeadModel, *hf_models.MODELS)):
         return _ids_checks(module, x, pad_id, who)
     if pad_id is not None:
         raise ConfigError(f"pad_id applies to LlamaForCausalLM and GPT2LMHeadModel only, not {who}")

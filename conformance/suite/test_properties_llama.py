@@ -166,3 +166,50 @@ def test_llama_layer_with_kv_heads_equal_heads_is_plain_multi_head_attention(ops
                                    params={w: p[f"ffn.{w}"] for w in ("w_gate", "w_up", "w_down")})
     ops.assert_close(ops.llama_layer(x=x, num_heads=h, num_kv_heads=h, offset=offset, params=p),
                      y, scale=4)
+
+
+@given(seed=seeds, cfg=heads, n=st.integers(1, 2), t=st.integers(1, 6))
+def test_llama_tied_head_equals_untied_head_holding_the_table_transposed(ops, seed, cfg, n, t):
+    """tie_embeddings (Qwen2's tie_word_embeddings): logits equal the untied model's whose
+    lm_head.w is embed.table^T."""
+    (d, h, h_kv) = cfg
+    r = np.random.default_rng(seed)
+    p = model(r, n, d, h, h_kv, 10)
+    ids = r.integers(1, 10, (2, t))
+    kw = dict(pad_id=0, num_layers=n, num_heads=h, num_kv_heads=h_kv)
+    untied = {**p, "lm_head.w": p["embed.table"].T.copy()}
+    tied = {k: v for k, v in p.items() if k != "lm_head.w"}
+    ops.assert_close(ops.llama_decoder_only(ids=ids, tie_embeddings=True, params=tied, **kw),
+                     ops.llama_decoder_only(ids=ids, params=untied, **kw), scale=2)
+
+
+def _biases(r, n, h, h_kv, k, scale):
+    return {f"layers.{i}.attn.b_{c}": r.uniform(-1, 1, (h if c == "q" else h_kv) * k) * scale
+            for i in range(n) for c in "qkv"}
+
+
+@given(seed=seeds, cfg=heads, n=st.integers(1, 2), t=st.integers(1, 6))
+def test_llama_model_zero_attention_bias_equals_no_bias(ops, seed, cfg, n, t):
+    """attention_bias with b_q = b_k = b_v = 0 gives the unbiased model's logits."""
+    (d, h, h_kv) = cfg
+    r = np.random.default_rng(seed)
+    p = model(r, n, d, h, h_kv, 10)
+    ids = r.integers(1, 10, (2, t))
+    kw = dict(pad_id=0, num_layers=n, num_heads=h, num_kv_heads=h_kv)
+    zero = {**p, **_biases(r, n, h, h_kv, d // h, 0.0)}
+    ops.assert_close(ops.llama_decoder_only(ids=ids, attention_bias=True, params=zero, **kw),
+                     ops.llama_decoder_only(ids=ids, params=p, **kw), scale=2)
+
+
+@given(seed=seeds, cfg=heads, n=st.integers(1, 2))
+def test_llama_single_token_logits_ignore_the_query_and_key_biases(ops, seed, cfg, n):
+    """T = 1: each query attends to its own key alone (weight 1), so b_q and b_k change no
+    logit; b_v does (it passes through the attention)."""
+    (d, h, h_kv) = cfg
+    r = np.random.default_rng(seed)
+    p = {**model(r, n, d, h, h_kv, 10), **_biases(r, n, h, h_kv, d // h, 1.0)}
+    ids = r.integers(1, 10, (3, 1))
+    kw = dict(pad_id=0, num_layers=n, num_heads=h, num_kv_heads=h_kv, attention_bias=True)
+    qk_zero = {k: (0 * v if k.endswith(("b_q", "b_k")) else v) for k, v in p.items()}
+    ops.assert_close(ops.llama_decoder_only(ids=ids, params=qk_zero, **kw),
+                     ops.llama_decoder_only(ids=ids, params=p, **kw), scale=2)

@@ -19,7 +19,8 @@ COMPONENT = Component("llama", {
     "llama_decoder_only": Fn(module="models", inputs=["ids"], returns=["logits"],
                              required=["pad_id", "num_layers", "num_heads"],
                              attributes=dict(ATTRS), params=True, trace=True,
-                             added={"rope_scaling": None, "rotary_dim": None},
+                             added={"rope_scaling": None, "rotary_dim": None,
+                                    "attention_bias": False, "tie_embeddings": False},
                              oracle=model_oracle),
 }, tolerances=tolerances("stack"))
 
@@ -59,6 +60,7 @@ def cases(rng):
     yield from defaults_cases()
     yield from bias_cases(Rng(f"{COMPONENT.id}/bias"))
     yield from scaling_cases(Rng(f"{COMPONENT.id}/scaling"))
+    yield from qwen2_model_cases(Rng(f"{COMPONENT.id}/model-qwen2"))
 
 
 def layer_cases(r):
@@ -414,6 +416,7 @@ def grad_cases(r):
                    flags=["gradient", "defaults", "default-eps", "padding"], omit_defaults=True)
     yield from bias_grad_cases(Rng(f"{COMPONENT.id}/grad-bias"))
     yield from scaling_grad_cases(Rng(f"{COMPONENT.id}/grad-scaling"))
+    yield from qwen2_model_grad_cases(Rng(f"{COMPONENT.id}/grad-model-qwen2"))
 
 
 def bias_grad_cases(r):
@@ -656,3 +659,123 @@ def scaling_grad_cases(r):
                    params=model_params(r, 1, 8, 2, 1, 6, 7),
                    cotangents={"logits": r.uniform((2, 6, 7))},
                    flags=["gradient", "rope-scaling"])
+
+
+# -- the Qwen2 model (issue 25 item 6): llama_decoder_only's attention_bias and tie_embeddings,
+# llama/model-bias-*, model-tied-*, model-qwen2-*, their own stream (Rng("llama/model-qwen2")).
+
+def qwen2_model_params(rng, n, d, h, h_kv, f, vocab, bias=True, tie=False, lo=-1.0, hi=1.0):
+    """model_params with every layer's attn.b_q (H*K,), b_k, b_v (H_kv*K,) in [lo, hi]
+    (bias) and without lm_head.w (tie: the head is embed.table^T)."""
+    p = model_params(rng, n, d, h, h_kv, f, vocab)
+    k = d // h
+    if bias:
+        for i in range(n):
+            p[f"layers.{i}.attn.b_q"] = rng.uniform((h * k,), lo, hi)
+            p[f"layers.{i}.attn.b_k"] = rng.uniform((h_kv * k,), lo, hi)
+            p[f"layers.{i}.attn.b_v"] = rng.uniform((h_kv * k,), lo, hi)
+    if tie:
+        del p["lm_head.w"]
+    return p
+
+
+def qwen2_model_cases(r):
+    attrs = {"pad_id": 0, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2}
+    yield value("llama/model-bias-001", "llama_decoder_only",
+                "attention_bias (Qwen2's q, k, v biases in every layer, no output bias), N = 2, "
+                "D = 16, H = 4, H_kv = 2, F = 32, vocabulary 20, T = 6, row 1 right-padded after "
+                "4; biases in [-2, 2], so a model that drops them, or biases one layer only, "
+                "fails.",
+                inputs={"ids": ids(r, 20, [6, 4], 6, bos_id=1)},
+                attributes={**attrs, "attention_bias": True},
+                params=qwen2_model_params(r, 2, 16, 4, 2, 32, 20, lo=-2.0, hi=2.0),
+                flags=["bias", "two-layers", "gqa", "padding"])
+    yield value("llama/model-tied-001", "llama_decoder_only",
+                "tie_embeddings (small Qwen2 configs, tie_word_embeddings): logits = "
+                "RMSNorm(h_N) embed.table^T, no lm_head.w and no bias; N = 1, D = 16, H = 4, "
+                "H_kv = 2, vocabulary 12, T = 5. A head that scales the table by sqrt(D) or "
+                "reads it untransposed fails.",
+                inputs={"ids": ids(r, 12, [5, 5], 5, bos_id=1)},
+                attributes={**attrs, "num_layers": 1, "tie_embeddings": True},
+                params=qwen2_model_params(r, 1, 16, 4, 2, 32, 12, bias=False, tie=True),
+                flags=["tied-embeddings", "lm-head", "no-bias"])
+    yield value("llama/model-qwen2-001", "llama_decoder_only",
+                "A whole Qwen2 (Qwen2ForCausalLM with tie_word_embeddings and a sliding window): "
+                "attention_bias and tie_embeddings together, window = 3 < T = 7, MQA (H = 4, "
+                "H_kv = 1), N = 2, D = 16, rope_base 1000000 (Qwen2's rope_theta), row 1 "
+                "right-padded after 5.",
+                inputs={"ids": ids(r, 16, [7, 5], 7, bos_id=1)},
+                attributes={**attrs, "num_kv_heads": 1, "window": 3, "rope_base": 1000000.0,
+                            "attention_bias": True, "tie_embeddings": True},
+                params=qwen2_model_params(r, 2, 16, 4, 1, 32, 16, tie=True),
+                flags=["bias", "tied-embeddings", "sliding-window", "mqa", "two-layers",
+                       "padding", "base"])
+    yield value("llama/model-qwen2-002", "llama_decoder_only",
+                "attention_bias and tie_embeddings with H = H_kv = 2 heads of K = 8, N = 1, "
+                "vocabulary 10 < D = 16 (a head read as E rather than E^T has the wrong width), "
+                "pad_id 3 inside row 0.",
+                inputs={"ids": np.array([[1, 5, 3, 7, 9, 2], [1, 8, 6, 4, 3, 3]],
+                                        dtype=np.int64)},
+                attributes={**attrs, "num_layers": 1, "num_heads": 2, "num_kv_heads": 2,
+                            "pad_id": 3, "attention_bias": True, "tie_embeddings": True},
+                params=qwen2_model_params(r, 1, 16, 2, 2, 24, 10, tie=True),
+                flags=["bias", "tied-embeddings", "pad-id", "heads"])
+
+    x = np.array([[1, 5, 4]], dtype=np.int64)
+    p = qwen2_model_params(r, 2, 8, 2, 1, 16, 12)
+    a = {**attrs, "num_heads": 2, "num_kv_heads": 1, "attention_bias": True}
+    yield error("llama/model-bias-missing-001", "llama_decoder_only",
+                "attention_bias = True but layers.1.attn.b_q is missing.",
+                inputs={"ids": x}, attributes=a,
+                params={k: v for k, v in p.items() if k != "layers.1.attn.b_q"},
+                error="ParameterError", mentions=["layers.1.attn.b_q"])
+    yield error("llama/model-tied-head-001", "llama_decoder_only",
+                "tie_embeddings = True with an lm_head.w of shape (8, 12) given: the tied head "
+                "is embed.table^T alone, the extra parameter is refused, not ignored.",
+                inputs={"ids": x}, attributes={**a, "tie_embeddings": True}, params=p,
+                error="ParameterError", mentions=["lm_head.w", "(8, 12)"])
+    yield error("llama/model-tie-flag-001", "llama_decoder_only",
+                "tie_embeddings = 'yes' (not a boolean).",
+                inputs={"ids": x}, attributes={**a, "tie_embeddings": "yes"},
+                params={k: v for k, v in p.items() if k != "lm_head.w"},
+                error="ConfigError", mentions=["tie_embeddings"])
+    yield value("llama/model-phi3-001", "llama_decoder_only",
+                "A whole Phi-3 (Phi3ForCausalLM: partial_rotary_factor 0.5, untied head): "
+                "rotary_dim 4 of K = 8 in every layer, no scaling, rope_base 100, N = 2, H = 2, "
+                "H_kv = 1, D = 16, T = 7, row 1 right-padded after 5; rotating whole heads, or "
+                "theta from K rather than rotary_dim, fails.",
+                inputs={"ids": ids(r, 20, [7, 5], 7, bos_id=1)},
+                attributes={**attrs, "num_heads": 2, "num_kv_heads": 1, "rotary_dim": 4,
+                            "rope_base": 100.0},
+                params=model_params(r, 2, 16, 2, 1, 32, 20),
+                flags=["rotary-dim", "two-layers", "padding", "base"])
+
+
+def qwen2_model_grad_cases(r):
+    attrs = {"pad_id": 0, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1}
+    yield gradient("llama/grad-019", "llama_decoder_only",
+                   "attention_bias and tie_embeddings, N = 1, H = 2, H_kv = 1, K = 4, D = 8, "
+                   "vocabulary 7: d embed.table is the head's dlogits^T RMSNorm(h_N) plus the "
+                   "embedding's scatter-add (one of the two alone fails); db_q, db_k, db_v sum "
+                   "the pre-RoPE cotangents over (B, T).",
+                   inputs={"ids": np.array([[1, 4, 6, 4, 3], [1, 3, 5, 2, 0]], dtype=np.int64)},
+                   attributes={**attrs, "attention_bias": True, "tie_embeddings": True},
+                   params=qwen2_model_params(r, 1, 8, 2, 1, 6, 7, tie=True),
+                   cotangents={"logits": r.uniform((2, 5, 7))},
+                   flags=["gradient", "bias", "tied-embeddings", "padding"])
+    yield gradient("llama/grad-020", "llama_decoder_only",
+                   "attention_bias, N = 2 (untied head), H = 2, H_kv = 1, K = 4, D = 8, window 3 "
+                   "< T = 6: each layer's biases get their own gradient.",
+                   inputs={"ids": np.array([[1, 4, 6, 4, 3, 2], [1, 3, 5, 2, 6, 0]],
+                                           dtype=np.int64)},
+                   attributes={**attrs, "num_layers": 2, "window": 3, "attention_bias": True},
+                   params=qwen2_model_params(r, 2, 8, 2, 1, 6, 7),
+                   cotangents={"logits": r.uniform((2, 6, 7))},
+                   flags=["gradient", "bias", "two-layers", "sliding-window", "padding"])
+    yield gradient("llama/grad-021", "llama_decoder_only",
+                   "tie_embeddings alone, N = 1, H = H_kv = 2, K = 4, D = 8, vocabulary 6.",
+                   inputs={"ids": np.array([[1, 5, 2, 4], [1, 3, 3, 0]], dtype=np.int64)},
+                   attributes={**attrs, "num_kv_heads": 2, "tie_embeddings": True},
+                   params=qwen2_model_params(r, 1, 8, 2, 2, 6, 6, bias=False, tie=True),
+                   cotangents={"logits": r.uniform((2, 4, 6))},
+                   flags=["gradient", "tied-embeddings", "padding"])

@@ -6,10 +6,12 @@ from functools import partial
 
 import numpy as np
 
+from ..oracle.parallel_layer import parallel_decoder_only as model_oracle
 from ..oracle.parallel_layer import parallel_layer as oracle
 from ._build import Component, Fn, Rng, error, gradient, value
 from .encoder_layer import tiny, tolerances
 from .llama import shifted
+from .transformer import ids
 
 COMPONENT = Component("parallel_layer", {
     "parallel_layer": Fn(module="layers", inputs=["x", "mask"], optional=["mask"], returns=["y"],
@@ -18,6 +20,12 @@ COMPONENT = Component("parallel_layer", {
                                      "activation": "gelu", "rope_base": 10000.0, "offset": 0},
                          added={"rotary_dim": None},
                          params=True, trace=True, oracle=oracle),
+    "parallel_decoder_only": Fn(module="models", inputs=["ids"], returns=["logits"],
+                                required=["pad_id", "num_layers", "num_heads"],
+                                attributes={"num_kv_heads": None, "num_norms": 2, "eps": 1e-5,
+                                            "activation": "gelu", "rope_base": 10000.0,
+                                            "rotary_dim": None, "tie_embeddings": False},
+                                params=True, trace=True, oracle=model_oracle),
 }, tolerances=tolerances("stack"))
 
 
@@ -132,6 +140,7 @@ def cases(rng):
                 params=layer_params(rd, 16, 2, 2, 8, 32), flags=["defaults", "default-eps"],
                 omit_defaults=True)
     yield from rotary_cases(Rng(f"{COMPONENT.id}/rotary"))
+    yield from model_cases(Rng(f"{COMPONENT.id}/model"))
 
 
 def rotary_cases(r):
@@ -218,3 +227,142 @@ def grad_cases(r):
                                "rotary_dim": 2, "offset": 2, "rope_base": 100.0},
                    params=layer_params(rg, 8, 4, 2, 4, 12), cotangents={"y": rg.uniform((2, 5, 8))},
                    flags=["gradient", "rotary-dim", "gqa"])
+    yield from model_grad_cases(Rng(f"{COMPONENT.id}/grad-model"))
+
+
+# -- parallel_decoder_only: GPT-NeoX's and Falcon's whole model (issue 25 item 6), their own
+# streams (Rng("parallel_layer/model"), Rng("parallel_layer/grad-model")) ---------------------
+
+def model_params(rng, n, d, h, h_kv, k, f, vocab, num_norms=2, tie=False):
+    """embed.table (L, D) in [-1, 1], N parallel layers, final_norm (gamma in [0.5, 1.5],
+    beta), lm_head.w (D, L) unless tie."""
+    p = {"embed.table": rng.weights((vocab, d), 1.0)}
+    for i in range(n):
+        p.update({f"layers.{i}.{key}": v for key, v in
+                  layer_params(rng, d, h, h_kv, k, f, num_norms).items()})
+    p["final_norm.gamma"] = 1 + rng.weights((d,), 0.5)
+    p["final_norm.beta"] = rng.weights((d,), 0.5)
+    if not tie:
+        p["lm_head.w"] = rng.weights((d, vocab), 0.5)
+    return p
+
+
+def model_cases(r):
+    a = {"pad_id": 0, "num_layers": 2, "num_heads": 4}
+    yield value("parallel_layer/model-neox-001", "parallel_decoder_only",
+                "GPT-NeoX (GPTNeoXForCausalLM): N = 2 parallel layers with two LayerNorms, "
+                "H = H_kv = 4, K = 4, D = 16, F = 32, vocabulary 20, T = 6, row 1 right-padded "
+                "after 4; unscaled embedding without positions, the final LayerNorm "
+                "(final_norm.gamma, beta) and an untied head without a bias (embed_out).",
+                inputs={"ids": ids(r, 20, [6, 4], 6, bos_id=1)}, attributes=a,
+                params=model_params(r, 2, 16, 4, 4, 4, 32, 20),
+                flags=["basic", "parallel-residual", "two-layers", "padding", "final-norm"])
+    yield value("parallel_layer/model-falcon-mq-001", "parallel_decoder_only",
+                "Falcon-7B's shape (FalconForCausalLM, multi-query, one LayerNorm per layer, the "
+                "head tied to the embedding): H = 4 on H_kv = 1, num_norms = 1, "
+                "tie_embeddings, N = 2, D = 16, vocabulary 12, T = 7, row 0 right-padded "
+                "after 5.",
+                inputs={"ids": ids(r, 12, [5, 7], 7, bos_id=1)},
+                attributes={**a, "num_kv_heads": 1, "num_norms": 1, "tie_embeddings": True},
+                params=model_params(r, 2, 16, 4, 1, 4, 32, 12, num_norms=1, tie=True),
+                flags=["mqa", "variant", "tied-embeddings", "two-layers", "padding"])
+    yield value("parallel_layer/model-falcon-gqa-001", "parallel_decoder_only",
+                "Falcon's new decoder architecture: GQA H = 4 on H_kv = 2, two LayerNorms "
+                "(ln_attn, ln_mlp), tied head, N = 1, vocabulary 10 < D = 16, pad_id 3 inside "
+                "row 0 (token 0 ordinary).",
+                inputs={"ids": np.array([[1, 5, 3, 7, 9, 0], [1, 8, 6, 4, 3, 3]],
+                                        dtype=np.int64)},
+                attributes={**a, "num_layers": 1, "num_kv_heads": 2, "pad_id": 3,
+                            "tie_embeddings": True},
+                params=model_params(r, 1, 16, 4, 2, 4, 32, 10, tie=True),
+                flags=["gqa", "tied-embeddings", "pad-id"])
+    yield value("parallel_layer/model-rotary-001", "parallel_decoder_only",
+                "GPT-NeoX's partial rotary in every layer: rotary_dim 2 of K = 4 "
+                "(rotary_pct 0.5), rope_base 100, N = 2, H = 4, T = 6; rotating whole heads "
+                "fails.",
+                inputs={"ids": ids(r, 20, [6, 6], 6, bos_id=1)},
+                attributes={**a, "rotary_dim": 2, "rope_base": 100.0},
+                params=model_params(r, 2, 16, 4, 4, 4, 32, 20),
+                flags=["rotary-dim", "two-layers", "base"])
+    yield value("parallel_layer/model-eps-001", "parallel_decoder_only",
+                "eps = 0.25 in every LayerNorm (the final one included), activation "
+                "gelu_tanh, N = 1, H = 2, K = 8, T = 5: eps outside the root, or 1e-5 kept in "
+                "the final norm, fails.",
+                inputs={"ids": ids(r, 20, [5, 5], 5, bos_id=1)},
+                attributes={**a, "num_layers": 1, "num_heads": 2, "eps": 0.25,
+                            "activation": "gelu_tanh"},
+                params=model_params(r, 1, 16, 2, 2, 8, 32, 20),
+                flags=["eps", "eps-inside-sqrt", "final-norm"])
+    rd = Rng(f"{COMPONENT.id}/model-defaults")
+    p = model_params(rd, 1, 16, 2, 2, 8, 32, 12)
+    p["embed.table"] = tiny(rd, (12, 16))
+    yield value("parallel_layer/model-defaults-001", "parallel_decoder_only",
+                "num_kv_heads, num_norms, eps, activation, rope_base, rotary_dim and "
+                "tie_embeddings left out (H, 2, 1e-5, gelu, 10000, K, False): N = 1, H = 2, "
+                "K = 8, T = 8, a tiny embed.table (variance ~2e-5) so eps 1e-6 fails; ffn_norm "
+                "differs from attn_norm so one norm fails; positions up to 7.",
+                inputs={"ids": ids(rd, 12, [8, 8], 8, bos_id=1)},
+                attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2}, params=p,
+                flags=["defaults", "default-eps"], omit_defaults=True)
+
+    p = model_params(r, 2, 8, 2, 2, 4, 16, 12)
+    x = np.array([[1, 5, 4]], dtype=np.int64)
+    a = {**a, "num_heads": 2}
+    yield error("parallel_layer/model-oov-001", "parallel_decoder_only",
+                "ids holds 12 with a 12-row embed.table.",
+                inputs={"ids": np.array([[1, 12, 4]], dtype=np.int64)}, attributes=a, params=p,
+                error="DomainError", mentions=["ids", "12"])
+    yield error("parallel_layer/model-tied-head-001", "parallel_decoder_only",
+                "tie_embeddings = True with an lm_head.w of shape (8, 12) given (refused, not "
+                "ignored).",
+                inputs={"ids": x}, attributes={**a, "tie_embeddings": True}, params=p,
+                error="ParameterError", mentions=["lm_head.w", "(8, 12)"])
+    yield error("parallel_layer/model-final-norm-missing-001", "parallel_decoder_only",
+                "final_norm.beta is missing (the final norm is a LayerNorm with a bias).",
+                inputs={"ids": x}, attributes=a,
+                params={k: v for k, v in p.items() if k != "final_norm.beta"},
+                error="ParameterError", mentions=["final_norm.beta"])
+    yield error("parallel_layer/model-num-norms-001", "parallel_decoder_only",
+                "num_norms = 3.",
+                inputs={"ids": x}, attributes={**a, "num_norms": 3}, params=p,
+                error="ConfigError", mentions=["num_norms", "3"])
+
+
+def model_grad_cases(r):
+    a = {"pad_id": 0, "num_layers": 1, "num_heads": 2}
+    yield gradient("parallel_layer/grad-006", "parallel_decoder_only",
+                   "GPT-NeoX: N = 2, two norms, H = H_kv = 2, K = 4, D = 8, F = 12, vocabulary "
+                   "7, T = 5, row 1 padded after 4: dE is the embedding's scatter-add, "
+                   "dW_lm = LN(h_N)^T dlogits.",
+                   inputs={"ids": np.array([[1, 4, 6, 4, 3], [1, 3, 5, 2, 0]], dtype=np.int64)},
+                   attributes={**a, "num_layers": 2},
+                   params=model_params(r, 2, 8, 2, 2, 4, 12, 7),
+                   cotangents={"logits": r.uniform((2, 5, 7))},
+                   flags=["gradient", "parallel-residual", "two-layers", "padding"])
+    yield gradient("parallel_layer/grad-007", "parallel_decoder_only",
+                   "Falcon: MQA (H = 2, H_kv = 1), one norm, tied head, N = 1, vocabulary 6: dE "
+                   "sums the head's dlogits^T LN(h_N) and the scatter-add.",
+                   inputs={"ids": np.array([[1, 5, 2, 4], [1, 3, 3, 0]], dtype=np.int64)},
+                   attributes={**a, "num_kv_heads": 1, "num_norms": 1, "tie_embeddings": True},
+                   params=model_params(r, 1, 8, 2, 1, 4, 12, 6, num_norms=1, tie=True),
+                   cotangents={"logits": r.uniform((2, 4, 6))},
+                   flags=["gradient", "mqa", "tied-embeddings", "padding"])
+    yield gradient("parallel_layer/grad-008", "parallel_decoder_only",
+                   "rotary_dim 2 of K = 4, rope_base 100, activation gelu_tanh, N = 1, T = 6.",
+                   inputs={"ids": np.array([[1, 4, 6, 4, 3, 2], [1, 3, 5, 2, 6, 5]],
+                                           dtype=np.int64)},
+                   attributes={**a, "rotary_dim": 2, "rope_base": 100.0,
+                               "activation": "gelu_tanh"},
+                   params=model_params(r, 1, 8, 2, 2, 4, 12, 7),
+                   cotangents={"logits": r.uniform((2, 6, 7))},
+                   flags=["gradient", "rotary-dim", "base"])
+    p = model_params(r, 1, 8, 2, 2, 4, 12, 7)
+    p["embed.table"] = r.uniform((7, 8), -0.125, 0.125, 2.0**-10)
+    yield gradient("parallel_layer/grad-009", "parallel_decoder_only",
+                   "num_kv_heads, num_norms, eps, activation, rope_base, rotary_dim and "
+                   "tie_embeddings left out, N = 1, H = 2, K = 4, T = 5, an embed.table in "
+                   "[-1/8, 1/8].",
+                   inputs={"ids": np.array([[1, 4, 6, 4, 3], [1, 3, 5, 0, 0]], dtype=np.int64)},
+                   attributes=dict(a), params=p,
+                   cotangents={"logits": r.uniform((2, 5, 7))},
+                   flags=["gradient", "defaults"], omit_defaults=True)

@@ -26,7 +26,7 @@ llama_decoder_only, ids (B, T):
 import numpy as np
 
 from .core import add, linear_vjp, matmul, merge, mpa, prefixed, sub, zeros
-from .embedding import embedding, embedding_vjp
+from .embedding import embedding, embedding_vjp, lm_head, lm_head_vjp
 from .gated_feedforward import gated_feedforward, gated_feedforward_vjp
 from .masks import _causal, _padding, sliding_window_mask
 from .rms_norm import rms_norm, rms_norm_vjp
@@ -111,7 +111,9 @@ def llama_layer(x, mask=None, num_heads=1, num_kv_heads=None, eps=1e-6, rope_bas
 
 def llama_decoder_only(ids, pad_id=0, num_layers=1, num_heads=1, num_kv_heads=None, eps=1e-6,
                        rope_base=10000.0, window=None, rope_scaling=None, rotary_dim=None,
-                       params=None):
+                       attention_bias=False, tie_embeddings=False, params=None):
+    """attention_bias (Qwen2): every layer's q, k, v projections add b_q, b_k, b_v;
+    tie_embeddings: logits = RMSNorm(h_N) embed.table^T (no lm_head.w)."""
     h = embedding(ids, scale=False, params=sub(params, "embed"))["y"]  # (B, T, D)
     out = {"embed.output": h}
     pad = _padding(ids, pad_id)  # (B, 1, 1, T)
@@ -119,11 +121,13 @@ def llama_decoder_only(ids, pad_id=0, num_layers=1, num_heads=1, num_kv_heads=No
         r = llama_layer(h, pad, num_heads=num_heads, num_kv_heads=num_kv_heads, eps=eps,
                         rope_base=rope_base, window=window, offset=0,
                         rope_scaling=rope_scaling, rotary_dim=rotary_dim,
-                        params=sub(params, f"layers.{i}"))
+                        attention_bias=attention_bias, params=sub(params, f"layers.{i}"))
         h = r.pop("y")
         out.update({f"layers.{i}.{k}": v for k, v in r.items()})
     h = rms_norm(h, eps=eps, params=sub(params, "norm"))["y"]
     out["norm.output"] = h
+    if tie_embeddings:  # logits[b, t, l] = sum_d h[b, t, d] E[l, d]
+        return {"logits": lm_head(h, tied=True, params=sub(params, "embed"))["logits"], **out}
     logits = matmul(h, mpa(params["lm_head.w"]))  # (B, T, L)
     return {"logits": logits, **out}
 
@@ -191,22 +195,30 @@ def llama_layer_vjp(cot, x, mask=None, num_heads=1, num_kv_heads=None, eps=1e-6,
 
 def llama_decoder_only_vjp(cot, ids, pad_id=0, num_layers=1, num_heads=1, num_kv_heads=None,
                            eps=1e-6, rope_base=10000.0, window=None, rope_scaling=None,
-                           rotary_dim=None, params=None):
+                           rotary_dim=None, attention_bias=False, tie_embeddings=False,
+                           params=None):
     """logits = RMSNorm(h_N) W_lm, h_i+1 = layer_i(h_i), h_0 = E[ids]:
         dW_lm = RMSNorm(h_N)^T dlogits,  dh_N = RMSNorm^T (dlogits W_lm^T),
         dh_i = layer_i^T dh_i+1 (with its parameters' gradients),
-        dE[l] = sum of dh_0 over the positions holding id l   (the ids get none)"""
+        dE[l] = sum of dh_0 over the positions holding id l   (the ids get none)
+    tie_embeddings (W_lm = E^T): dE gets dlogits^T RMSNorm(h_N) as well (the two summed)."""
     attrs = {"num_heads": num_heads, "num_kv_heads": num_kv_heads, "eps": eps,
              "rope_base": rope_base, "window": window, "offset": 0,
-             "rope_scaling": rope_scaling, "rotary_dim": rotary_dim}
+             "rope_scaling": rope_scaling, "rotary_dim": rotary_dim,
+             "attention_bias": attention_bias}
     hs = [embedding(ids, scale=False, params=sub(params, "embed"))["y"]]  # h_0 (B, T, D)
     pad = _padding(ids, pad_id)  # (B, 1, 1, T)
     for i in range(int(num_layers)):
         hs.append(llama_layer(hs[-1], pad, **attrs, params=sub(params, f"layers.{i}"))["y"])
     n = rms_norm(hs[-1], eps=eps, params=sub(params, "norm"))["y"]
-    dn, dw, _ = linear_vjp(n, params["lm_head.w"], cot["logits"])
+    if tie_embeddings:
+        gl, ph = lm_head_vjp({"logits": cot["logits"]}, n, tied=True, params=sub(params, "embed"))
+        dn, head = gl["x"], prefixed("embed", ph)
+    else:
+        dn, dw, _ = linear_vjp(n, params["lm_head.w"], cot["logits"])
+        head = {"lm_head.w": dw}
     gh, pn = rms_norm_vjp({"y": dn}, hs[-1], eps=eps, params=sub(params, "norm"))
-    dh, grads = gh["x"], [{"lm_head.w": dw}, prefixed("norm", pn)]
+    dh, grads = gh["x"], [head, prefixed("norm", pn)]
     for i in reversed(range(int(num_layers))):
         gi, pl = llama_layer_vjp({"y": dh}, hs[i], pad, **attrs,
                                  params=sub(params, f"layers.{i}"))

@@ -14,10 +14,12 @@ parallel_layer, x (B, T, D), H query heads and H_kv key/value heads of width K:
     y  = x + A + F                                       (both branches read x, not x + A)
 """
 
-from .core import add, fsum_axes, merge, mpa, prefixed, sub
+from .core import add, fsum_axes, linear_vjp, matmul, merge, mpa, prefixed, sub
+from .embedding import embedding, embedding_vjp, lm_head, lm_head_vjp
 from .feedforward import feedforward, feedforward_vjp
 from .layer_norm import layer_norm, layer_norm_vjp
 from .llama import attention, attention_vjp, keep_mask
+from .masks import _padding
 
 ORDER = ["attn.weights", "attn.output", "ffn.output"]
 
@@ -68,4 +70,59 @@ def parallel_layer_vjp(cot, x, mask=None, num_heads=1, num_kv_heads=None, num_no
                                                  prefixed("ffn_norm", p2))
 
 
-VJPS = {"parallel_layer": parallel_layer_vjp}
+# -- parallel_decoder_only: GPT-NeoX's and Falcon's whole model (issue 25 item 6) -------------
+
+def parallel_decoder_only(ids, pad_id=0, num_layers=1, num_heads=1, num_kv_heads=None,
+                          num_norms=2, eps=1e-5, activation="gelu", rope_base=10000.0,
+                          rotary_dim=None, tie_embeddings=False, params=None):
+    """h_0 = E[ids] (no positions, no scale); h_{i+1} = ParallelLayer_i(h_i, pad(ids));
+    logits = LN(h_N; final_norm) W_lm (no bias), or LN(h_N) E^T with tie_embeddings."""
+    h = embedding(ids, scale=False, params=sub(params, "embed"))["y"]  # (B, T, D)
+    out = {"embed.output": h}
+    pad = _padding(ids, pad_id)  # (B, 1, 1, T)
+    attrs = dict(num_heads=num_heads, num_kv_heads=num_kv_heads, num_norms=num_norms, eps=eps,
+                 activation=activation, rope_base=rope_base, offset=0, rotary_dim=rotary_dim)
+    for i in range(int(num_layers)):
+        r = parallel_layer(h, pad, **attrs, params=sub(params, f"layers.{i}"))
+        h = r.pop("y")
+        out.update({f"layers.{i}.{k}": v for k, v in r.items()})
+    h = layer_norm(h, eps=eps, params=sub(params, "final_norm"))["y"]
+    out["final_norm.output"] = h
+    if tie_embeddings:  # logits[b, t, l] = sum_d h[b, t, d] E[l, d]
+        return {"logits": lm_head(h, tied=True, params=sub(params, "embed"))["logits"], **out}
+    return {"logits": matmul(h, mpa(params["lm_head.w"])), **out}
+
+
+def parallel_decoder_only_vjp(cot, ids, pad_id=0, num_layers=1, num_heads=1, num_kv_heads=None,
+                              num_norms=2, eps=1e-5, activation="gelu", rope_base=10000.0,
+                              rotary_dim=None, tie_embeddings=False, params=None):
+    """logits = LN(h_N) W_lm, h_i+1 = layer_i(h_i), h_0 = E[ids]:
+        dW_lm = LN(h_N)^T dlogits,  dh_N = LN^T (dlogits W_lm^T),
+        dh_i = layer_i^T dh_i+1 (with its parameters' gradients),
+        dE[l] = sum of dh_0 over the positions holding id l   (the ids get none)
+    tie_embeddings (W_lm = E^T): dE gets dlogits^T LN(h_N) as well (the two summed)."""
+    attrs = dict(num_heads=num_heads, num_kv_heads=num_kv_heads, num_norms=num_norms, eps=eps,
+                 activation=activation, rope_base=rope_base, offset=0, rotary_dim=rotary_dim)
+    hs = [embedding(ids, scale=False, params=sub(params, "embed"))["y"]]  # h_0 (B, T, D)
+    pad = _padding(ids, pad_id)
+    for i in range(int(num_layers)):
+        hs.append(parallel_layer(hs[-1], pad, **attrs, params=sub(params, f"layers.{i}"))["y"])
+    n = layer_norm(hs[-1], eps=eps, params=sub(params, "final_norm"))["y"]
+    if tie_embeddings:
+        gl, ph = lm_head_vjp({"logits": cot["logits"]}, n, tied=True, params=sub(params, "embed"))
+        dn, head = gl["x"], prefixed("embed", ph)
+    else:
+        dn, dw, _ = linear_vjp(n, params["lm_head.w"], cot["logits"])
+        head = {"lm_head.w": dw}
+    gh, pn = layer_norm_vjp({"y": dn}, hs[-1], eps=eps, params=sub(params, "final_norm"))
+    dh, grads = gh["x"], [head, prefixed("final_norm", pn)]
+    for i in reversed(range(int(num_layers))):
+        gi, pl = parallel_layer_vjp({"y": dh}, hs[i], pad, **attrs,
+                                    params=sub(params, f"layers.{i}"))
+        dh = gi["x"]
+        grads.append(prefixed(f"layers.{i}", pl))
+    _, pe = embedding_vjp({"y": dh}, ids, scale=False, params=sub(params, "embed"))
+    return {}, merge(*grads, prefixed("embed", pe))
+
+
+VJPS = {"parallel_layer": parallel_layer_vjp, "parallel_decoder_only": parallel_decoder_only_vjp}

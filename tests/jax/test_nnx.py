@@ -293,7 +293,20 @@ def test_generate_decodes_with_the_model_functions_defaults(spec, model):
     want = {**f.attributes, **required}
     if model == "llama_decoder_only":
         want.update(norm="pre", activation="silu")
+        for name in N.LlamaDecoderOnly.uncached:  # not in the cached path: left out at False
+            want.pop(name, None)
     assert N.MODULES[model].from_spec(v.params, **required).greedy_attributes() == want
+
+
+def test_llama_generate_refuses_what_the_cached_path_does_not_take(spec):
+    """attention_bias and tie_embeddings (Qwen2's model) are forward-pass attributes only."""
+    from attnspec.spec.errors import ConfigError
+
+    v = next(v for v in spec.vectors if v.id == "llama/model-qwen2-001")
+    a = {k: x for k, x in v.attributes.items() if k != "pad_id"}
+    module = N.LlamaDecoderOnly.from_spec(v.params, pad_id=0, **a)
+    with pytest.raises(ConfigError, match="attention_bias"):
+        module.generate(v.inputs["ids"][:, :2], bos_id=1, eos_id=2, max_len=4)
 
 
 def test_seq2seq_generate_matches_the_greedy_golden_vector(spec):
