@@ -188,17 +188,21 @@ class GemmaModels(Models):
     def gemma_decoder_only(self, ids, *, pad_id, num_layers, num_heads, num_kv_heads=None,
                            eps=1e-6, rope_base=10000.0, window=None, query_pre_attn_scalar=None,
                            softcap=None, final_softcap=None, qk_norm=False, rope_local_base=None,
-                           params, trace=None):
+                           rope_scaling=None, params, trace=None):
         """h_0 = E[ids] sqrt(D); h_{i+1} = GemmaLayer_i(h_i, pad(ids)), window on even i only;
         logits = cap_f(N(h_N; norm.gamma) E^T), cap_f(z) = c tanh(z / c) (final_softcap c).
-        The even (local) layers rotate with rope_local_base (None: rope_base), the odd
-        (global) ones with rope_base (Gemma 3's rope_local_base_freq and rope_theta)."""
+        The even (local) layers rotate with rope_local_base (None: rope_base), unscaled; the
+        odd (global) ones with rope_base and rope_scaling (Gemma 3's rope_local_base_freq,
+        rope_theta and rope_parameters["full_attention"]); rope_scaling is passed to a layer
+        only when given, so a model without it calls its layers as before."""
         p = check.params_of(params)
         ids, pad_id = self._model_ids(ids, pad_id, p)
         n = check.integer("num_layers", num_layers, lo=1)
         cap = check.softcap(final_softcap, "final_softcap")
         local = rope_base if rope_local_base is None else check.eps(rope_local_base,
                                                                     "rope_local_base")
+        self.llama_rope(rope_scaling, None)
+        scaled = {} if rope_scaling is None else {"rope_scaling": rope_scaling}
         h = self.k.embedding(ids, scale=True, params=p.scope("embed"))  # (B, T, D)
         record(trace, "embed.output", h)
         pad = self.k.padding_mask(ids, pad_id=pad_id)  # (B, 1, 1, T)
@@ -208,7 +212,7 @@ class GemmaModels(Models):
                                    window=window if i % 2 == 0 else None, offset=0,
                                    query_pre_attn_scalar=query_pre_attn_scalar, softcap=softcap,
                                    qk_norm=qk_norm, params=p.scope(f"layers.{i}"),
-                                   trace=scope(trace, f"layers.{i}"))
+                                   trace=scope(trace, f"layers.{i}"), **(scaled if i % 2 else {}))
         h = self.k.rms_norm(h, eps=eps, unit_offset=True, params=p.scope("norm"))
         record(trace, "norm.output", h)
         logits = self.k.lm_head(h, tied=True, params=p.scope("embed"))  # (B, T, L)

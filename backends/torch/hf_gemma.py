@@ -6,13 +6,17 @@
 - ``query_pre_attn_scalar``, ``attn_logit_softcapping`` and, on a layer whose ``layer_types``
   entry is ``"sliding_attention"``, ``sliding_window`` become the spec's
   ``query_pre_attn_scalar``, ``softcap`` and ``window``; Gemma 3 sets ``qk_norm=True`` and
-  takes its layer type's ``rope_theta`` (10000 local, 1e6 global by default).
+  takes its layer type's ``rope_parameters`` (``rope_theta``: 10000 local, 1e6 global by
+  default; a ``rope_type`` other than default, e.g. the linear factor 8 of Gemma 3
+  4B/12B/27B's ``full_attention`` layers, becomes ``rope_scaling`` through :mod:`.hf_rope`).
+  ``to_hf`` puts ``rope_scaling`` on the layer's own type (``sliding_attention`` with a
+  window, else ``full_attention``); the other type stays unscaled.
 - ``forward`` builds HF's additive mask from the causal (or window) mask ANDed with the spec's
   boolean mask, and the RoPE cos/sin of positions ``offset..offset+T-1`` from the model's
   rotary module for that layer type.
 
-What the spec cannot express (biases, another activation, RoPE scaling) raises ConfigError
-naming the config field. See spec/components/huggingface.md (Gemma 2 and 3).
+What the spec cannot express (biases, another activation, a partial rotary, a rope_type the
+spec does not state) raises ConfigError naming the config field. See spec/components/huggingface.md (Gemma 2 and 3).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from transformers.models.gemma3.modeling_gemma3 import Gemma3DecoderLayer, Gemma
 
 from .. import _checks
 from . import hf_base as hf
+from . import hf_rope
 
 SPEC_FUNCTION = {"Gemma2DecoderLayer": "gemma_layer", "Gemma3DecoderLayer": "gemma_layer"}
 LAYERS = (Gemma2DecoderLayer, Gemma3DecoderLayer)
@@ -47,7 +52,7 @@ GEMMA = [
 QK_NORM = [("self_attn.q_norm.weight", "attn.q_norm.gamma", False),
            ("self_attn.k_norm.weight", "attn.k_norm.gamma", False)]
 ATTRIBUTES = {"num_heads", "num_kv_heads", "eps", "rope_base", "window", "offset",
-              "query_pre_attn_scalar", "softcap", "qk_norm"}
+              "query_pre_attn_scalar", "softcap", "qk_norm", "rope_scaling"}
 
 
 def _table(qk_norm: bool) -> list:
@@ -58,14 +63,12 @@ def _layer_type(layer) -> str:
     return layer.self_attn.layer_type or "full_attention"
 
 
-def _rope_theta(c, layer_type: str) -> float:
-    """Gemma 2 has one rope_parameters dict; Gemma 3 one per layer type."""
+def _rope(layer, c, layer_type: str) -> dict:
+    """rope_base and, for a rope_type other than default, rope_scaling of the layer's
+    rope_parameters: Gemma 2 has one dict, Gemma 3 one per layer type."""
     rope = dict(c.rope_parameters or {})
     rope = dict(rope.get(layer_type, rope))
-    if rope.get("rope_type", "default") != "default":
-        hf._unsupported(type(c).__name__, "rope_parameters", rope,
-                        "gemma_layer's RoPE is unscaled (rope_type 'default')")
-    return float(rope["rope_theta"])
+    return hf_rope.from_hf(type(layer).__name__, c, rope, layer.self_attn.head_dim, partial=False)
 
 
 def _config(layer):
@@ -85,11 +88,14 @@ def gemma_layer_from_hf(layer) -> tuple[dict, dict]:
     qk_norm = isinstance(layer, Gemma3DecoderLayer)
     kind = _layer_type(layer)
     softcap = c.attn_logit_softcapping
+    rope = _rope(layer, c, kind)
     attributes = {"num_heads": c.num_attention_heads, "num_kv_heads": c.num_key_value_heads,
-                  "eps": float(c.rms_norm_eps), "rope_base": _rope_theta(c, kind),
+                  "eps": float(c.rms_norm_eps), "rope_base": rope["rope_base"],
                   "window": layer.self_attn.sliding_window,
                   "query_pre_attn_scalar": float(c.query_pre_attn_scalar),
                   "softcap": None if softcap is None else float(softcap), "qk_norm": qk_norm}
+    if "rope_scaling" in rope:
+        attributes["rope_scaling"] = rope["rope_scaling"]
     return attributes, hf._from_state(layer, _table(qk_norm))
 
 
@@ -113,8 +119,9 @@ def _scalar(value, width: int, who: str) -> int:
 
 def gemma_layer_to_hf(params, attributes: dict):
     """Spec gemma_layer -> Gemma3DecoderLayer (qk_norm) or Gemma2DecoderLayer, one layer of
-    type "sliding_attention" (window given) or "full_attention", eager attention. ``offset``
-    is a call-time argument of :func:`forward`."""
+    type "sliding_attention" (window given) or "full_attention", eager attention; its
+    rope_base and rope_scaling in that type's rope_parameters. ``offset`` is a call-time
+    argument of :func:`forward`."""
     qk_norm = _checks.flag("qk_norm", attributes.get("qk_norm", False))
     who = "Gemma3DecoderLayer" if qk_norm else "Gemma2DecoderLayer"
     hf._check_attributes(attributes, {}, ATTRIBUTES, who)
@@ -127,7 +134,8 @@ def gemma_layer_to_hf(params, attributes: dict):
     h_kv = _kv_heads(attributes, h, who)
     window = attributes.get("window")
     kind = "full_attention" if window is None else "sliding_attention"
-    base = _checks.eps(attributes.get("rope_base", 10000.0), f"{who}: rope_base")
+    head_dim = w_q.shape[1] // h
+    rope, extra = hf_rope.to_hf(who, attributes, head_dim, partial=False)
     scalar = attributes.get("query_pre_attn_scalar")
     softcap = _checks.softcap(attributes.get("softcap"), f"{who}: softcap")
     common = dict(hidden_size=d, intermediate_size=f, num_attention_heads=h,
@@ -137,13 +145,14 @@ def gemma_layer_to_hf(params, attributes: dict):
                   sliding_window=window if window is not None else 4096,
                   query_pre_attn_scalar=_scalar(scalar, w_q.shape[1] // h, who),
                   attn_logit_softcapping=softcap, attention_bias=False, attention_dropout=0.0,
-                  attn_implementation="eager")
+                  attn_implementation="eager", **extra)
     if qk_norm:
-        rope = {k: {"rope_type": "default", "rope_theta": float(base)}
-                for k in ("full_attention", "sliding_attention")}
-        layer = Gemma3DecoderLayer(Gemma3TextConfig(**common, rope_parameters=rope), layer_idx=0)
+        plain = {"rope_type": "default", "rope_theta": rope["rope_theta"]}
+        per_type = {k: dict(rope) if k == kind else dict(plain)
+                    for k in ("full_attention", "sliding_attention")}
+        layer = Gemma3DecoderLayer(Gemma3TextConfig(**common, rope_parameters=per_type),
+                                   layer_idx=0)
     else:
-        rope = {"rope_type": "default", "rope_theta": float(base)}
         layer = Gemma2DecoderLayer(Gemma2Config(**common, rope_parameters=rope), layer_idx=0)
     return hf._load(layer, hf._to_state(p, _table(qk_norm), layer.state_dict()), w_up.dtype,
                     w_up.device)

@@ -59,15 +59,19 @@ def test_gemma_vector_passes_through_transformers(vid):
 
 
 def test_every_gemma_attribute_is_exercised_through_transformers():
-    """The vectors above cover QK-norm, a window, a softcap, a scalar, an offset and a mask."""
+    """The vectors above cover QK-norm, a window, a softcap, a scalar, an offset, a mask and
+    rope_scaling (linear, yarn, dynamic)."""
     spec = default_spec()
-    seen = set()
+    seen, rules = set(), set()
     for vid in VALUES:
         a = spec.vector(vid).attributes
-        seen |= {k for k in ("qk_norm", "window", "softcap", "query_pre_attn_scalar", "offset")
-                 if a.get(k)}
+        seen |= {k for k in ("qk_norm", "window", "softcap", "query_pre_attn_scalar", "offset",
+                             "rope_scaling") if a.get(k)}
         seen |= {"mask"} if "mask" in spec.vector(vid).inputs else set()
-    assert seen == {"qk_norm", "window", "softcap", "query_pre_attn_scalar", "offset", "mask"}
+        rules |= {a["rope_scaling"]["rope_type"]} if a.get("rope_scaling") else set()
+    assert seen == {"qk_norm", "window", "softcap", "query_pre_attn_scalar", "offset", "mask",
+                    "rope_scaling"}
+    assert rules == {"linear", "yarn", "dynamic"}
 
 
 # -- (b) random transformers layers -> from_hf -> the spec's gemma_layer -----------------------------
@@ -175,9 +179,10 @@ def test_weights_loaded_as_one_plus_w_fail_the_vectors():
     (lambda: gemma2(attention_bias=True), "attention_bias"),
     (lambda: gemma2(hidden_activation="gelu"), "hidden_activation"),
     (lambda: gemma3(rope_parameters={
-        "full_attention": {"rope_type": "linear", "rope_theta": 1000.0, "factor": 2.0},
-        "sliding_attention": {"rope_type": "linear", "rope_theta": 100.0, "factor": 2.0}}),
-     "rope_parameters"),
+        "full_attention": {"rope_type": "default", "rope_theta": 1000.0},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 100.0,
+                              "partial_rotary_factor": 0.5}}),
+     "rope_parameters.partial_rotary_factor"),
 ])
 def test_unsupported_config_raises_config_error_naming_the_field(make, field):
     with pytest.raises(ConfigError, match=field):
@@ -233,3 +238,150 @@ def test_gemma_rmsnorm_starts_at_zero_and_computes_in_float32():
               * (1.0 + norm.weight.float())).double()
     assert got.dtype == torch.float64
     assert torch.equal(got, in_f32) and not torch.equal(got, exact)
+
+
+# -- (f) RoPE scaling (issue 25 item 1): Gemma 3's rope_parameters per layer type -----------------
+
+LINEAR8 = {"rope_type": "linear", "factor": 8.0}  # Gemma 3 4B/12B/27B's rope_scaling
+SCALED = {  # rope_parameters fields of every rule the spec states (besides rope_theta)
+    "linear": LINEAR8,
+    "dynamic": {"rope_type": "dynamic", "factor": 4.0},
+    "yarn": {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 16},
+    "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+    "longrope": {"rope_type": "longrope", "original_max_position_embeddings": 16,
+                 "short_factor": [1.0, 1.5, 2.0], "long_factor": [1.0, 4.0, 16.0]},
+}
+
+
+def gemma3_scaled(rule, kind="full_attention", **config):
+    """A Gemma 3 layer of type ``kind`` whose own type's rope_parameters carry ``rule``
+    (head_dim 6: three frequency pairs), the other type unscaled; max_position_embeddings 8
+    (dynamic's L0; longrope's numerator)."""
+    plain = {"full_attention": 1000.0, "sliding_attention": 100.0}
+    rope = {k: {"rope_type": "default", "rope_theta": b} for k, b in plain.items()}
+    rope[kind] = {**SCALED[rule], "rope_theta": plain[kind]}
+    return gemma3(kind, rope_parameters=rope, max_position_embeddings=8, **config)
+
+
+@pytest.mark.parametrize("kind", ["full_attention", "sliding_attention"])
+@pytest.mark.parametrize("rule", sorted(SCALED))
+def test_from_hf_of_a_scaled_gemma3_layer_agrees_with_the_spec_layer(rule, kind):
+    """Every rule on either layer type: the layer applies the scaling it is given (the spec's
+    rule for one layer), at positions 20..26, past every rule's L0."""
+    m = gemma3_scaled(rule, kind)
+    attributes, params = hf.from_hf(m)
+    assert attributes["rope_scaling"]["rope_type"] == rule
+    x = x_of(2, 7, 16)
+    got = hf.forward(m, x, offset=20).numpy()
+    want = gemma_layer(x.numpy(), offset=20, params={k: v.numpy() for k, v in params.items()},
+                       **attributes)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5)
+    unscaled = {k: v for k, v in attributes.items() if k != "rope_scaling"}
+    off = gemma_layer(x.numpy(), offset=20, params={k: v.numpy() for k, v in params.items()},
+                      **unscaled)
+    assert np.abs(off - got).max() > 1e-3, "the scaling must matter at these positions"
+
+
+def test_from_hf_reads_gemma3s_linear_factor_8():
+    a, _ = hf.from_hf(gemma3_scaled("linear"))
+    assert a["rope_scaling"] == LINEAR8 and a["rope_base"] == 1000.0 and a["window"] is None
+    a, _ = hf.from_hf(gemma3("full_attention"))
+    assert "rope_scaling" not in a  # unscaled: as before
+
+
+@pytest.mark.parametrize("kind", ["full_attention", "sliding_attention"])
+@pytest.mark.parametrize("rule", sorted(SCALED))
+def test_round_trip_of_a_scaled_layer_is_bit_identical(rule, kind):
+    m = gemma3_scaled(rule, kind)
+    attributes, params = hf.from_hf(m)
+    back = hf.to_hf(params, attributes)
+    assert type(back) is type(m)
+    assert back.self_attn.config.rope_parameters[kind]["rope_type"] == rule
+    other = "sliding_attention" if kind == "full_attention" else "full_attention"
+    assert back.self_attn.config.rope_parameters[other]["rope_type"] == "default"
+    assert hf.from_hf(back)[0] == attributes
+    x = x_of(1, 5, 16)
+    assert torch.equal(hf.forward(m, x, offset=20), hf.forward(back, x, offset=20))
+
+
+def test_to_hf_of_gemma2_layer_with_scaling():
+    """Gemma 2's single rope_parameters dict takes the scaling too (no qk_norm)."""
+    a, p = hf.from_hf(gemma2())
+    a["rope_scaling"] = dict(LINEAR8)
+    m = hf.to_hf(p, a)
+    assert isinstance(m, modeling_gemma2.Gemma2DecoderLayer)
+    assert m.self_attn.config.rope_parameters["rope_type"] == "linear"
+    x = x_of(2, 6, 16)
+    want = gemma_layer(x.numpy(), offset=9, params={k: v.numpy() for k, v in p.items()}, **a)
+    np.testing.assert_allclose(hf.forward(m, x, offset=9).numpy(), want, rtol=2e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("scaling, mention", [
+    ({"rope_type": "proportional", "factor": 2.0}, "proportional"),
+    ({"rope_type": "linear", "factor": 8.0, "beta_fast": 32.0}, "beta_fast"),
+])
+def test_to_hf_refuses_a_scaling_the_config_cannot_hold(scaling, mention):
+    a, p = hf.from_hf(gemma3())
+    with pytest.raises(ConfigError, match=mention):
+        hf.to_hf(p, {**a, "rope_scaling": scaling})
+
+
+def test_gemma3_config_puts_legacy_rope_scaling_on_the_global_layers_only():
+    """transformers 5: Gemma3TextConfig(rope_scaling=...) updates rope_parameters
+    ["full_attention"] only; the sliding layers keep rope_local_base_freq unscaled: the rule
+    gemma_decoder_only states (scaling on the global layers only)."""
+    c = Gemma3TextConfig(rope_scaling=dict(LINEAR8))
+    assert c.rope_parameters["full_attention"]["rope_type"] == "linear"
+    assert c.rope_parameters["full_attention"]["factor"] == 8.0
+    assert c.rope_parameters["sliding_attention"] == {"rope_type": "default",
+                                                      "rope_theta": 10_000.0}
+
+
+def _gemma3_model(rule, seed=0):
+    """A tiny Gemma3ForCausalLM, N = 2 in Gemma 2's alternation (layer 0 sliding, layer 1
+    full), rope_scaling ``rule`` on the full-attention layer, float64, random weights."""
+    from transformers import Gemma3ForCausalLM
+
+    rope = {"full_attention": {**SCALED[rule], "rope_theta": 1000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}}
+    c = Gemma3TextConfig(**{**_base(layer_types=["sliding_attention", "full_attention"],
+                                    rope_parameters=rope, max_position_embeddings=8,
+                                    vocab_size=13),
+                            "num_hidden_layers": 2})
+    torch.manual_seed(seed)
+    model = Gemma3ForCausalLM(c).to(DT).eval()
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            p.copy_(0.3 * torch.randn_like(p))
+    return model
+
+
+@pytest.mark.parametrize("rule", ["linear", "yarn", "dynamic"])
+def test_gemma3_model_scales_only_its_global_layers_as_the_spec_model(rule):
+    """transformers' Gemma3ForCausalLM against gemma_decoder_only(rope_scaling) with the
+    layers' parameters read by from_hf: equal logits, so the spec's rule (scaling on the odd,
+    global layers only; rope_local_base unscaled on the even ones) is transformers'."""
+    from attnspec.backends.numpy.models import gemma_decoder_only
+
+    model = _gemma3_model(rule)
+    layers = [hf.from_hf(layer) for layer in model.model.layers]
+    a0, a1 = layers[0][0], layers[1][0]
+    assert "rope_scaling" not in a0 and a1["rope_scaling"]["rope_type"] == rule
+    params = {"embed.table": model.model.embed_tokens.weight.detach().numpy(),
+              "norm.gamma": model.model.norm.weight.detach().numpy()}
+    for i, (_, p) in enumerate(layers):
+        params.update({f"layers.{i}.{k}": v.numpy() for k, v in p.items()})
+    ids = np.array([[1, 5, 7, 2, 9, 11, 3, 4, 6, 12], [2, 2, 8, 10, 1, 3, 5, 7, 9, 11]])
+    with torch.no_grad():
+        got = model(torch.from_numpy(ids)).logits.numpy()
+    kw = {k: a1[k] for k in ("num_heads", "num_kv_heads", "eps", "query_pre_attn_scalar",
+                             "softcap", "qk_norm", "rope_scaling")}
+    want = gemma_decoder_only(ids, pad_id=0, num_layers=2, window=a0["window"],
+                              rope_base=a1["rope_base"], rope_local_base=a0["rope_base"],
+                              params=params, **kw)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+    unscaled = gemma_decoder_only(ids, pad_id=0, num_layers=2, window=a0["window"],
+                                  rope_base=a1["rope_base"], rope_local_base=a0["rope_base"],
+                                  params=params, **{**kw, "rope_scaling": None})
+    assert np.abs(unscaled - got).max() > 1e-3, "the scaling must matter in this model"
