@@ -342,7 +342,8 @@ class GemmaLayers(Layers):
 
     def gemma_qkv(self, n1, p, a):
         """Queries (B, H, t, K) and keys (B, H_kv, t, K), QK-normed (qk_norm) and then rotated
-        (with rope's scaling when the layer has rope_scaling), values (B, H_kv, t, K), from the normed input n1 (B, t, D)."""
+        (with rope's scaling when the layer has rope_scaling), values (B, H_kv, t, K), from
+        the normed input n1 (B, t, D)."""
         ops = self.ops
         w_q = check.shape(p.require("w_q", (n1.shape[-1], None)))
         width = check.divides(f"query width {p.path('w_q')}.shape[1]", a["heads"], w_q[1], "H*K")

@@ -67,9 +67,17 @@ from .hf_base import (  # noqa: F401 (the converters' shared helpers, re-exporte
 )
 from .hf_gemma import GAIN as _GEMMA_GAIN
 from .hf_gemma import LAYERS as _GEMMA_LAYERS
+from .hf_gemma import MODEL_FUNCTION as _GEMMA_MODEL_FUNCTION
+from .hf_gemma import MODELS as _GEMMA_MODELS
 from .hf_gemma import SPEC_FUNCTION as _GEMMA_FUNCTION
 from .hf_gemma import forward as _gemma_forward
-from .hf_gemma import gemma_layer_from_hf, gemma_layer_to_hf
+from .hf_gemma import (
+    gemma_for_causal_lm_from_hf,
+    gemma_for_causal_lm_to_hf,
+    gemma_layer_from_hf,
+    gemma_layer_to_hf,
+)
+from .hf_gemma import model_forward as _gemma_model_forward
 from .hf_gpt2 import (  # noqa: F401 (the GPT-2 converters, re-exported)
     _GPT2_PATHS,
     GPT2,
@@ -89,7 +97,7 @@ SPEC_FUNCTION = {"BertLayer": "encoder_layer", "GPT2Block": "encoder_layer",
                  "LlamaDecoderLayer": "llama_layer", "LlamaForCausalLM": "llama_decoder_only",
                  **hf_gpt2.SPEC_FUNCTION, **hf_t5.SPEC_FUNCTION,
                  **_MOE_FUNCTION, **_GEMMA_FUNCTION, **hf_zoo.SPEC_FUNCTION,
-                 "DeepseekV3Attention": "mla", **_MOE_LAYER_FUNCTION}
+                 "DeepseekV3Attention": "mla", **_MOE_LAYER_FUNCTION, **_GEMMA_MODEL_FUNCTION}
 
 # (HF state_dict name, spec path, transposed); a spec path ending in b_* is an optional bias.
 BERT = [
@@ -256,7 +264,8 @@ _FROM = {BertLayer: bert_layer_from_hf, GPT2Block: gpt2_block_from_hf,
          LlamaDecoderLayer: llama_layer_from_hf, LlamaForCausalLM: llama_for_causal_lm_from_hf,
          **dict.fromkeys(MOE_CLASSES, moe_from_hf),
          **dict.fromkeys(_GEMMA_LAYERS, gemma_layer_from_hf),
-         **dict.fromkeys(_MOE_LAYERS, hf_moe_layers.from_hf)}
+         **dict.fromkeys(_MOE_LAYERS, hf_moe_layers.from_hf),
+         **dict.fromkeys(_GEMMA_MODELS, gemma_for_causal_lm_from_hf)}
 
 
 def from_hf(module) -> tuple[dict, dict]:
@@ -305,6 +314,8 @@ def to_hf(params, attributes: dict, model: str | None = None):
         return mla_to_hf(params, attributes)
     if "input_norm.gamma" in params_of(params):  # gemma_layer (hf_gemma.py)
         return gemma_layer_to_hf(params, attributes)
+    if "layers.0.input_norm.gamma" in params_of(params):  # gemma_decoder_only (hf_gemma.py)
+        return gemma_for_causal_lm_to_hf(params, attributes)
     if "embed.table" in params_of(params) and "pos.table" in params_of(params):
         return hf_gpt2.gpt2_lm_to_hf(params, attributes)  # decoder_only: GPT2LMHeadModel
     if "embed.table" in params_of(params):
@@ -335,6 +346,8 @@ def forward(module, x, mask=None, *, offset: int = 0, pad_id: int | None = None)
     zoo = hf_zoo
     if isinstance(module, tuple(zoo.FROM)) and pad_id is None:
         return zoo.forward(module, x, mask, offset=offset)
+    if isinstance(module, _GEMMA_MODELS):
+        return _gemma_model_forward(module, x, mask, offset=offset, pad_id=pad_id)
     who = _forward_checks(module, x, offset, pad_id)
     if isinstance(module, _GEMMA_LAYERS):
         return _gemma_forward(module, x, mask, offset=offset)

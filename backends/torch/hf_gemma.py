@@ -16,7 +16,8 @@
   rotary module for that layer type.
 
 What the spec cannot express (biases, another activation, a partial rotary, a rope_type the
-spec does not state) raises ConfigError naming the config field. See spec/components/huggingface.md (Gemma 2 and 3).
+spec does not state) raises ConfigError naming the config field. See
+spec/components/huggingface.md (Gemma 2 and 3).
 """
 
 from __future__ import annotations
@@ -24,8 +25,16 @@ from __future__ import annotations
 import torch
 from attnspec.spec.errors import ConfigError
 from transformers import Gemma2Config, Gemma3TextConfig
-from transformers.models.gemma2.modeling_gemma2 import Gemma2DecoderLayer, Gemma2RotaryEmbedding
-from transformers.models.gemma3.modeling_gemma3 import Gemma3DecoderLayer, Gemma3RotaryEmbedding
+from transformers.models.gemma2.modeling_gemma2 import (
+    Gemma2DecoderLayer,
+    Gemma2ForCausalLM,
+    Gemma2RotaryEmbedding,
+)
+from transformers.models.gemma3.modeling_gemma3 import (
+    Gemma3DecoderLayer,
+    Gemma3ForCausalLM,
+    Gemma3RotaryEmbedding,
+)
 
 from .. import _checks
 from . import hf_base as hf
@@ -180,3 +189,182 @@ def forward(module, x, mask=None, *, offset: int = 0) -> torch.Tensor:
         out = module(x, attention_mask=attention_mask.to(x.device), position_embeddings=cos_sin,
                      position_ids=positions)
     return out[0] if isinstance(out, tuple) else out
+
+
+# -- Gemma2ForCausalLM / Gemma3ForCausalLM <-> gemma_decoder_only -------------------------------
+#
+# gemma_decoder_only's layers alternate as Gemma 2's do: the even ones local ("sliding_attention",
+# the window, rope_local_base, unscaled), the odd ones global ("full_attention", rope_base and
+# rope_scaling). A config with another layer_types (Gemma 3's released 5:1 pattern) is refused.
+
+MODELS = (Gemma2ForCausalLM, Gemma3ForCausalLM)
+MODEL_FUNCTION = {"Gemma2ForCausalLM": "gemma_decoder_only",
+                  "Gemma3ForCausalLM": "gemma_decoder_only"}
+MODEL_ATTRIBUTES = (ATTRIBUTES - {"offset"}) | {"num_layers", "pad_id", "final_softcap",
+                                                 "rope_local_base"}
+NO_WINDOW = 4096  # a local layer's sliding_window where the spec has none (T below it: none)
+
+
+def _kind(i: int) -> str:
+    return "full_attention" if i % 2 else "sliding_attention"
+
+
+def gemma_for_causal_lm_from_hf(model) -> tuple[dict, dict]:
+    """A Gemma2ForCausalLM or Gemma3ForCausalLM -> (attributes, params) of gemma_decoder_only:
+    layer 0's window and base (rope_local_base), layer 1's base and rope_scaling (rope_base),
+    the tied head, final_logit_softcapping; ``pad_id`` from config.pad_token_id."""
+    who = type(model).__name__
+    c = model.config
+    n = c.num_hidden_layers
+    want = [_kind(i) for i in range(n)]
+    if list(c.layer_types) != want:
+        hf._unsupported(who, "layer_types", list(c.layer_types),
+                        f"gemma_decoder_only alternates local and global layers, {want}")
+    if not c.tie_word_embeddings:
+        hf._unsupported(who, "tie_word_embeddings", False, "gemma_decoder_only's head is tied")
+    layers = [gemma_layer_from_hf(layer) for layer in model.model.layers[:n]]
+    local = layers[0][0]
+    if "rope_scaling" in local:
+        hf._unsupported(who, "rope_parameters.sliding_attention.rope_type",
+                        local["rope_scaling"]["rope_type"],
+                        "gemma_decoder_only scales its global layers only")
+    attributes = {k: v for k, v in local.items() if k != "rope_scaling"}
+    if n > 1:
+        glob = layers[1][0]
+        attributes["rope_local_base"] = local["rope_base"]
+        attributes["rope_base"] = glob["rope_base"]
+        if "rope_scaling" in glob:
+            attributes["rope_scaling"] = glob["rope_scaling"]
+    softcap = c.final_logit_softcapping
+    attributes.update({"num_layers": n, "final_softcap": None if softcap is None else float(softcap)})
+    if c.pad_token_id is not None:
+        attributes["pad_id"] = int(c.pad_token_id)
+    params = {"embed.table": hf._t(model.model.embed_tokens.weight),
+              "norm.gamma": hf._t(model.model.norm.weight)}
+    for i, (_, p) in enumerate(layers):
+        params.update({f"layers.{i}.{k}": v for k, v in p.items()})
+    return attributes, params
+
+
+def gemma_for_causal_lm_to_hf(params, attributes: dict):
+    """Spec gemma_decoder_only -> Gemma3ForCausalLM (qk_norm: a rope_parameters dict per layer
+    type, so rope_local_base and the global layers' rope_scaling) or Gemma2ForCausalLM (one
+    rope_parameters for every layer: refused with rope_scaling or a rope_local_base of its
+    own when N > 1), layer_types alternating from sliding_attention, the head tied, eager
+    attention. A spec window of None is sliding_window 4096 (no effect below 4096 tokens).
+    ``pad_id`` is a call-time argument of :func:`model_forward`."""
+    qk_norm = _checks.flag("qk_norm", attributes.get("qk_norm", False))
+    who = "Gemma3ForCausalLM" if qk_norm else "Gemma2ForCausalLM"
+    hf._check_attributes(attributes, {}, MODEL_ATTRIBUTES, who)
+    n = _checks.integer(f"{who}: num_layers", attributes.get("num_layers"), lo=1)
+    paths = {s for _, s, _ in _table(qk_norm)}
+    p = hf._spec_params(params, lambda path: path in ("embed.table", "norm.gamma") or (
+        path.startswith("layers.") and path.split(".", 2)[1] in {str(i) for i in range(n)}
+        and path.split(".", 2)[2:] and path.split(".", 2)[2] in paths), who)
+    table = p.require("embed.table", (None, None))
+    vocab, d = table.shape
+    base = _checks.eps(attributes.get("rope_base", 10000.0), f"{who}: rope_base")
+    local = attributes.get("rope_local_base")
+    local = base if local is None else _checks.eps(local, f"{who}: rope_local_base")
+    scaling = attributes.get("rope_scaling")
+    if not qk_norm and n > 1 and (scaling is not None or local != base):
+        raise ConfigError(f"{who}: rope_scaling={scaling!r} / rope_local_base={local!r} differ "
+                          f"between the local and the global layers, and Gemma2Config has one "
+                          f"rope_parameters for every layer (Gemma3ForCausalLM, qk_norm=True, "
+                          f"has one per layer type)")
+    window = attributes.get("window")
+    layer_attrs = {k: v for k, v in attributes.items()
+                   if k in ATTRIBUTES and k not in ("rope_scaling", "window", "rope_base")}
+    first = gemma_layer_to_hf(p.scope("layers.0"),
+                              {**layer_attrs, "rope_base": local,
+                               "window": NO_WINDOW if window is None else window})
+    c = first.self_attn.config
+    w_q = p.require("layers.0.attn.w_q", (d, None))
+    rope, extra = hf_rope.to_hf(who, {"rope_base": base, "rope_scaling": scaling},
+                                w_q.shape[1] // c.num_attention_heads, partial=False)
+    final = _checks.softcap(attributes.get("final_softcap"), f"{who}: final_softcap")
+    common = dict(hidden_size=d, intermediate_size=c.intermediate_size,
+                  num_attention_heads=c.num_attention_heads,
+                  num_key_value_heads=c.num_key_value_heads, head_dim=c.head_dim,
+                  num_hidden_layers=n, vocab_size=vocab, rms_norm_eps=c.rms_norm_eps,
+                  hidden_activation="gelu_pytorch_tanh",
+                  layer_types=[_kind(i) for i in range(n)], sliding_window=c.sliding_window,
+                  query_pre_attn_scalar=c.query_pre_attn_scalar,
+                  attn_logit_softcapping=c.attn_logit_softcapping,
+                  final_logit_softcapping=final, attention_bias=False, attention_dropout=0.0,
+                  tie_word_embeddings=True, attn_implementation="eager",
+                  pad_token_id=attributes.get("pad_id", 0), **extra)
+    if qk_norm:
+        per_type = {"sliding_attention": {"rope_type": "default", "rope_theta": float(local)},
+                    "full_attention": rope}
+        model = Gemma3ForCausalLM(Gemma3TextConfig(**common, rope_parameters=per_type))
+    else:
+        model = Gemma2ForCausalLM(Gemma2Config(**common, rope_parameters={
+            "rope_type": "default", "rope_theta": float(local)}))
+    state = {"model.embed_tokens.weight": table,
+             "model.norm.weight": p.require("norm.gamma", (d,)), "lm_head.weight": table}
+    like = first.state_dict()
+    for i in range(n):
+        layer = hf._to_state(p.scope(f"layers.{i}"), _table(qk_norm), like)
+        state.update({f"model.layers.{i}.{k}": v for k, v in layer.items()})
+    return hf._load(model, state, table.dtype, table.device)
+
+
+def model_forward(model, ids, mask=None, *, offset: int = 0, pad_id: int | None = None):
+    """The logits of gemma_decoder_only: ``attention_mask = ids != pad_id`` (transformers adds
+    the causal and sliding-window masks itself)."""
+    who = type(model).__name__
+    if mask is not None or offset:
+        raise ConfigError(f"{who}: pass pad_id, not mask or offset")
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.is_floating_point():
+        raise ConfigError(f"{who}: ids must be an integer tensor of shape (B, T)")
+    if model.config.sliding_window == NO_WINDOW and ids.shape[1] > NO_WINDOW:
+        raise ConfigError(f"{who}: T = {ids.shape[1]} > {NO_WINDOW}, the sliding_window that "
+                          f"stands for the spec's window None")
+    keep = torch.ones_like(ids) if pad_id is None else (ids != pad_id).long()
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=keep, use_cache=False).logits
+
+
+# -- which vectors transformers can hold (the suite's extras, backends/torch/extras.py) ----------
+
+def _empty_row(keep) -> bool:
+    """Whether a query row of the boolean keep mask (..., T, S) has no key: transformers gives
+    it uniform weights or NaN where the spec gives zeros."""
+    import numpy as np
+
+    return bool((~np.asarray(keep).any(axis=-1)).any())
+
+
+def expressible(v):
+    """(class name, attributes) for a gemma_layer or gemma_decoder_only vector ``v`` through
+    ``hf.to_hf``, or None where transformers cannot hold it: a query row with no key, or a
+    model without qk_norm whose local and global layers rotate differently (Gemma2Config has
+    one rope_parameters for every layer)."""
+    import numpy as np
+
+    a = dict(v.attributes)
+    if v.function == "gemma_layer":
+        t = v.inputs["x"].shape[1]
+        i, j = np.arange(t)[:, None], np.arange(t)[None, :]
+        keep = (j <= i) & ((i - j < a["window"]) if a.get("window") is not None else True)
+        if "mask" in v.inputs:
+            keep = keep & np.asarray(v.inputs["mask"])
+        if _empty_row(keep):
+            return None
+        return ("Gemma3DecoderLayer" if a.get("qk_norm") else "Gemma2DecoderLayer"), a
+    if v.function != "gemma_decoder_only":
+        return None
+    ids = np.asarray(v.inputs["ids"])
+    t = ids.shape[1]
+    i, j = np.arange(t)[:, None], np.arange(t)[None, :]
+    keys = (ids != a["pad_id"])[:, None, :]  # (B, 1, T)
+    window = a.get("window")
+    local = (j <= i) & ((i - j < window) if window is not None else True)
+    if _empty_row(keys & local) or _empty_row(keys & (j <= i)):
+        return None
+    base = a.get("rope_base", 10000.0)
+    differ = a.get("rope_scaling") is not None or a.get("rope_local_base", base) not in (None, base)
+    if not a.get("qk_norm") and a["num_layers"] > 1 and differ:
+        return None
+    return ("Gemma3ForCausalLM" if a.get("qk_norm") else "Gemma2ForCausalLM"), a

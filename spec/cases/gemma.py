@@ -451,13 +451,14 @@ def scaling_cases(r):
     yield value("gemma/model-dynamic-001", "gemma_decoder_only",
                 "N = 2, rope_scaling dynamic (factor 4, max_position_embeddings 4) on the global "
                 "layer 1 with rope_base 10000, rope_local_base 100 on layer 0 (no window), "
-                "T = 7: seq_len 7 > 4 on layer 1 only; the dynamic base on the local base, or "
-                "seq_len = 1, fails.",
+                "qk_norm (Gemma 3's layer, so Gemma3ForCausalLM can hold it), T = 7: seq_len "
+                "7 > 4 on layer 1 only; the dynamic base on the local base, or seq_len = 1, "
+                "fails.",
                 inputs={"ids": ids(r, 12, [7, 5], 7, bos_id=1)},
-                attributes={**base, "rope_local_base": 100.0,
+                attributes={**base, "rope_local_base": 100.0, "qk_norm": True,
                             "rope_scaling": {**DYNAMIC, "max_position_embeddings": 4}},
-                params=model_params(r, 2, 16, 2, 1, 8, 12, 12),
-                flags=["rope-scaling", "layer-type-rope", "padding"])
+                params=model_params(r, 2, 16, 2, 1, 8, 12, 12, qk_norm=True),
+                flags=["rope-scaling", "layer-type-rope", "padding", "qk-norm"])
     rd = Rng(f"{COMPONENT.id}/scaling-defaults")
     yield value("gemma/model-scaling-defaults-001", "gemma_decoder_only",
                 "Only pad_id, num_layers = 2, num_heads = 2 and rope_scaling (linear, factor 8) "

@@ -385,3 +385,106 @@ def test_gemma3_model_scales_only_its_global_layers_as_the_spec_model(rule):
                                   rope_base=a1["rope_base"], rope_local_base=a0["rope_base"],
                                   params=params, **{**kw, "rope_scaling": None})
     assert np.abs(unscaled - got).max() > 1e-3, "the scaling must matter in this model"
+
+
+# -- (g) gemma_decoder_only <-> Gemma2ForCausalLM / Gemma3ForCausalLM ---------------------------
+
+MODEL_VALUES = sorted(v.id for v in default_spec().vectors
+                      if v.function == "gemma_decoder_only" and v.expect == "value"
+                      and not v.deprecated)
+
+
+def _model_through_hf(v, params=None):
+    cls, a = hf_gemma.expressible(v)
+    a = dict(a)
+    pad_id = a.pop("pad_id")
+    module = hf.to_hf(_tensors(params or v.params), a)
+    assert type(module).__name__ == cls
+    return module, hf.forward(module, torch.from_numpy(np.array(v.inputs["ids"])),
+                              pad_id=pad_id).numpy()
+
+
+def _close_logits(got, v):
+    tol = v.tolerances["float32"]
+    np.testing.assert_allclose(got, v.outputs["logits"], rtol=tol["rtol"], atol=tol["atol"],
+                               err_msg=v.id)
+
+
+@pytest.mark.parametrize("vid", MODEL_VALUES)
+def test_gemma_model_vector_passes_through_transformers(vid):
+    v = default_spec().vector(vid)
+    if hf_gemma.expressible(v) is None:
+        pytest.skip("not expressible (an empty query row, or per-type RoPE without qk_norm)")
+    _close_logits(_model_through_hf(v)[1], v)
+
+
+def test_the_scaled_model_vectors_are_judged_by_gemma3_for_causal_lm():
+    spec = default_spec()
+    for vid in ("gemma/model-linear-001", "gemma/model-dynamic-001",
+                "gemma/model-local-base-002"):
+        assert hf_gemma.expressible(spec.vector(vid))[0] == "Gemma3ForCausalLM", vid
+    # Gemma 2's one rope_parameters cannot scale the global layers only
+    assert hf_gemma.expressible(spec.vector("gemma/model-scaling-defaults-001")) is None
+
+
+def test_scaling_put_on_every_layer_type_fails_the_model_vector(monkeypatch):
+    """A converter that writes Gemma 3's rope_scaling into both layer types' rope_parameters
+    (transformers' legacy rope_scaling goes to full_attention only)."""
+    v = default_spec().vector("gemma/model-linear-001")
+    real = hf_gemma.Gemma3TextConfig
+
+    def both(**kw):
+        rope = kw["rope_parameters"]
+        scaled = {k: v for k, v in rope["full_attention"].items() if k != "rope_theta"}
+        rope["sliding_attention"] = {**rope["sliding_attention"], **scaled}
+        return real(**kw)
+    monkeypatch.setattr(hf_gemma, "Gemma3TextConfig", both)
+    with pytest.raises(AssertionError):
+        _close_logits(_model_through_hf(v)[1], v)
+
+
+@pytest.mark.parametrize("rule", ["linear", "yarn", "dynamic"])
+def test_model_round_trip_is_bit_identical(rule):
+    m = _gemma3_model(rule)
+    attributes, params = hf.from_hf(m)
+    assert attributes["rope_scaling"]["rope_type"] == rule
+    assert (attributes["rope_local_base"], attributes["rope_base"]) == (100.0, 1000.0)
+    back = hf.to_hf(params, attributes)
+    assert type(back) is type(m)
+    for k, w in m.state_dict().items():
+        assert torch.equal(w, back.state_dict()[k]), k
+    ids = torch.tensor([[1, 5, 7, 2, 9, 11, 3, 0], [2, 2, 8, 10, 1, 3, 5, 7]])
+    assert torch.equal(hf.forward(m, ids, pad_id=0), hf.forward(back, ids, pad_id=0))
+
+
+def test_model_from_hf_refuses_what_gemma_decoder_only_cannot_hold():
+    from transformers import Gemma3ForCausalLM
+
+    base = {**_base(vocab_size=13), "num_hidden_layers": 2}
+    c = Gemma3TextConfig(**{**base, "num_hidden_layers": 6})  # Gemma 3's 5:1 pattern
+    with pytest.raises(ConfigError, match="layer_types"):
+        hf.from_hf(Gemma3ForCausalLM(c))
+    rope = {"full_attention": {"rope_type": "default", "rope_theta": 1000.0},
+            "sliding_attention": {**LINEAR8, "rope_theta": 100.0}}
+    c = Gemma3TextConfig(**{**base, "layer_types": ["sliding_attention", "full_attention"],
+                            "rope_parameters": rope})
+    with pytest.raises(ConfigError, match="sliding_attention"):
+        hf.from_hf(Gemma3ForCausalLM(c))
+
+
+def test_gemma2_model_refuses_scaling_on_the_global_layers_only():
+    v = default_spec().vector("gemma/model-scaling-defaults-001")
+    a = {k: x for k, x in v.attributes.items() if k != "pad_id"}
+    with pytest.raises(ConfigError, match="Gemma2Config has one rope_parameters"):
+        hf.to_hf(_tensors(v.params), a)
+
+
+def test_the_suite_extras_judge_gemma3_for_causal_lm(monkeypatch):
+    from attnspec.backends.torch import extras
+
+    extras.agree_hf_gemma("cpu", "Gemma3ForCausalLM")(default_spec())
+    monkeypatch.setattr(hf_gemma.hf_rope, "to_hf",
+                        lambda who, a, *args, **kw: ({"rope_type": "default",
+                                                      "rope_theta": float(a["rope_base"])}, {}))
+    with pytest.raises(AssertionError):  # a converter that drops rope_scaling
+        extras.agree_hf_gemma("cpu", "Gemma3ForCausalLM")(default_spec())
