@@ -139,3 +139,26 @@ def test_correct_backend_passes_the_scaled_gemma_vectors():
 def test_gemma_scaling_backward_bug_fails_at_every_dtype(name):
     with np.errstate(all="ignore"):
         assert_gradient_bug_fails(mutant(rope_vjp=GRAD_BUGS[name]), "gemma")
+
+
+# -- the property: the scaling touches the global layers only ----------------------------------------
+
+def _touches_global_only(backend):
+    from attnspec.conformance.ops import Ops
+    from attnspec.conformance.suite import test_properties_gemma as props
+    from attnspec.spec.vectors import default_spec
+
+    props.test_gemma_model_rope_scaling_touches_the_global_layers_only.hypothesis.inner_test(
+        ops=Ops(backend, default_spec(), "cpu", "float64"), seed=0, cfg=(16, 2, 1, 8),
+        window=None, qk_norm=False, rule="linear", factor=8.0, t=6)
+
+
+@pytest.mark.parametrize("name", ["scaling-on-every-layer", "scaling-on-local-layers",
+                                  "scaling-on-no-layer"])
+def test_model_scaling_bug_is_caught_by_the_property(name):
+    with pytest.raises(AssertionError), np.errstate(all="ignore"):
+        _touches_global_only(MODEL[name])
+
+
+def test_correct_model_passes_the_property():
+    _touches_global_only(composite_mutant(GemmaModels))

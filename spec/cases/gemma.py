@@ -498,11 +498,11 @@ def scaling_cases(r):
 
 
 def scaling_grad_cases(r):
-    def layer(h=2, h_kv=1, k=4, d=8, f=6, qk_norm=False, **attrs):
+    def layer(h=2, h_kv=1, k=4, d=8, f=6, qk_norm=False, scale=0.5, **attrs):
         a = {"num_heads": h, "num_kv_heads": h_kv, **attrs}
         if qk_norm:
             a["qk_norm"] = True
-        return a, layer_params(r, d, h, h_kv, k, f, qk_norm)
+        return a, layer_params(r, d, h, h_kv, k, f, qk_norm, scale)
 
     a, p = layer(qk_norm=True, rope_base=1000000.0, offset=20, rope_scaling=LINEAR8)
     yield gradient("gemma/grad-scaling-001", "gemma_layer",
@@ -511,10 +511,13 @@ def scaling_grad_cases(r):
                    inputs={"x": shifted(r, (2, 4, 8))}, attributes=a, params=p,
                    cotangents={"y": r.uniform((2, 4, 8))},
                    flags=["gradient", "rope-scaling", "qk-norm", "offset"])
-    a, p = layer(window=2, softcap=1.5, offset=20, rope_scaling=YARN)
+    a, p = layer(window=3, offset=20, rope_scaling=YARN, scale=1.0)
     yield gradient("gemma/grad-scaling-002", "gemma_layer",
-                   "rope_scaling yarn (factor 8, L0 16) with window 2 and softcap 1.5, positions "
-                   "20..23: m = 1.208 in RoPE^T of q and k.",
+                   "rope_scaling yarn (factor 8, L0 16) with window 3, positions 20..23, "
+                   "weights in [-1, 1] (an attention output of unit size, so the sandwich "
+                   "norm's backward does not dwarf dW_q, dW_k): "
+                   "m = 1.208 in RoPE^T of q and k (dW_q, dW_k carry it; dropping m from the "
+                   "backward moves them by 17%).",
                    inputs={"x": shifted(r, (1, 4, 8))}, attributes=a, params=p,
                    cotangents={"y": r.uniform((1, 4, 8))},
                    flags=["gradient", "rope-scaling", "attention-factor", "sliding-window"])
