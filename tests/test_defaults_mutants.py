@@ -161,6 +161,9 @@ WRONG = [
     # caught at every dtype since gemma/model-scaling-defaults-001 (T = 7, rope_base left out
     # on both layers; gemma/model-defaults-001 alone missed it at bfloat16)
     ("gemma_decoder_only", {"rope_base": 1000000.0}),
+    # Gemma 3's 6 where Gemma 2's alternation (2) is the default: model-scaling-defaults-001's
+    # layer 1 turns local (unscaled, base unchanged)
+    ("gemma_decoder_only", {"sliding_window_pattern": 6}),
     ("cross_entropy", {"ignore_index": 0}),
     ("cross_entropy", {"label_smoothing": 0.1}),
     ("cross_entropy", {"reduction": "sum"}),

@@ -122,6 +122,44 @@ MODEL = {
 }
 
 
+def _global_layers(is_global):
+    """gemma_decoder_only whose layer i is global (no window, rope_base, the scaling) where
+    is_global(i, sliding_window_pattern), local otherwise."""
+    def gemma_decoder_only(self, ids, *, sliding_window_pattern=2, window=None,
+                           rope_base=10000.0, rope_local_base=None, rope_scaling=None, **kw):
+        layer = self.k.gemma_layer
+        count = iter(range(10**6))
+        local = rope_base if rope_local_base is None else rope_local_base
+
+        def gemma_layer(h, mask=None, **a):
+            i = next(count)
+            a.pop("rope_scaling", None)
+            if is_global(i, sliding_window_pattern):
+                a.update(window=None, rope_base=rope_base)
+                if rope_scaling is not None:
+                    a["rope_scaling"] = rope_scaling
+            else:
+                a.update(window=window, rope_base=local)
+            return layer(h, mask, **a)
+        self.k.gemma_layer = gemma_layer
+        try:
+            return GemmaModels.gemma_decoder_only(
+                self, ids, sliding_window_pattern=sliding_window_pattern, window=window,
+                rope_base=rope_base, rope_local_base=rope_local_base, rope_scaling=rope_scaling,
+                **kw)
+        finally:
+            self.k.gemma_layer = layer
+    return composite_mutant(GemmaModels, methods={"gemma_decoder_only": gemma_decoder_only})
+
+
+MODEL.update({
+    # Gemma 2's alternation whatever sliding_window_pattern says
+    "pattern-ignored": _global_layers(lambda i, p: i % 2 == 1),
+    # the first layer of each group global (i % p == 0), not the last
+    "pattern-first-of-group-global": _global_layers(lambda i, p: i % p == 0),
+})
+
+
 @pytest.mark.parametrize("name", sorted(MODEL))
 def test_gemma_scaling_model_mutant_is_rejected(name):
     with np.errstate(all="ignore"):

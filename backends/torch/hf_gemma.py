@@ -193,46 +193,62 @@ def forward(module, x, mask=None, *, offset: int = 0) -> torch.Tensor:
 
 # -- Gemma2ForCausalLM / Gemma3ForCausalLM <-> gemma_decoder_only -------------------------------
 #
-# gemma_decoder_only's layers alternate as Gemma 2's do: the even ones local ("sliding_attention",
-# the window, rope_local_base, unscaled), the odd ones global ("full_attention", rope_base and
-# rope_scaling). A config with another layer_types (Gemma 3's released 5:1 pattern) is refused.
+# gemma_decoder_only's layer i is global ("full_attention": rope_base and rope_scaling) where
+# (i + 1) % sliding_window_pattern == 0, local ("sliding_attention": the window,
+# rope_local_base, unscaled) otherwise: Gemma 2's alternation (2) and Gemma 3's 5:1 (6). A
+# config whose layer_types follow no such pattern is refused.
 
 MODELS = (Gemma2ForCausalLM, Gemma3ForCausalLM)
 MODEL_FUNCTION = {"Gemma2ForCausalLM": "gemma_decoder_only",
                   "Gemma3ForCausalLM": "gemma_decoder_only"}
 MODEL_ATTRIBUTES = (ATTRIBUTES - {"offset"}) | {"num_layers", "pad_id", "final_softcap",
-                                                 "rope_local_base"}
+                                                 "rope_local_base", "sliding_window_pattern"}
 NO_WINDOW = 4096  # a local layer's sliding_window where the spec has none (T below it: none)
 
 
-def _kind(i: int) -> str:
-    return "full_attention" if i % 2 else "sliding_attention"
+def _kind(i: int, pattern: int) -> str:
+    return "full_attention" if (i + 1) % pattern == 0 else "sliding_attention"
+
+
+def _pattern(c, who: str) -> int:
+    """The sliding_window_pattern whose layer types are the config's (its own
+    ``_sliding_window_pattern`` first, else the smallest)."""
+    n, types = c.num_hidden_layers, list(c.layer_types)
+    own = getattr(c, "_sliding_window_pattern", None)
+    for p in ([own] if isinstance(own, int) and own >= 1 else []) + list(range(1, n + 2)):
+        if types == [_kind(i, p) for i in range(n)]:
+            return p
+    hf._unsupported(who, "layer_types", types, "gemma_decoder_only's layer i is global where "
+                    "(i + 1) % sliding_window_pattern == 0, local otherwise")
 
 
 def gemma_for_causal_lm_from_hf(model) -> tuple[dict, dict]:
     """A Gemma2ForCausalLM or Gemma3ForCausalLM -> (attributes, params) of gemma_decoder_only:
-    layer 0's window and base (rope_local_base), layer 1's base and rope_scaling (rope_base),
-    the tied head, final_logit_softcapping; ``pad_id`` from config.pad_token_id."""
+    ``sliding_window_pattern`` from layer_types, the first local layer's window and base
+    (rope_local_base), the first global layer's base and rope_scaling (rope_base), the tied
+    head, final_logit_softcapping; ``pad_id`` from config.pad_token_id."""
     who = type(model).__name__
     c = model.config
     n = c.num_hidden_layers
-    want = [_kind(i) for i in range(n)]
-    if list(c.layer_types) != want:
-        hf._unsupported(who, "layer_types", list(c.layer_types),
-                        f"gemma_decoder_only alternates local and global layers, {want}")
+    pattern = _pattern(c, who)
     if not c.tie_word_embeddings:
         hf._unsupported(who, "tie_word_embeddings", False, "gemma_decoder_only's head is tied")
     layers = [gemma_layer_from_hf(layer) for layer in model.model.layers[:n]]
-    local = layers[0][0]
-    if "rope_scaling" in local:
+    kinds = [_kind(i, pattern) for i in range(n)]
+    local = next((a for (a, _), k in zip(layers, kinds) if k == "sliding_attention"), None)
+    glob = next((a for (a, _), k in zip(layers, kinds) if k == "full_attention"), None)
+    if local is not None and "rope_scaling" in local:
         hf._unsupported(who, "rope_parameters.sliding_attention.rope_type",
                         local["rope_scaling"]["rope_type"],
                         "gemma_decoder_only scales its global layers only")
-    attributes = {k: v for k, v in local.items() if k != "rope_scaling"}
-    if n > 1:
-        glob = layers[1][0]
-        attributes["rope_local_base"] = local["rope_base"]
+    attributes = {k: v for k, v in (local or glob).items() if k != "rope_scaling"}
+    attributes["sliding_window_pattern"] = pattern
+    if glob is not None:
         attributes["rope_base"] = glob["rope_base"]
+        if local is not None:
+            attributes["rope_local_base"] = local["rope_base"]
+        else:
+            attributes["window"] = None  # no local layer: no window
         if "rope_scaling" in glob:
             attributes["rope_scaling"] = glob["rope_scaling"]
     softcap = c.final_logit_softcapping
@@ -250,13 +266,16 @@ def gemma_for_causal_lm_to_hf(params, attributes: dict):
     """Spec gemma_decoder_only -> Gemma3ForCausalLM (qk_norm: a rope_parameters dict per layer
     type, so rope_local_base and the global layers' rope_scaling) or Gemma2ForCausalLM (one
     rope_parameters for every layer: refused with rope_scaling or a rope_local_base of its
-    own when N > 1), layer_types alternating from sliding_attention, the head tied, eager
-    attention. A spec window of None is sliding_window 4096 (no effect below 4096 tokens).
+    own when it has both layer types), layer_types from sliding_window_pattern, the head
+    tied, eager attention. A spec window of None is sliding_window 4096 (no effect below 4096 tokens).
     ``pad_id`` is a call-time argument of :func:`model_forward`."""
     qk_norm = _checks.flag("qk_norm", attributes.get("qk_norm", False))
     who = "Gemma3ForCausalLM" if qk_norm else "Gemma2ForCausalLM"
     hf._check_attributes(attributes, {}, MODEL_ATTRIBUTES, who)
     n = _checks.integer(f"{who}: num_layers", attributes.get("num_layers"), lo=1)
+    pattern = _checks.integer(f"{who}: sliding_window_pattern",
+                              attributes.get("sliding_window_pattern", 2), lo=1)
+    kinds = [_kind(i, pattern) for i in range(n)]
     paths = {s for _, s, _ in _table(qk_norm)}
     p = hf._spec_params(params, lambda path: path in ("embed.table", "norm.gamma") or (
         path.startswith("layers.") and path.split(".", 2)[1] in {str(i) for i in range(n)}
@@ -267,7 +286,8 @@ def gemma_for_causal_lm_to_hf(params, attributes: dict):
     local = attributes.get("rope_local_base")
     local = base if local is None else _checks.eps(local, f"{who}: rope_local_base")
     scaling = attributes.get("rope_scaling")
-    if not qk_norm and n > 1 and (scaling is not None or local != base):
+    both = len(set(kinds)) == 2
+    if not qk_norm and both and (scaling is not None or local != base):
         raise ConfigError(f"{who}: rope_scaling={scaling!r} / rope_local_base={local!r} differ "
                           f"between the local and the global layers, and Gemma2Config has one "
                           f"rope_parameters for every layer (Gemma3ForCausalLM, qk_norm=True, "
@@ -275,6 +295,8 @@ def gemma_for_causal_lm_to_hf(params, attributes: dict):
     window = attributes.get("window")
     layer_attrs = {k: v for k, v in attributes.items()
                    if k in ATTRIBUTES and k not in ("rope_scaling", "window", "rope_base")}
+    if "sliding_attention" not in kinds:  # every layer global: Gemma 2's one base is rope_base
+        local = base
     first = gemma_layer_to_hf(p.scope("layers.0"),
                               {**layer_attrs, "rope_base": local,
                                "window": NO_WINDOW if window is None else window})
@@ -288,7 +310,7 @@ def gemma_for_causal_lm_to_hf(params, attributes: dict):
                   num_key_value_heads=c.num_key_value_heads, head_dim=c.head_dim,
                   num_hidden_layers=n, vocab_size=vocab, rms_norm_eps=c.rms_norm_eps,
                   hidden_activation="gelu_pytorch_tanh",
-                  layer_types=[_kind(i) for i in range(n)], sliding_window=c.sliding_window,
+                  layer_types=kinds, sliding_window=c.sliding_window,
                   query_pre_attn_scalar=c.query_pre_attn_scalar,
                   attn_logit_softcapping=c.attn_logit_softcapping,
                   final_logit_softcapping=final, attention_bias=False, attention_dropout=0.0,
@@ -365,6 +387,8 @@ def expressible(v):
         return None
     base = a.get("rope_base", 10000.0)
     differ = a.get("rope_scaling") is not None or a.get("rope_local_base", base) not in (None, base)
-    if not a.get("qk_norm") and a["num_layers"] > 1 and differ:
+    pattern = a.get("sliding_window_pattern", 2)
+    both = len({_kind(i, pattern) for i in range(a["num_layers"])}) == 2
+    if not a.get("qk_norm") and both and differ:
         return None
     return ("Gemma3ForCausalLM" if a.get("qk_norm") else "Gemma2ForCausalLM"), a

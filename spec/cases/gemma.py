@@ -23,7 +23,8 @@ COMPONENT = Component("gemma", {
                              required=["pad_id", "num_layers", "num_heads"],
                              attributes={k: v for k, v in {**ATTRS, "final_softcap": None}.items()
                                          if k != "offset"},
-                             added={"rope_local_base": None, "rope_scaling": None},
+                             added={"rope_local_base": None, "rope_scaling": None,
+                                    "sliding_window_pattern": 2},
                              params=True, trace=True, oracle=model_oracle),
 }, tolerances=tolerances("stack"))
 
@@ -53,6 +54,7 @@ def cases(rng):
     yield from model_cases(Rng(f"{COMPONENT.id}/model"))
     yield from local_base_cases(Rng(f"{COMPONENT.id}/local-base"))
     yield from scaling_cases(Rng(f"{COMPONENT.id}/scaling"))
+    yield from pattern_cases(Rng(f"{COMPONENT.id}/pattern"))
 
 
 def layer_cases(r):
@@ -209,6 +211,7 @@ def grad_cases(r):
     yield from model_grad_cases(Rng(f"{COMPONENT.id}/model-grad"))
     yield from local_base_grad_cases(Rng(f"{COMPONENT.id}/grad-local-base"))
     yield from scaling_grad_cases(Rng(f"{COMPONENT.id}/grad-scaling"))
+    yield from pattern_grad_cases(Rng(f"{COMPONENT.id}/grad-pattern"))
 
 
 # -- the Gemma 2 model (gemma_decoder_only) -------------------------------------------------------
@@ -542,3 +545,59 @@ def scaling_grad_cases(r):
                    params=model_params(r, 2, 16, 2, 1, 8, 12, 7, qk_norm=True),
                    cotangents={"logits": r.uniform((2, 6, 7))},
                    flags=["gradient", "rope-scaling", "layer-type-rope", "qk-norm"])
+
+
+# -- Gemma 3's layer pattern (sliding_window_pattern): layer i global where (i + 1) % pattern
+# == 0 (2, the default: Gemma 2's alternation; Gemma 3: 6); their own streams
+# (Rng("gemma/pattern"), Rng("gemma/grad-pattern")).
+
+def pattern_cases(r):
+    base = {"pad_id": 0, "num_heads": 2, "num_kv_heads": 1}
+    gemma3 = {"rope_base": 1000000.0, "rope_local_base": 10000.0, "rope_scaling": LINEAR8,
+              "qk_norm": True, "query_pre_attn_scalar": 8.0}
+    yield value("gemma/model-pattern-001", "gemma_decoder_only",
+                "Gemma 3 in miniature: sliding_window_pattern = 3, N = 3: layers 0 and 1 local "
+                "(window 2, rope_local_base 10000, unscaled), layer 2 global (rope_base 1e6, "
+                "linear factor 8), qk_norm, K = 8, T = 7: Gemma 2's alternation (layer 1 "
+                "global), or the first layer of each group global ((i % 3) == 0), fails.",
+                inputs={"ids": ids(r, 12, [7, 6], 7, bos_id=1)},
+                attributes={**base, "num_layers": 3, "sliding_window_pattern": 3, "window": 2,
+                            **gemma3},
+                params=model_params(r, 3, 16, 2, 1, 8, 12, 12, qk_norm=True),
+                flags=["layer-type-rope", "rope-scaling", "sliding-window", "qk-norm"])
+    yield value("gemma/model-pattern-002", "gemma_decoder_only",
+                "sliding_window_pattern = 1: every layer global (no window, rope_base 1e6 and "
+                "the linear factor 8 on both), N = 2, window 2 given and unused, T = 6.",
+                inputs={"ids": ids(r, 12, [6, 6], 6, bos_id=1)},
+                attributes={**base, "num_layers": 2, "sliding_window_pattern": 1, "window": 2,
+                            **gemma3},
+                params=model_params(r, 2, 16, 2, 1, 8, 12, 12, qk_norm=True),
+                flags=["layer-type-rope", "rope-scaling", "qk-norm"])
+    yield value("gemma/model-pattern-003", "gemma_decoder_only",
+                "sliding_window_pattern = 6 (Gemma 3's) with N = 2: no global layer, both "
+                "local (window 2, rope_local_base 100), rope_scaling unused, K = 8, T = 7.",
+                inputs={"ids": ids(r, 12, [7, 7], 7, bos_id=1)},
+                attributes={**base, "num_layers": 2, "sliding_window_pattern": 6, "window": 2,
+                            "rope_local_base": 100.0, "rope_scaling": LINEAR8},
+                params=model_params(r, 2, 16, 2, 1, 8, 12, 12),
+                flags=["layer-type-rope", "sliding-window"])
+    yield error("gemma/model-pattern-zero-001", "gemma_decoder_only",
+                "sliding_window_pattern = 0 (an integer >= 1: one global layer every that many).",
+                inputs={"ids": ids(r, 12, [4, 4], 4, bos_id=1)},
+                attributes={**base, "num_layers": 2, "sliding_window_pattern": 0},
+                params=model_params(r, 2, 8, 2, 1, 4, 12, 12),
+                error="ConfigError", mentions=["sliding_window_pattern", "0"])
+
+
+def pattern_grad_cases(r):
+    yield gradient("gemma/grad-model-pattern-001", "gemma_decoder_only",
+                   "sliding_window_pattern = 3, N = 3: layers 0, 1 local (window 2, base 10000), "
+                   "layer 2 global (base 1e6, linear factor 8), K = 8, D = 16, T = 5.",
+                   inputs={"ids": ids(r, 7, [5, 4], 5, bos_id=1)},
+                   attributes={"pad_id": 0, "num_layers": 3, "num_heads": 2, "num_kv_heads": 1,
+                               "sliding_window_pattern": 3, "window": 2,
+                               "rope_base": 1000000.0, "rope_local_base": 10000.0,
+                               "rope_scaling": LINEAR8},
+                   params=model_params(r, 3, 16, 2, 1, 8, 12, 7),
+                   cotangents={"logits": r.uniform((2, 5, 7))},
+                   flags=["gradient", "layer-type-rope", "rope-scaling", "sliding-window"])

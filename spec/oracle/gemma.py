@@ -181,10 +181,11 @@ VJPS = {"gemma_layer": gemma_layer_vjp}
 #
 # gemma_decoder_only, ids (B, T):
 #     h_0    = embed.table[ids] sqrt(D)
-#     h_i+1  = gemma_layer_i(h_i, padding(ids)), window on even i only (Gemma 2's alternation),
-#              offset 0, parameters layers.<i>.*; the even (local) layers rotate with
-#              rope_local_base (None: rope_base) unscaled, the odd (global) ones with rope_base
-#              and rope_scaling (Gemma 3: rope_parameters["full_attention"] only)
+#     h_i+1  = gemma_layer_i(h_i, padding(ids)), offset 0, parameters layers.<i>.*; layer i
+#              is global where (i + 1) % sliding_window_pattern == 0 (2: the odd layers,
+#              Gemma 2's alternation; Gemma 3: 6), local otherwise; the local layers take the
+#              window and rotate with rope_local_base (None: rope_base) unscaled, the global
+#              ones with rope_base and rope_scaling (Gemma 3: rope_parameters["full_attention"])
 #     logits = cap_f(RMSNorm(h_N; norm.gamma, unit offset) embed.table^T)   (tied head)
 #     cap_f(z) = c tanh(z / c) with final_softcap c (None: the identity)
 
@@ -195,12 +196,13 @@ def _model_attrs(num_heads, num_kv_heads, eps, rope_base, query_pre_attn_scalar,
             "softcap": softcap, "qk_norm": qk_norm}
 
 
-def _local(attrs, i, window, rope_local_base, rope_scaling=None):
-    """Layer i's attributes: the even (local) layers take the window and rope_local_base
-    (None: rope_base) and no scaling, the odd (global) ones no window and rope_scaling
-    (Gemma 2's alternation; Gemma 3's rope_local_base_freq, the sliding_attention layers'
+def _local(attrs, i, window, rope_local_base, rope_scaling=None, pattern=2):
+    """Layer i's attributes: layer i is global where (i + 1) % pattern == 0 (pattern 2: the
+    odd layers, Gemma 2's alternation; Gemma 3: 6), local otherwise. The local layers take
+    the window and rope_local_base (None: rope_base) and no scaling, the global ones no
+    window and rope_scaling (Gemma 3's rope_local_base_freq, the sliding_attention layers'
     rope_theta, and its rope scaling on the full_attention layers only)."""
-    if i % 2:
+    if (i + 1) % int(pattern) == 0:
         return {**attrs, "window": None, "rope_scaling": rope_scaling}
     base = attrs["rope_base"] if rope_local_base is None else rope_local_base
     return {**attrs, "window": window, "rope_base": base}
@@ -209,14 +211,15 @@ def _local(attrs, i, window, rope_local_base, rope_scaling=None):
 def gemma_decoder_only(ids, pad_id=0, num_layers=1, num_heads=1, num_kv_heads=None, eps=1e-6,
                        rope_base=10000.0, window=None, query_pre_attn_scalar=None, softcap=None,
                        final_softcap=None, qk_norm=False, rope_local_base=None, rope_scaling=None,
-                       params=None):
+                       sliding_window_pattern=2, params=None):
     attrs = _model_attrs(num_heads, num_kv_heads, eps, rope_base, query_pre_attn_scalar,
                          softcap, qk_norm)
     h = embedding(ids, scale=True, params=sub(params, "embed"))["y"]  # (B, T, D)
     out = {"embed.output": h}
     pad = _padding(ids, pad_id)  # (B, 1, 1, T)
     for i in range(int(num_layers)):
-        r = gemma_layer(h, pad, **_local(attrs, i, window, rope_local_base, rope_scaling),
+        r = gemma_layer(h, pad, **_local(attrs, i, window, rope_local_base, rope_scaling,
+                                         sliding_window_pattern),
                         params=sub(params, f"layers.{i}"))
         h = r.pop("y")
         out.update({f"layers.{i}.{k}": v for k, v in r.items()})
@@ -231,7 +234,7 @@ def gemma_decoder_only(ids, pad_id=0, num_layers=1, num_heads=1, num_kv_heads=No
 def gemma_decoder_only_vjp(cot, ids, pad_id=0, num_layers=1, num_heads=1, num_kv_heads=None,
                            eps=1e-6, rope_base=10000.0, window=None, query_pre_attn_scalar=None,
                            softcap=None, final_softcap=None, qk_norm=False, rope_local_base=None,
-                           rope_scaling=None, params=None):
+                           rope_scaling=None, sliding_window_pattern=2, params=None):
     """z = N(h_N) E^T, logits = cap_f(z), h_i+1 = layer_i(h_i), h_0 = E[ids] sqrt(D):
         dz = dlogits (1 - tanh^2(z / c)),  dE += dz^T N(h_N) (the tied head),
         dh_N = N^T (dz E),  dh_i = layer_i^T dh_i+1,
@@ -240,7 +243,7 @@ def gemma_decoder_only_vjp(cot, ids, pad_id=0, num_layers=1, num_heads=1, num_kv
                          softcap, qk_norm)
     hs = [embedding(ids, scale=True, params=sub(params, "embed"))["y"]]
     pad = _padding(ids, pad_id)
-    layer_attrs = [_local(attrs, i, window, rope_local_base, rope_scaling)
+    layer_attrs = [_local(attrs, i, window, rope_local_base, rope_scaling, sliding_window_pattern)
                    for i in range(int(num_layers))]
     for i, a in enumerate(layer_attrs):
         hs.append(gemma_layer(hs[-1], pad, **a, params=sub(params, f"layers.{i}"))["y"])

@@ -461,8 +461,8 @@ def test_model_from_hf_refuses_what_gemma_decoder_only_cannot_hold():
     from transformers import Gemma3ForCausalLM
 
     base = {**_base(vocab_size=13), "num_hidden_layers": 2}
-    c = Gemma3TextConfig(**{**base, "num_hidden_layers": 6})  # Gemma 3's 5:1 pattern
-    with pytest.raises(ConfigError, match="layer_types"):
+    c = Gemma3TextConfig(**{**base, "layer_types": ["full_attention", "sliding_attention"]})
+    with pytest.raises(ConfigError, match="layer_types"):  # no (i + 1) % p rule gives it
         hf.from_hf(Gemma3ForCausalLM(c))
     rope = {"full_attention": {"rope_type": "default", "rope_theta": 1000.0},
             "sliding_attention": {**LINEAR8, "rope_theta": 100.0}}
@@ -470,6 +470,36 @@ def test_model_from_hf_refuses_what_gemma_decoder_only_cannot_hold():
                             "rope_parameters": rope})
     with pytest.raises(ConfigError, match="sliding_attention"):
         hf.from_hf(Gemma3ForCausalLM(c))
+
+
+def test_gemma3_five_to_one_pattern_with_factor_8_is_the_spec_model():
+    """Gemma 3 4B/12B/27B's structure in miniature: the default layer_types (five sliding
+    layers, then a full one: sliding_window_pattern 6), rope_scaling linear 8 on the full
+    layer, N = 6; from_hf reads sliding_window_pattern = 6, and gemma_decoder_only gives
+    transformers' logits; to_hf rebuilds the same model."""
+    from attnspec.backends.numpy.models import gemma_decoder_only
+    from transformers import Gemma3ForCausalLM
+
+    c = Gemma3TextConfig(**{**_base(vocab_size=13), "num_hidden_layers": 6,
+                            "rope_scaling": dict(LINEAR8)})
+    assert c.layer_types == ["sliding_attention"] * 5 + ["full_attention"]
+    torch.manual_seed(1)
+    model = Gemma3ForCausalLM(c).to(DT).eval()
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            p.copy_(0.3 * torch.randn_like(p))
+    a, params = hf.from_hf(model)
+    assert a["sliding_window_pattern"] == 6 and a["rope_scaling"] == LINEAR8
+    assert (a["rope_base"], a["rope_local_base"], a["window"]) == (1_000_000.0, 10_000.0, 3)
+    ids = torch.tensor([[1, 5, 7, 2, 9, 11, 3, 4], [2, 2, 8, 10, 1, 3, 5, 7]])
+    got = hf.forward(model, ids, pad_id=0).numpy()
+    pad_id = a.pop("pad_id")
+    want = gemma_decoder_only(ids.numpy(), pad_id=pad_id,
+                              params={k: v.numpy() for k, v in params.items()}, **a)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+    back = hf.to_hf(params, a)
+    assert back.config.layer_types == c.layer_types
+    assert torch.equal(hf.forward(back, ids, pad_id=0), hf.forward(model, ids, pad_id=0))
 
 
 def test_gemma2_model_refuses_scaling_on_the_global_layers_only():
