@@ -160,6 +160,15 @@ WRONG = [
         {"routed_scaling_factor": 2.5})],
     # a local base of 100 where rope_base (10000) is meant, on layer 0 of the defaults vector
     ("gemma_decoder_only", {"rope_local_base": 100.0}),
+    # Gemma 3's linear factor 8 taken as the default (a backend scaling every Gemma layer)
+    *[(f, {"rope_scaling": {"rope_type": "linear", "factor": 8.0}})
+      for f in ("gemma_layer", "gemma_decoder_only")],
+    # caught at every dtype since gemma/model-scaling-defaults-001 (T = 7, rope_base left out
+    # on both layers; gemma/model-defaults-001 alone missed it at bfloat16)
+    ("gemma_decoder_only", {"rope_base": 1000000.0}),
+    # Gemma 3's 6 where Gemma 2's alternation (2) is the default: model-scaling-defaults-001's
+    # layer 1 turns local (unscaled, base unchanged)
+    ("gemma_decoder_only", {"sliding_window_pattern": 6}),
     ("cross_entropy", {"ignore_index": 0}),
     ("cross_entropy", {"label_smoothing": 0.1}),
     ("cross_entropy", {"reduction": "sum"}),
@@ -191,7 +200,6 @@ COARSE = [
     # gemma_decoder_only's one defaults vector (N = 2, T = 6, scores of a few units) sees these
     # only at the finer dtypes; gemma_layer's defaults vectors (layer-defaults-002, -003,
     # built for them) catch the same wrong defaults at every dtype
-    ("gemma_decoder_only", {"rope_base": 1000000.0}, ("float64", "float32", "float16")),
     ("gemma_decoder_only", {"softcap": 50.0}, ("float64", "float32")),
     ("gemma_decoder_only", {"eps": 1e-5}, ("float64", "float32")),
     # the T5 stacks' defaults vectors (inputs of unit scale) move by ~1e-6 relative under

@@ -315,11 +315,14 @@ class GemmaLayers(Layers):
 
     def gemma_layer(self, x, mask=None, *, num_heads, num_kv_heads=None, eps=1e-6,
                     rope_base=10000.0, window=None, offset=0, query_pre_attn_scalar=None,
-                    softcap=None, qk_norm=False, params, trace=None):
+                    softcap=None, qk_norm=False, rope_scaling=None, params, trace=None):
         """r1 = x + N_pa(W_o Attn(RoPE(N_q(N_in(x) W_q)), RoPE(N_k(N_in(x) W_k)), N_in(x) W_v));
         y = r1 + N_pf2(W_down(gelu_tanh(N_pf1(r1) W_gate) * N_pf1(r1) W_up)); every N an
         RMSNorm with (1 + w); N_q, N_k (per head) only with qk_norm; scores scaled by
-        query_pre_attn_scalar^-1/2 (None: K^-1/2), capped c tanh(s / c) with softcap c."""
+        query_pre_attn_scalar^-1/2 (None: K^-1/2), capped c tanh(s / c) with softcap c.
+        rope_scaling (rope's ``scaling``, checked by llama_rope) applies to this layer's RoPE
+        whatever its window: the layer does not know its type, the model decides (Gemma 3
+        scales its global layers only, gemma_decoder_only)."""
         x = self.ops.floating("x", x)
         b, t, _ = check.rank("x", x, min_rank=3, max_rank=3)
         heads, kv = self.llama_heads(num_heads, num_kv_heads)
@@ -328,6 +331,7 @@ class GemmaLayers(Layers):
         a = {"heads": heads, "kv": kv, "eps": check.eps(eps), "base": rope_base,
              "offset": offset, "softcap": check.softcap(softcap),
              "qk_norm": check.flag("qk_norm", qk_norm),
+             "rope": self.llama_rope(rope_scaling, None),
              "s": None if query_pre_attn_scalar is None
              else check.eps(query_pre_attn_scalar, "query_pre_attn_scalar")}
         keep = self.llama_keep(mask, b, t, t, window, x)  # (B?, 1, T, T)
@@ -337,8 +341,9 @@ class GemmaLayers(Layers):
         return self.k.rms_norm(h, eps=eps, unit_offset=True, params=p.scope(name))
 
     def gemma_qkv(self, n1, p, a):
-        """Queries (B, H, t, K) and keys (B, H_kv, t, K), QK-normed (qk_norm) and then rotated,
-        values (B, H_kv, t, K), from the normed input n1 (B, t, D)."""
+        """Queries (B, H, t, K) and keys (B, H_kv, t, K), QK-normed (qk_norm) and then rotated
+        (with rope's scaling when the layer has rope_scaling), values (B, H_kv, t, K), from
+        the normed input n1 (B, t, D)."""
         ops = self.ops
         w_q = check.shape(p.require("w_q", (n1.shape[-1], None)))
         width = check.divides(f"query width {p.path('w_q')}.shape[1]", a["heads"], w_q[1], "H*K")
@@ -350,7 +355,7 @@ class GemmaLayers(Layers):
         v = ops.split_heads(self.project(n1, p, "w_v", a["kv"] * width), a["kv"])  # (B, H_kv, t, K)
         if a["qk_norm"]:
             q, k = self.gemma_norm(q, a["eps"], p, "q_norm"), self.gemma_norm(k, a["eps"], p, "k_norm")
-        rot = {"offset": a["offset"], "base": a["base"], "convention": "half"}
+        rot = {"offset": a["offset"], "base": a["base"], "convention": "half", **a["rope"]}
         return self.k.rope(q, **rot), self.k.rope(k, **rot), v, width
 
     def gemma_attention(self, n1, keep, a, p, trace):

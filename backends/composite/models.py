@@ -232,27 +232,36 @@ class GemmaModels(Models):
     def gemma_decoder_only(self, ids, *, pad_id, num_layers, num_heads, num_kv_heads=None,
                            eps=1e-6, rope_base=10000.0, window=None, query_pre_attn_scalar=None,
                            softcap=None, final_softcap=None, qk_norm=False, rope_local_base=None,
-                           params, trace=None):
-        """h_0 = E[ids] sqrt(D); h_{i+1} = GemmaLayer_i(h_i, pad(ids)), window on even i only;
+                           rope_scaling=None, sliding_window_pattern=2, params, trace=None):
+        """h_0 = E[ids] sqrt(D); h_{i+1} = GemmaLayer_i(h_i, pad(ids)), window on the local
+        layers only: layer i is global where (i + 1) % sliding_window_pattern == 0 (2: the
+        odd layers, Gemma 2's alternation; 6: Gemma 3's five local to one global), local
+        otherwise;
         logits = cap_f(N(h_N; norm.gamma) E^T), cap_f(z) = c tanh(z / c) (final_softcap c).
-        The even (local) layers rotate with rope_local_base (None: rope_base), the odd
-        (global) ones with rope_base (Gemma 3's rope_local_base_freq and rope_theta)."""
+        The local layers rotate with rope_local_base (None: rope_base), unscaled; the
+        global ones with rope_base and rope_scaling (Gemma 3's rope_local_base_freq,
+        rope_theta and rope_parameters["full_attention"]); rope_scaling is passed to a layer
+        only when given, so a model without it calls its layers as before."""
         p = check.params_of(params)
         ids, pad_id = self._model_ids(ids, pad_id, p)
         n = check.integer("num_layers", num_layers, lo=1)
         cap = check.softcap(final_softcap, "final_softcap")
         local = rope_base if rope_local_base is None else check.eps(rope_local_base,
                                                                     "rope_local_base")
+        self.llama_rope(rope_scaling, None)
+        pattern = check.integer("sliding_window_pattern", sliding_window_pattern, lo=1)
+        scaled = {} if rope_scaling is None else {"rope_scaling": rope_scaling}
         h = self.k.embedding(ids, scale=True, params=p.scope("embed"))  # (B, T, D)
         record(trace, "embed.output", h)
         pad = self.k.padding_mask(ids, pad_id=pad_id)  # (B, 1, 1, T)
         for i in range(n):
+            glob = (i + 1) % pattern == 0
             h = self.k.gemma_layer(h, pad, num_heads=num_heads, num_kv_heads=num_kv_heads,
-                                   eps=eps, rope_base=rope_base if i % 2 else local,
-                                   window=window if i % 2 == 0 else None, offset=0,
+                                   eps=eps, rope_base=rope_base if glob else local,
+                                   window=None if glob else window, offset=0,
                                    query_pre_attn_scalar=query_pre_attn_scalar, softcap=softcap,
                                    qk_norm=qk_norm, params=p.scope(f"layers.{i}"),
-                                   trace=scope(trace, f"layers.{i}"))
+                                   trace=scope(trace, f"layers.{i}"), **(scaled if glob else {}))
         h = self.k.rms_norm(h, eps=eps, unit_offset=True, params=p.scope("norm"))
         record(trace, "norm.output", h)
         logits = self.k.lm_head(h, tied=True, params=p.scope("embed"))  # (B, T, L)

@@ -554,8 +554,8 @@ def agree_hf_zoo(device, model):
 
 
 def agree_hf_models(device, model):
-    """Every llama_decoder_only (Mistral, Qwen2, Phi-3), gemma_decoder_only (Gemma 2, 3) or
-    parallel_decoder_only (GPT-NeoX, Falcon) value vector the model can express
+    """Every llama_decoder_only (Mistral, Qwen2, Phi-3) or parallel_decoder_only (GPT-NeoX,
+    Falcon) value vector the model can express
     (``hf_models.expressible``) through ``hf.to_hf(model=)``, at the vector's float32
     tolerance (each computes its RoPE angles, and all but Falcon their softmax and
     RMSNorms, in float32 whatever the dtype: spec/components/huggingface.md)."""
@@ -662,6 +662,37 @@ def agree_hf_moe_layer(device, layer):
     return check
 
 
+def agree_hf_gemma(device, cls):
+    """Every gemma_layer / gemma_decoder_only value vector that transformers' ``cls`` can hold
+    (``hf_gemma.expressible``) through ``hf.to_hf``, at the vector's float32 tolerance:
+    transformers computes Gemma's RMSNorm and the RoPE angles in float32 whatever the dtype."""
+    name = f"transformers.{cls}"
+
+    def check(spec):
+        from . import hf, hf_gemma  # when the check runs, not when it is listed
+        compared = 0
+        for v in spec.vectors:
+            if v.component != "gemma" or v.deprecated or v.expect != "value" or not _finite(v):
+                continue
+            found = hf_gemma.expressible(v)
+            if found is None or found[0] != cls:
+                continue
+            x, p = _tensors(v.inputs, device), _tensors(v.params, device)
+            a = dict(found[1])
+            offset, pad_id = a.pop("offset", 0), a.pop("pad_id", None)
+            module = hf.to_hf(p, a)
+            assert type(module).__name__ == cls, type(module).__name__
+            if pad_id is not None:
+                _close_at(name, hf.forward(module, x["ids"], pad_id=pad_id), v, "logits", "float32")
+            else:
+                _close_at(name, hf.forward(module, x["x"], x.get("mask"), offset=offset), v, "y",
+                          "float32")
+            compared += 1
+        if not compared:
+            pytest.skip(f"the spec (attnspec {spec.version}) has no vector {cls} can hold")
+    return check
+
+
 def hf_checks(device):
     if importlib.util.find_spec("transformers") is None:
         reason = "transformers is not installed: pip install 'attnspec[hf]' (tox -e hf)"
@@ -685,11 +716,13 @@ def hf_checks(device):
             ("agree/transformers.DeepseekV3Attention", agree_hf_mla(device)),
             *[(f"agree/transformers.{m}", agree_hf_models(device, m))
               for m in ("MistralForCausalLM", "Qwen2ForCausalLM", "Phi3ForCausalLM",
-                        "Gemma2ForCausalLM", "Gemma3ForCausalLM", "GPTNeoXForCausalLM",
-                        "FalconForCausalLM")],
+                        "GPTNeoXForCausalLM", "FalconForCausalLM")],
             *[(f"agree/transformers.{m}", agree_hf_moe_layer(device, m))
               for m in ("MixtralDecoderLayer", "Qwen2MoeDecoderLayer", "DeepseekV3DecoderLayer",
-                        "DeepseekV3ForCausalLM")]]
+                        "DeepseekV3ForCausalLM")],
+            *[(f"agree/transformers.{m}", agree_hf_gemma(device, m))
+              for m in ("Gemma2DecoderLayer", "Gemma3DecoderLayer", "Gemma2ForCausalLM",
+                        "Gemma3ForCausalLM")]]
 
 
 # -- error contract --------------------------------------------------------------------------

@@ -10,7 +10,8 @@
 - ``MixtralSparseMoeBlock``, ``Qwen2MoeSparseMoeBlock``, ``DeepseekV3MoE`` -> ``moe``
   (``hf_moe.py``).
 - ``MistralForCausalLM``, ``Qwen2ForCausalLM``, ``Phi3ForCausalLM`` -> ``llama_decoder_only``,
-  ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM`` -> ``gemma_decoder_only`` (``hf_models.py``).
+  ``GPTNeoXForCausalLM``, ``FalconForCausalLM`` -> ``parallel_decoder_only`` (``hf_models.py``);
+  ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM`` -> ``gemma_decoder_only`` (``hf_gemma.py``).
 
 ``from_hf(module) -> (attributes, params)`` and ``to_hf(params, attributes) -> module``;
 ``forward(module, x, mask=None, offset=0)`` calls a module as the spec function is called
@@ -69,9 +70,17 @@ from .hf_base import (  # noqa: F401 (the converters' shared helpers, re-exporte
 )
 from .hf_gemma import GAIN as _GEMMA_GAIN
 from .hf_gemma import LAYERS as _GEMMA_LAYERS
+from .hf_gemma import MODEL_FUNCTION as _GEMMA_MODEL_FUNCTION
+from .hf_gemma import MODELS as _GEMMA_MODELS
 from .hf_gemma import SPEC_FUNCTION as _GEMMA_FUNCTION
 from .hf_gemma import forward as _gemma_forward
-from .hf_gemma import gemma_layer_from_hf, gemma_layer_to_hf
+from .hf_gemma import (
+    gemma_for_causal_lm_from_hf,
+    gemma_for_causal_lm_to_hf,
+    gemma_layer_from_hf,
+    gemma_layer_to_hf,
+)
+from .hf_gemma import model_forward as _gemma_model_forward
 from .hf_gpt2 import (  # noqa: F401 (the GPT-2 converters, re-exported)
     _GPT2_PATHS,
     GPT2,
@@ -91,7 +100,7 @@ SPEC_FUNCTION = {"BertLayer": "encoder_layer", "GPT2Block": "encoder_layer",
                  "LlamaDecoderLayer": "llama_layer", "LlamaForCausalLM": "llama_decoder_only",
                  **hf_gpt2.SPEC_FUNCTION, **hf_t5.SPEC_FUNCTION,
                  **_MOE_FUNCTION, **_GEMMA_FUNCTION, **hf_zoo.SPEC_FUNCTION,
-                 "DeepseekV3Attention": "mla", **_MOE_LAYER_FUNCTION,
+                 "DeepseekV3Attention": "mla", **_MOE_LAYER_FUNCTION, **_GEMMA_MODEL_FUNCTION,
                  **hf_models.SPEC_FUNCTION}
 
 # (HF state_dict name, spec path, transposed); a spec path ending in b_* is an optional bias.
@@ -259,7 +268,8 @@ _FROM = {BertLayer: bert_layer_from_hf, GPT2Block: gpt2_block_from_hf,
          LlamaDecoderLayer: llama_layer_from_hf, LlamaForCausalLM: llama_for_causal_lm_from_hf,
          **dict.fromkeys(MOE_CLASSES, moe_from_hf),
          **dict.fromkeys(_GEMMA_LAYERS, gemma_layer_from_hf),
-         **dict.fromkeys(_MOE_LAYERS, hf_moe_layers.from_hf)}
+         **dict.fromkeys(_MOE_LAYERS, hf_moe_layers.from_hf),
+         **dict.fromkeys(_GEMMA_MODELS, gemma_for_causal_lm_from_hf)}
 
 
 def from_hf(module) -> tuple[dict, dict]:
@@ -272,7 +282,7 @@ def from_hf(module) -> tuple[dict, dict]:
     for cls, convert in hf_zoo.FROM.items():
         if isinstance(module, cls):
             return convert(module)
-    if isinstance(module, hf_models.MODELS):  # Mistral/Qwen2/Phi3/Gemma2/Gemma3 ForCausalLM
+    if isinstance(module, hf_models.MODELS):  # Mistral/Qwen2/Phi3/GPT-NeoX/Falcon ForCausalLM
         return hf_models.from_hf(module)
     if isinstance(module, hf_mla.DeepseekV3Attention):
         return hf_mla.mla_from_hf(module)
@@ -294,11 +304,18 @@ def to_hf(params, attributes: dict, model: str | None = None):
     ``t5_decoder`` ones (``layers.0.<attn>.rel_bias.table``) a ``T5Stack``
     (``hf_t5.t5_block_to_hf`` builds one ``T5Block``). ``model`` names one
     of :data:`.hf_zoo.SPEC_FUNCTION` (``"Qwen2DecoderLayer"``, ``"GPTNeoXLayer"``...)
-    instead, or one of :data:`.hf_models.SPEC_FUNCTION` (``"Qwen2ForCausalLM"``...)."""
+    instead, or one of :data:`.hf_models.SPEC_FUNCTION` (``"Qwen2ForCausalLM"``...) or
+    ``"Gemma2ForCausalLM"`` / ``"Gemma3ForCausalLM"``."""
     if model == "T5Stack":
         return hf_t5.t5_stack_to_hf(params, attributes)
     if model in hf_models.SPEC_FUNCTION:
         return hf_models.to_hf(params, attributes, model)
+    if model in _GEMMA_MODEL_FUNCTION:  # qk_norm picks the class: it must be the one named
+        qk = _checks.flag("qk_norm", attributes.get("qk_norm", False))
+        if qk != (model == "Gemma3ForCausalLM"):
+            raise ConfigError(f"model={model!r} needs qk_norm={model == 'Gemma3ForCausalLM'}, "
+                              f"got qk_norm={qk!r}")
+        return gemma_for_causal_lm_to_hf(params, attributes)
     if model is not None:
         return hf_zoo.to_hf(params, attributes, model)
     if hf_t5.is_t5_stack(params_of(params)):  # t5_encoder / t5_decoder: a T5Stack
@@ -312,6 +329,8 @@ def to_hf(params, attributes: dict, model: str | None = None):
         return mla_to_hf(params, attributes)
     if "input_norm.gamma" in params_of(params):  # gemma_layer (hf_gemma.py)
         return gemma_layer_to_hf(params, attributes)
+    if "layers.0.input_norm.gamma" in params_of(params):  # gemma_decoder_only (hf_gemma.py)
+        return gemma_for_causal_lm_to_hf(params, attributes)
     if "embed.table" in params_of(params) and "pos.table" in params_of(params):
         return hf_gpt2.gpt2_lm_to_hf(params, attributes)  # decoder_only: GPT2LMHeadModel
     if "embed.table" in params_of(params):
@@ -347,6 +366,8 @@ def forward(module, x, mask=None, *, offset: int = 0, pad_id: int | None = None)
     zoo = hf_zoo
     if isinstance(module, tuple(zoo.FROM)) and pad_id is None:
         return zoo.forward(module, x, mask, offset=offset)
+    if isinstance(module, _GEMMA_MODELS):
+        return _gemma_model_forward(module, x, mask, offset=offset, pad_id=pad_id)
     who = _forward_checks(module, x, offset, pad_id)
     if isinstance(module, _GEMMA_LAYERS):
         return _gemma_forward(module, x, mask, offset=offset)

@@ -18,12 +18,13 @@ NORMS = ("input_norm", "post_attn_norm", "pre_ffn_norm", "post_ffn_norm")
 COMPONENT = Component("gemma", {
     "gemma_layer": Fn(module="layers", inputs=["x", "mask"], optional=["mask"], returns=["y"],
                       required=["num_heads"], attributes=dict(ATTRS), params=True, trace=True,
-                      oracle=layer_oracle),
+                      added={"rope_scaling": None}, oracle=layer_oracle),
     "gemma_decoder_only": Fn(module="models", inputs=["ids"], returns=["logits"],
                              required=["pad_id", "num_layers", "num_heads"],
                              attributes={k: v for k, v in {**ATTRS, "final_softcap": None}.items()
                                          if k != "offset"},
-                             added={"rope_local_base": None},
+                             added={"rope_local_base": None, "rope_scaling": None,
+                                    "sliding_window_pattern": 2},
                              params=True, trace=True, oracle=model_oracle),
 }, tolerances=tolerances("stack"))
 
@@ -52,6 +53,8 @@ def cases(rng):
     yield from defaults_cases()
     yield from model_cases(Rng(f"{COMPONENT.id}/model"))
     yield from local_base_cases(Rng(f"{COMPONENT.id}/local-base"))
+    yield from scaling_cases(Rng(f"{COMPONENT.id}/scaling"))
+    yield from pattern_cases(Rng(f"{COMPONENT.id}/pattern"))
 
 
 def layer_cases(r):
@@ -207,6 +210,8 @@ def grad_cases(r):
                    flags=["gradient", "defaults"], omit_defaults=True)
     yield from model_grad_cases(Rng(f"{COMPONENT.id}/model-grad"))
     yield from local_base_grad_cases(Rng(f"{COMPONENT.id}/grad-local-base"))
+    yield from scaling_grad_cases(Rng(f"{COMPONENT.id}/grad-scaling"))
+    yield from pattern_grad_cases(Rng(f"{COMPONENT.id}/grad-pattern"))
 
 
 # -- the Gemma 2 model (gemma_decoder_only) -------------------------------------------------------
@@ -370,3 +375,229 @@ def local_base_grad_cases(r):
                    params=model_params(r, 2, 16, 2, 1, 8, 12, 7),
                    cotangents={"logits": r.uniform((2, 5, 7))},
                    flags=["gradient", "base", "sliding-window"])
+
+
+# -- RoPE scaling (issue 25 item 1): Gemma 3's rope_scaling (linear, factor 8, on its 4B/12B/27B
+# configs) on the global layers only. gemma_layer applies the scaling it is given whatever its
+# window; gemma_decoder_only gives it to the odd (global) layers only. Their own streams
+# (Rng("gemma/scaling"), Rng("gemma/grad-scaling")).
+
+LINEAR8 = {"rope_type": "linear", "factor": 8.0}  # Gemma 3 4B/12B/27B's rope_scaling
+YARN = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 16}
+DYNAMIC = {"rope_type": "dynamic", "factor": 4.0, "max_position_embeddings": 8}
+
+
+def scaling_cases(r):
+    def gqa(h=2, h_kv=1, k=8, d=16, f=24, qk_norm=False, **attrs):
+        a = {"num_heads": h, "num_kv_heads": h_kv, **attrs}
+        if qk_norm:
+            a["qk_norm"] = True
+        return a, layer_params(r, d, h, h_kv, k, f, qk_norm)
+
+    a, p = gqa(qk_norm=True, rope_base=1000000.0, query_pre_attn_scalar=8.0, offset=20,
+               rope_scaling=LINEAR8)
+    yield value("gemma/layer-linear-001", "gemma_layer",
+                "Gemma 3's global layer with its rope_scaling (linear, factor 8; the 4B/12B/27B "
+                "configs), rope_base 1e6, qk_norm, positions 20..25, H = 2 on H_kv = 1, K = 8: "
+                "theta_i / 8 in q and k (pair 0 turns by 1/8 rad a position, not 1); the "
+                "scaling ignored, or the factor applied to the base (base 8e6: pair 0 "
+                "unchanged), fails.",
+                inputs={"x": shifted(r, (2, 6, 16))}, attributes=a, params=p,
+                flags=["rope-scaling", "qk-norm", "offset", "base"])
+    a, p = gqa(h=4, h_kv=2, k=4, window=3, softcap=2.0, query_pre_attn_scalar=16.0, offset=20,
+               rope_scaling=YARN)
+    yield value("gemma/layer-window-yarn-001", "gemma_layer",
+                "rope_scaling yarn (factor 8, L0 16) on a layer with window = 3 (the rule for "
+                "one layer: it applies the scaling it is given whatever its window; which "
+                "layers are scaled is the model's choice), softcap = 2, positions 20..26, "
+                "K = 4: the ramped frequencies and m = 1.208 on cos and sin; a layer that "
+                "drops the scaling because it is windowed fails.",
+                inputs={"x": shifted(r, (1, 7, 16))}, attributes=a, params=p,
+                flags=["rope-scaling", "attention-factor", "sliding-window", "softcap",
+                       "layer-type-rope"])
+    a, p = gqa(softcap=2.0, query_pre_attn_scalar=16.0, offset=12, rope_base=100.0,
+               rope_scaling=DYNAMIC)
+    yield value("gemma/layer-dynamic-001", "gemma_layer",
+                "Gemma 2's layer (no qk_norm, softcap 2) with rope_scaling dynamic (factor 4, "
+                "max_position_embeddings 8), rope_base 100, positions 12..16: seq_len = "
+                "offset + T = 17 > 8, base' = 100 (4 * 17 / 8 - 3)^(8/6); seq_len taken as "
+                "T = 5 (<= 8: the base unchanged) fails.",
+                inputs={"x": shifted(r, (2, 5, 16))}, attributes=a, params=p,
+                flags=["rope-scaling", "offset", "softcap"])
+
+    base = {"pad_id": 0, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1}
+    yield value("gemma/model-linear-001", "gemma_decoder_only",
+                "Gemma 3's model: rope_base 1e6 and rope_scaling linear (factor 8) on the global "
+                "layer 1, rope_local_base 10000 unscaled on the local layer 0 (window 3), "
+                "qk_norm, query_pre_attn_scalar 8, N = 2, K = 8, T = 7: the scaling on both "
+                "layers (pair 0 of layer 0 at 1/8 rad a position), or on none, fails.",
+                inputs={"ids": ids(r, 12, [7, 6], 7, bos_id=1)},
+                attributes={**base, "rope_base": 1000000.0, "rope_local_base": 10000.0,
+                            "rope_scaling": LINEAR8, "window": 3, "qk_norm": True,
+                            "query_pre_attn_scalar": 8.0},
+                params=model_params(r, 2, 16, 2, 1, 8, 12, 12, qk_norm=True),
+                flags=["rope-scaling", "layer-type-rope", "qk-norm", "sliding-window",
+                       "padding"])
+    p = model_params(r, 3, 16, 2, 1, 8, 12, 12)
+    p["layers.2.attn.w_q"], p["layers.2.attn.w_k"] = r.uniform((16, 16), -2, 2), r.uniform((16, 8), -2, 2)
+    yield value("gemma/model-yarn-001", "gemma_decoder_only",
+                "N = 3, rope_scaling yarn (factor 4, L0 4) on layer 1 only (layers 0 and 2 "
+                "local, rope_local_base 100, no window), T = 8 (positions past L0), K = 8, "
+                "layer 2's w_q, w_k in [-2, 2] (sharp, position-dependent attention): m = "
+                "1.139 on layer 1's q and k; the scaling on layer 2 too (every layer after the "
+                "first global one), or on the even layers, fails.",
+                inputs={"ids": ids(r, 12, [8, 8], 8, bos_id=1)},
+                attributes={**base, "num_layers": 3, "rope_local_base": 100.0,
+                            "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                             "original_max_position_embeddings": 4}},
+                params=p, flags=["rope-scaling", "attention-factor", "layer-type-rope"])
+    yield value("gemma/model-dynamic-001", "gemma_decoder_only",
+                "N = 2, rope_scaling dynamic (factor 4, max_position_embeddings 4) on the global "
+                "layer 1 with rope_base 10000, rope_local_base 100 on layer 0 (no window), "
+                "qk_norm (Gemma 3's layer, so Gemma3ForCausalLM can hold it), T = 7: seq_len "
+                "7 > 4 on layer 1 only; the dynamic base on the local base, or seq_len = 1, "
+                "fails.",
+                inputs={"ids": ids(r, 12, [7, 5], 7, bos_id=1)},
+                attributes={**base, "rope_local_base": 100.0, "qk_norm": True,
+                            "rope_scaling": {**DYNAMIC, "max_position_embeddings": 4}},
+                params=model_params(r, 2, 16, 2, 1, 8, 12, 12, qk_norm=True),
+                flags=["rope-scaling", "layer-type-rope", "padding", "qk-norm"])
+    rd = Rng(f"{COMPONENT.id}/scaling-defaults")
+    yield value("gemma/model-scaling-defaults-001", "gemma_decoder_only",
+                "Only pad_id, num_layers = 2, num_heads = 2 and rope_scaling (linear, factor 8) "
+                "given: num_kv_heads, eps, rope_base, window, query_pre_attn_scalar, softcap, "
+                "final_softcap, qk_norm and rope_local_base left out, K = 8, T = 7; layer 0 "
+                "(local) unscaled at base 10000, layer 1 scaled.",
+                inputs={"ids": ids(rd, 12, [7, 7], 7, bos_id=1)},
+                attributes={"pad_id": 0, "num_layers": 2, "num_heads": 2,
+                            "rope_scaling": LINEAR8},
+                params=model_params(rd, 2, 16, 2, 2, 8, 12, 12),
+                flags=["defaults", "rope-scaling", "layer-type-rope"], omit_defaults=True)
+
+    a, p = gqa()
+    x = shifted(r, (1, 3, 16))
+    yield error("gemma/layer-rope-scaling-number-001", "gemma_layer",
+                "rope_scaling = 8.0 (the factor alone, where a dict of rope_parameters is "
+                "expected).",
+                inputs={"x": x}, attributes={**a, "rope_scaling": 8.0}, params=p,
+                error="ConfigError", mentions=["rope_scaling", "8.0"])
+    yield error("gemma/layer-rope-scaling-theta-001", "gemma_layer",
+                "rope_scaling with rope_theta in it (transformers' rope_parameters passed "
+                "whole: the base is rope_base, not a key of the scaling).",
+                inputs={"x": x},
+                attributes={**a, "rope_scaling": {**LINEAR8, "rope_theta": 1000000.0}}, params=p,
+                error="ConfigError", mentions=["rope_scaling", "rope_theta"])
+    mp = model_params(r, 2, 16, 2, 1, 8, 12, 12)
+    x = ids(r, 12, [4, 4], 4, bos_id=1)
+    yield error("gemma/model-rope-scaling-factor-001", "gemma_decoder_only",
+                "rope_scaling linear with factor 0 (a factor must be > 0), N = 2.",
+                inputs={"ids": x}, attributes={**base, "rope_scaling": {**LINEAR8, "factor": 0.0}},
+                params=mp, error="ConfigError", mentions=["factor", "0"])
+    yield error("gemma/model-rope-scaling-type-001", "gemma_decoder_only",
+                "rope_scaling = 'linear' with N = 1 (no global layer): the model checks it is a "
+                "dict before any layer runs.",
+                inputs={"ids": x}, attributes={**base, "num_layers": 1, "rope_scaling": "linear"},
+                params=mp, error="ConfigError", mentions=["rope_scaling", "linear"])
+
+
+def scaling_grad_cases(r):
+    def layer(h=2, h_kv=1, k=4, d=8, f=6, qk_norm=False, scale=0.5, **attrs):
+        a = {"num_heads": h, "num_kv_heads": h_kv, **attrs}
+        if qk_norm:
+            a["qk_norm"] = True
+        return a, layer_params(r, d, h, h_kv, k, f, qk_norm, scale)
+
+    a, p = layer(qk_norm=True, rope_base=1000000.0, offset=20, rope_scaling=LINEAR8)
+    yield gradient("gemma/grad-scaling-001", "gemma_layer",
+                   "rope_scaling linear (factor 8), rope_base 1e6, qk_norm, positions 20..23, "
+                   "H = 2 on H_kv = 1, K = 4, D = 8: RoPE^T with the scaled angles.",
+                   inputs={"x": shifted(r, (2, 4, 8))}, attributes=a, params=p,
+                   cotangents={"y": r.uniform((2, 4, 8))},
+                   flags=["gradient", "rope-scaling", "qk-norm", "offset"])
+    a, p = layer(window=3, offset=20, rope_scaling=YARN, scale=1.0)
+    yield gradient("gemma/grad-scaling-002", "gemma_layer",
+                   "rope_scaling yarn (factor 8, L0 16) with window 3, positions 20..23, "
+                   "weights in [-1, 1] (an attention output of unit size, so the sandwich "
+                   "norm's backward does not dwarf dW_q, dW_k): "
+                   "m = 1.208 in RoPE^T of q and k (dW_q, dW_k carry it; dropping m from the "
+                   "backward moves them by 17%).",
+                   inputs={"x": shifted(r, (1, 4, 8))}, attributes=a, params=p,
+                   cotangents={"y": r.uniform((1, 4, 8))},
+                   flags=["gradient", "rope-scaling", "attention-factor", "sliding-window"])
+    base = {"pad_id": 0, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1}
+    yield gradient("gemma/grad-model-scaling-001", "gemma_decoder_only",
+                   "Gemma 3's RoPE: rope_base 1e6 with linear factor 8 on layer 1, "
+                   "rope_local_base 10000 unscaled on layer 0 (window 2), N = 2, K = 8, D = 16, "
+                   "T = 5: each layer's RoPE transpose with its own angles.",
+                   inputs={"ids": ids(r, 7, [5, 4], 5, bos_id=1)},
+                   attributes={**base, "window": 2, "rope_base": 1000000.0,
+                               "rope_local_base": 10000.0, "rope_scaling": LINEAR8},
+                   params=model_params(r, 2, 16, 2, 1, 8, 12, 7),
+                   cotangents={"logits": r.uniform((2, 5, 7))},
+                   flags=["gradient", "rope-scaling", "layer-type-rope", "sliding-window"])
+    yield gradient("gemma/grad-model-scaling-002", "gemma_decoder_only",
+                   "rope_scaling dynamic (factor 2, max_position_embeddings 4) on layer 1, "
+                   "qk_norm, N = 2, K = 8, T = 6 > 4.",
+                   inputs={"ids": ids(r, 7, [6, 6], 6, bos_id=1)},
+                   attributes={**base, "qk_norm": True,
+                               "rope_scaling": {"rope_type": "dynamic", "factor": 2.0,
+                                                "max_position_embeddings": 4}},
+                   params=model_params(r, 2, 16, 2, 1, 8, 12, 7, qk_norm=True),
+                   cotangents={"logits": r.uniform((2, 6, 7))},
+                   flags=["gradient", "rope-scaling", "layer-type-rope", "qk-norm"])
+
+
+# -- Gemma 3's layer pattern (sliding_window_pattern): layer i global where (i + 1) % pattern
+# == 0 (2, the default: Gemma 2's alternation; Gemma 3: 6); their own streams
+# (Rng("gemma/pattern"), Rng("gemma/grad-pattern")).
+
+def pattern_cases(r):
+    base = {"pad_id": 0, "num_heads": 2, "num_kv_heads": 1}
+    gemma3 = {"rope_base": 1000000.0, "rope_local_base": 10000.0, "rope_scaling": LINEAR8,
+              "qk_norm": True, "query_pre_attn_scalar": 8.0}
+    yield value("gemma/model-pattern-001", "gemma_decoder_only",
+                "Gemma 3 in miniature: sliding_window_pattern = 3, N = 3: layers 0 and 1 local "
+                "(window 2, rope_local_base 10000, unscaled), layer 2 global (rope_base 1e6, "
+                "linear factor 8), qk_norm, K = 8, T = 7: Gemma 2's alternation (layer 1 "
+                "global), or the first layer of each group global ((i % 3) == 0), fails.",
+                inputs={"ids": ids(r, 12, [7, 6], 7, bos_id=1)},
+                attributes={**base, "num_layers": 3, "sliding_window_pattern": 3, "window": 2,
+                            **gemma3},
+                params=model_params(r, 3, 16, 2, 1, 8, 12, 12, qk_norm=True),
+                flags=["layer-type-rope", "rope-scaling", "sliding-window", "qk-norm"])
+    yield value("gemma/model-pattern-002", "gemma_decoder_only",
+                "sliding_window_pattern = 1: every layer global (no window, rope_base 1e6 and "
+                "the linear factor 8 on both), N = 2, window 2 given and unused, T = 6.",
+                inputs={"ids": ids(r, 12, [6, 6], 6, bos_id=1)},
+                attributes={**base, "num_layers": 2, "sliding_window_pattern": 1, "window": 2,
+                            **gemma3},
+                params=model_params(r, 2, 16, 2, 1, 8, 12, 12, qk_norm=True),
+                flags=["layer-type-rope", "rope-scaling", "qk-norm"])
+    yield value("gemma/model-pattern-003", "gemma_decoder_only",
+                "sliding_window_pattern = 6 (Gemma 3's) with N = 2: no global layer, both "
+                "local (window 2, rope_local_base 100), rope_scaling unused, K = 8, T = 7.",
+                inputs={"ids": ids(r, 12, [7, 7], 7, bos_id=1)},
+                attributes={**base, "num_layers": 2, "sliding_window_pattern": 6, "window": 2,
+                            "rope_local_base": 100.0, "rope_scaling": LINEAR8},
+                params=model_params(r, 2, 16, 2, 1, 8, 12, 12),
+                flags=["layer-type-rope", "sliding-window"])
+    yield error("gemma/model-pattern-zero-001", "gemma_decoder_only",
+                "sliding_window_pattern = 0 (an integer >= 1: one global layer every that many).",
+                inputs={"ids": ids(r, 12, [4, 4], 4, bos_id=1)},
+                attributes={**base, "num_layers": 2, "sliding_window_pattern": 0},
+                params=model_params(r, 2, 8, 2, 1, 4, 12, 12),
+                error="ConfigError", mentions=["sliding_window_pattern", "0"])
+
+
+def pattern_grad_cases(r):
+    yield gradient("gemma/grad-model-pattern-001", "gemma_decoder_only",
+                   "sliding_window_pattern = 3, N = 3: layers 0, 1 local (window 2, base 10000), "
+                   "layer 2 global (base 1e6, linear factor 8), K = 8, D = 16, T = 5.",
+                   inputs={"ids": ids(r, 7, [5, 4], 5, bos_id=1)},
+                   attributes={"pad_id": 0, "num_layers": 3, "num_heads": 2, "num_kv_heads": 1,
+                               "sliding_window_pattern": 3, "window": 2,
+                               "rope_base": 1000000.0, "rope_local_base": 10000.0,
+                               "rope_scaling": LINEAR8},
+                   params=model_params(r, 3, 16, 2, 1, 8, 12, 7),
+                   cotangents={"logits": r.uniform((2, 5, 7))},
+                   flags=["gradient", "layer-type-rope", "rope-scaling", "sliding-window"])

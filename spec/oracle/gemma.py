@@ -9,6 +9,9 @@ RMSNorm(.; w) = x / rms(x) * (1 + w):
     Q' = heads(n1 W_q) (B, H, T, K),  K' = heads(n1 W_k),  V = heads(n1 W_v)  (B, H_kv, T, K)
     qk_norm: Q' = RMSNorm(Q'; attn.q_norm.gamma), K' = RMSNorm(K'; attn.k_norm.gamma)  (per head)
     Q = RoPE_half(Q'), K = RoPE_half(K')       positions offset .. offset + T - 1
+    (with rope_scaling: rope(scaling=rope_scaling), theta_i and the attention factor m from
+    rope_frequencies(seq_len = offset + T), as llama_layer; the layer applies the scaling it
+    is given whatever its window: which layers are scaled is the model's rule)
     keep[b, i, j] = mask and j <= i and (window is None or i - window < j)
     O_h = softmax(cap(s^-1/2 Q_h K_g^T), keep) V_g,  s = query_pre_attn_scalar (None: K),
           cap(z) = c tanh(z / c) (softcap c; None: none),  g = h // (H / H_kv)
@@ -59,29 +62,35 @@ def _qkv(n1, num_heads, num_kv_heads, qk_norm, eps, params):
     return q, k, v, kw, h_count, h_kv
 
 
+def _rot(a):
+    """rope's attributes for the queries and keys: offset, base, "half", the layer's scaling."""
+    return {"offset": a["offset"], "base": a["rope_base"], "convention": "half",
+            "scaling": a["rope_scaling"]}
+
+
 def attention(n1, keep, a, params):
     """The attention sublayer on the normed input: (output (B, T, D), weights)."""
     q, k, v, kw, _, h_kv = _qkv(n1, a["num_heads"], a["num_kv_heads"], a["qk_norm"], a["eps"],
                                 params)
-    rot = {"offset": a["offset"], "base": a["rope_base"], "convention": "half"}
+    rot = _rot(a)
     r = sdpa(rope(q, **rot)["y"], rope(k, **rot)["y"], v, mask=keep, num_kv_heads=h_kv,
              scale=_scale(a["query_pre_attn_scalar"], kw), softcap=a["softcap"])
     return matmul(merge_heads(r["output"]), mpa(params["w_o"])), r["weights"]
 
 
 def _attrs(num_heads, num_kv_heads, eps, rope_base, offset, query_pre_attn_scalar, softcap,
-           qk_norm):
+           qk_norm, rope_scaling=None):
     return {"num_heads": num_heads, "num_kv_heads": num_kv_heads, "eps": eps,
             "rope_base": rope_base, "offset": offset,
             "query_pre_attn_scalar": query_pre_attn_scalar, "softcap": softcap,
-            "qk_norm": bool(qk_norm)}
+            "qk_norm": bool(qk_norm), "rope_scaling": rope_scaling}
 
 
 def gemma_layer(x, mask=None, num_heads=1, num_kv_heads=None, eps=1e-6, rope_base=10000.0,
                 window=None, offset=0, query_pre_attn_scalar=None, softcap=None, qk_norm=False,
-                params=None):
+                rope_scaling=None, params=None):
     a = _attrs(num_heads, num_kv_heads, eps, rope_base, offset, query_pre_attn_scalar, softcap,
-               qk_norm)
+               qk_norm, rope_scaling)
     x = mpa(x)
     out = {}
     n1 = _norm(x, eps, params, "input_norm")
@@ -113,7 +122,7 @@ def attention_vjp(da, n1, keep, a, params):
     Returns (dn1, {attn.* path: grad})."""
     qn, kn, v, kw, h_count, h_kv = _qkv(n1, a["num_heads"], a["num_kv_heads"], a["qk_norm"],
                                         a["eps"], params)
-    rot = {"offset": a["offset"], "base": a["rope_base"], "convention": "half"}
+    rot = _rot(a)
     q, k = rope(qn, **rot)["y"], rope(kn, **rot)["y"]
     attn = {"mask": keep, "num_kv_heads": h_kv, "scale": _scale(a["query_pre_attn_scalar"], kw),
             "softcap": a["softcap"]}
@@ -139,13 +148,14 @@ def attention_vjp(da, n1, keep, a, params):
 
 def gemma_layer_vjp(cot, x, mask=None, num_heads=1, num_kv_heads=None, eps=1e-6,
                     rope_base=10000.0, window=None, offset=0, query_pre_attn_scalar=None,
-                    softcap=None, qk_norm=False, params=None):
+                    softcap=None, qk_norm=False, rope_scaling=None, params=None):
     """r1 = x + N_pa(A(N_in(x))), y = r1 + N_pf2(F(N_pf1(r1))), each residual passing its
     cotangent to both branches:
         dr1 = dy + N_pf1^T F^T N_pf2^T dy,   dx = dr1 + N_in^T A^T N_pa^T dr1
-    The mask (boolean) and the positions get no gradient."""
+    The mask (boolean) and the positions get no gradient (nor does rope_scaling: RoPE^T is
+    m R^T with the scaled angles, rope_vjp)."""
     a = _attrs(num_heads, num_kv_heads, eps, rope_base, offset, query_pre_attn_scalar, softcap,
-               qk_norm)
+               qk_norm, rope_scaling)
     x, dy = mpa(x), mpa(cot["y"])
     n1 = _norm(x, eps, params, "input_norm")
     keep = keep_mask(x.shape[1], mask, window)
@@ -171,8 +181,11 @@ VJPS = {"gemma_layer": gemma_layer_vjp}
 #
 # gemma_decoder_only, ids (B, T):
 #     h_0    = embed.table[ids] sqrt(D)
-#     h_i+1  = gemma_layer_i(h_i, padding(ids)), window on even i only (Gemma 2's alternation),
-#              offset 0, parameters layers.<i>.*
+#     h_i+1  = gemma_layer_i(h_i, padding(ids)), offset 0, parameters layers.<i>.*; layer i
+#              is global where (i + 1) % sliding_window_pattern == 0 (2: the odd layers,
+#              Gemma 2's alternation; Gemma 3: 6), local otherwise; the local layers take the
+#              window and rotate with rope_local_base (None: rope_base) unscaled, the global
+#              ones with rope_base and rope_scaling (Gemma 3: rope_parameters["full_attention"])
 #     logits = cap_f(RMSNorm(h_N; norm.gamma, unit offset) embed.table^T)   (tied head)
 #     cap_f(z) = c tanh(z / c) with final_softcap c (None: the identity)
 
@@ -183,26 +196,30 @@ def _model_attrs(num_heads, num_kv_heads, eps, rope_base, query_pre_attn_scalar,
             "softcap": softcap, "qk_norm": qk_norm}
 
 
-def _local(attrs, i, window, rope_local_base):
-    """Layer i's attributes: the even (local) layers take the window and rope_local_base
-    (None: rope_base), the odd (global) ones neither (Gemma 2's alternation; Gemma 3's
-    rope_local_base_freq, the sliding_attention layers' rope_theta)."""
-    if i % 2:
-        return {**attrs, "window": None}
+def _local(attrs, i, window, rope_local_base, rope_scaling=None, pattern=2):
+    """Layer i's attributes: layer i is global where (i + 1) % pattern == 0 (pattern 2: the
+    odd layers, Gemma 2's alternation; Gemma 3: 6), local otherwise. The local layers take
+    the window and rope_local_base (None: rope_base) and no scaling, the global ones no
+    window and rope_scaling (Gemma 3's rope_local_base_freq, the sliding_attention layers'
+    rope_theta, and its rope scaling on the full_attention layers only)."""
+    if (i + 1) % int(pattern) == 0:
+        return {**attrs, "window": None, "rope_scaling": rope_scaling}
     base = attrs["rope_base"] if rope_local_base is None else rope_local_base
     return {**attrs, "window": window, "rope_base": base}
 
 
 def gemma_decoder_only(ids, pad_id=0, num_layers=1, num_heads=1, num_kv_heads=None, eps=1e-6,
                        rope_base=10000.0, window=None, query_pre_attn_scalar=None, softcap=None,
-                       final_softcap=None, qk_norm=False, rope_local_base=None, params=None):
+                       final_softcap=None, qk_norm=False, rope_local_base=None, rope_scaling=None,
+                       sliding_window_pattern=2, params=None):
     attrs = _model_attrs(num_heads, num_kv_heads, eps, rope_base, query_pre_attn_scalar,
                          softcap, qk_norm)
     h = embedding(ids, scale=True, params=sub(params, "embed"))["y"]  # (B, T, D)
     out = {"embed.output": h}
     pad = _padding(ids, pad_id)  # (B, 1, 1, T)
     for i in range(int(num_layers)):
-        r = gemma_layer(h, pad, **_local(attrs, i, window, rope_local_base),
+        r = gemma_layer(h, pad, **_local(attrs, i, window, rope_local_base, rope_scaling,
+                                         sliding_window_pattern),
                         params=sub(params, f"layers.{i}"))
         h = r.pop("y")
         out.update({f"layers.{i}.{k}": v for k, v in r.items()})
@@ -217,7 +234,7 @@ def gemma_decoder_only(ids, pad_id=0, num_layers=1, num_heads=1, num_kv_heads=No
 def gemma_decoder_only_vjp(cot, ids, pad_id=0, num_layers=1, num_heads=1, num_kv_heads=None,
                            eps=1e-6, rope_base=10000.0, window=None, query_pre_attn_scalar=None,
                            softcap=None, final_softcap=None, qk_norm=False, rope_local_base=None,
-                           params=None):
+                           rope_scaling=None, sliding_window_pattern=2, params=None):
     """z = N(h_N) E^T, logits = cap_f(z), h_i+1 = layer_i(h_i), h_0 = E[ids] sqrt(D):
         dz = dlogits (1 - tanh^2(z / c)),  dE += dz^T N(h_N) (the tied head),
         dh_N = N^T (dz E),  dh_i = layer_i^T dh_i+1,
@@ -226,7 +243,8 @@ def gemma_decoder_only_vjp(cot, ids, pad_id=0, num_layers=1, num_heads=1, num_kv
                          softcap, qk_norm)
     hs = [embedding(ids, scale=True, params=sub(params, "embed"))["y"]]
     pad = _padding(ids, pad_id)
-    layer_attrs = [_local(attrs, i, window, rope_local_base) for i in range(int(num_layers))]
+    layer_attrs = [_local(attrs, i, window, rope_local_base, rope_scaling, sliding_window_pattern)
+                   for i in range(int(num_layers))]
     for i, a in enumerate(layer_attrs):
         hs.append(gemma_layer(hs[-1], pad, **a, params=sub(params, f"layers.{i}"))["y"])
     n = _norm(hs[-1], eps, params, "norm")
