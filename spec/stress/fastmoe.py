@@ -11,6 +11,12 @@ double-double (about 2^-100 relative); an expert's (silu(h) u) W_down is a digit
 (``fo.dd_matmul``: 24-bit digits of the DD side against the input W_down, each digit matmul
 exact). Every result is rounded once to float64.
 
+Two quantities are sums that cancel, where a DD sum of terms near 1 would leave a residue
+near 2^-100 far above the value's own ULP; they are computed in closed form instead, from
+identities of the exact values: in the renormalised router's backward,
+sum_j p_j dp_j = (g . p_I) / t - (g . p_I) S / t^2 = (g . p_I) eps / t^2 (t = S + eps), and
+1 - sigmoid(z) = sigmoid(-z) (the sigmoid and silu derivatives).
+
 The selection compares DD scores: a DD value is its pair (hi, lo) with hi = fl(hi + lo),
 so (hi, lo) ordered lexicographically is the order of the values; two scores computed from
 the same exact inputs by the same operations are the same pair (an exact tie stays a tie and

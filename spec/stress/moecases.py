@@ -143,44 +143,31 @@ def _experts(e, d, f):
 
 def moe_cases():
     yield case("moe/stress-tokens-001", "moe",
-               "2049 tokens, D = 64, 8 SwiGLU experts of F = 96, top 2, softmax renormalised "
-               "(Mixtral), experts 5, 6 and 7 receive no token (their logits are 20 below the "
-               "rest, whose features span 16): a grouped matmul or permutation that mishandles "
-               "an empty group, or a tile of 2048 tokens that drops the 2049th, fails.",
-               inputs={"x": _x(2049, 64)},
-               params={"router.w": _router_w(64, 8, [0, 0, 0, 0, 0, -20, -20, -20]),
-                       **_experts(8, 64, 96)},
+               "2049 tokens, D = 32, 8 SwiGLU experts of F = 48, top 2, softmax renormalised "
+               "(Mixtral): expert 3 receives every token (its logit is 20 above the rest, whose "
+               "features span 16) and experts 5, 6 and 7 none (20 below): a grouped matmul or "
+               "permutation that mishandles an empty group, a buffer of 2048 rows per expert "
+               "(or any capacity factor), or a tile of 2048 tokens that drops the 2049th, fails.",
+               inputs={"x": _x(2049, 32)},
+               params={"router.w": _router_w(32, 8, [0, 0, 0, 20, 0, -20, -20, -20]),
+                       **_experts(8, 32, 48)},
                attributes={"top_k": 2, "renormalize": True},
                flags=["long", "empty", "tile-boundary"])
-    yield case("moe/stress-one-expert-001", "moe",
-               "2049 tokens, every one routed to expert 3 (its logit is 20 above the rest, "
-               "whose features span 16; top 1, not renormalised: the weight is its softmax "
-               "probability, just below 1), D = 48, 8 experts of F = 80: a capacity factor "
-               "that drops tokens, or a buffer of 2048 rows per expert, fails.",
-               inputs={"x": _x(2049, 48)},
-               params={"router.w": _router_w(48, 8, [0, 0, 0, 20, 0, 0, 0, 0]),
-                       **_experts(8, 48, 80)},
-               attributes={"top_k": 1}, flags=["long", "top-1", "empty"])
-    yield case("moe/stress-top-all-001", "moe",
-               "top_k = E = 8 over 1025 tokens (every expert takes every token), sigmoid scores "
-               "renormalised with eps, times 2.5 (D = 64, F = 64, a random router): the weights "
-               "of all experts sum to 2.5 up to eps; a kernel that caps top_k or allocates "
-               "N * top_k / E rows per expert fails.",
-               inputs={"x": u((1025, 64), -1.0, 1.0, 2.0 ** -5)},
-               params={"router.w": _w(64, 8, 16), **_experts(8, 64, 64)},
-               attributes={"top_k": 8, "scoring": "sigmoid", "renormalize": True,
-                           "routed_scaling_factor": 2.5},
-               flags=["top-all", "long"])
-    p = {"router.w": _router_w(32, 4, [0, 0, 0, 0]), **_experts(4, 32, 48)}
+    p = {"router.w": _w(32, 8, 16), **_experts(8, 32, 48)}
     p["experts.w_gate"]["set"] = [{"index": [None, 31, [0, 16]], "value": 96.0},
                                   {"index": [None, 31, [16, 32]], "value": -96.0}]
-    yield case("moe/stress-silu-large-001", "moe",
-               "SwiGLU gates of large magnitude: a third of every expert's gate columns read "
-               "the constant feature times 96 (h near +96) and a third times -96 (h near -96), "
-               "1025 tokens, 4 experts of F = 48, top 2: silu(h) = h exp(h) / (1 + exp(h)) is "
-               "inf / inf = NaN past h = 88.7 in float32 (11 in float16); silu(-96) is -3e-40.",
-               inputs={"x": _x(1025, 32)}, params=p, attributes={"top_k": 2},
-               flags=["silu", "overflow", "saturation"])
+    yield case("moe/stress-top-all-001", "moe",
+               "top_k = E = 8 over 513 tokens (every expert takes every token), sigmoid scores "
+               "renormalised with eps, times 2.5 (D = 32, F = 48, a random router), and SwiGLU "
+               "gates of large magnitude: a third of every expert's gate columns read the "
+               "constant feature times 96 (h near +96), a third times -96. The weights sum to "
+               "2.5 up to eps: a kernel that caps top_k or skips the renormalisation when every "
+               "expert is chosen fails; silu(h) = h exp(h) / (1 + exp(h)) is inf / inf = NaN "
+               "past h = 88.7 in float32 (11 in float16); silu(-96) is -3e-40.",
+               inputs={"x": _x(513, 32)}, params=p,
+               attributes={"top_k": 8, "scoring": "sigmoid", "renormalize": True,
+                           "routed_scaling_factor": 2.5},
+               flags=["top-all", "silu", "overflow", "saturation", "long"])
     yield case("moe/stress-grad-001", "moe",
                "Every gradient (x, the router, each expert's three weights) at 513 tokens, "
                "D = 32, 8 experts of F = 48, top 2, softmax renormalised, expert 7 receiving no "
@@ -191,8 +178,6 @@ def moe_cases():
                attributes={"top_k": 2, "renormalize": True},
                cotangents={"y": u((513, 32)), "router_logits": u((513, 8), -1.0, 1.0, 2.0 ** -6)},
                flags=["gradient", "empty", "tile-boundary"])
-
-
 
 
 # -- multi-head latent attention (expected values from the mpmath oracle itself: its exact
@@ -238,22 +223,18 @@ def _mla_far_below(d, h, dn, dr, dv, r):
 def mla_cases():
     yield case("mla/stress-tile-001", "mla",
                "T = 257 (one past a 256-row tile), causal, H = 2, Dn = 16, Dr = 16 (query/key "
-               "width 32), Dv = 24, an odd latent width R = 31, D = 48, positions 1792..2048 "
-               "(offset 1792): the shared rope key broadcast to both heads across tile edges.",
-               inputs={"x": _x3(257, 48)},
+               "width 32), Dv = 24, an odd latent width R = 31, D = 32, positions 1792..2048 "
+               "(offset 1792), and every causal score near -96750 (column 0 of each head: query "
+               "256 against key -256 c_kv[0], c_kv[0] about 1.5 sqrt(31)): the shared rope key "
+               "broadcast to both heads across tile edges; a row maximum started at a finite "
+               "sentinel (-1e4, -65504) underflows every weight (0 or NaN rows).",
+               inputs={"x": _x3(257, 32)},
                attributes={**_mla_dims(2, 16, 16, 24), "offset": 1792},
-               params=_mla_params(48, 2, 16, 16, 24, 31),
-               flags=["tile-boundary", "causal", "k-ne-v", "odd-width", "offset", "long"])
-    yield case("mla/stress-far-below-001", "mla",
-               "Every causal score is about -96000 (column 0 of each head: query 256 against "
-               "key -256 c_kv[0], c_kv[0] about 1.5 sqrt(31)), T = 129, H = 2, Dn = 16, Dr = 16, "
-               "Dv = 16, R = 31, D = 32: a row maximum started at a finite sentinel (-1e4, "
-               "-65504) underflows every weight (0 or NaN rows).",
-               inputs={"x": _x3(129, 32)},
-               attributes=_mla_dims(2, 16, 16, 16), params=_mla_far_below(32, 2, 16, 16, 16, 31),
+               params=_mla_far_below(32, 2, 16, 16, 24, 31),
                dtypes=WIDE, dtype_note="scores near -1e5 pass float16's 65504 and lose every "
                                        "weight in bfloat16's 8 bits",
-               flags=["finite-sentinel", "underflow", "large-logits", "tile-boundary", "causal"])
+               flags=["tile-boundary", "causal", "k-ne-v", "odd-width", "offset", "long",
+                      "finite-sentinel", "underflow", "large-logits"])
     yield case("mla/stress-grad-001", "mla",
                "Every gradient (x and the five weights) at T = 65 (one past a 64-row tile), "
                "causal, H = 2, Dn = 16, Dr = 8, Dv = 16, R = 15 (odd), D = 32, positions "
