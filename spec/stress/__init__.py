@@ -3,7 +3,8 @@
 Stored compactly and without pickle: ``index.json`` holds, per vector, the recipes that
 rebuild its inputs from the spec's seeded number source (recipes.py), the SHA-256 of every
 rebuilt input, and the file under ``data/`` that holds its expected values as one zlib
-stream of little-endian float64 (bool: uint8) arrays, with that file's size and SHA-256.
+stream of little-endian float64 (bool: uint8; int64: expert indices) arrays, with that
+file's size and SHA-256.
 Each vector's own ``sha256`` covers all of that (:func:`canonical_hash`). :func:`load_vectors`
 checks every hash, reads every file with a size bound, and returns ordinary
 :class:`~attnspec.spec.vectors.Vector` objects flagged ``"stress"``.
@@ -79,6 +80,9 @@ def read_data(entry: dict, directory: Path = STRESS_DIR) -> dict[str, np.ndarray
         if a["dtype"] == "bool":
             arr = np.frombuffer(raw, np.uint8, n, at).astype(bool)
             at += n
+        elif a["dtype"] == "int64":  # expert indices: compared exactly, as the suite does ints
+            arr = np.frombuffer(raw, "<i8", n, at).astype(np.int64)
+            at += 8 * n
         else:
             arr = np.frombuffer(raw, "<f8", n, at).astype(np.float64)
             at += 8 * n

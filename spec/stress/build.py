@@ -41,6 +41,20 @@ def _f(x):
 
 def expected(fn: str, x: dict, p: dict, a: dict, cot: dict | None):
     """({output: array}, {"inputs": {...}, "params": {...}} or None)."""
+    if fn in MOE:
+        from .moecheck import moe_expected
+
+        return moe_expected(fn, x, p, a, cot)
+    if fn == "mla":  # small enough for the mpmath oracle itself (its matmuls are exact)
+        from ..oracle.core import tofloat
+        from ..oracle.mla import mla, mla_vjp
+
+        out = {"y": tofloat(mla(**x, **a, params=p)["y"])}
+        grads = None
+        if cot:
+            gi, gp = mla_vjp(cot, **x, **a, params=p)
+            grads = {"inputs": {"x": tofloat(gi["x"])}, "params": {k: tofloat(v) for k, v in gp.items()}}
+        return out, grads
     if fn == "sdpa":
         kw = {k: a[k] for k in ("scale", "num_kv_heads", "softcap")}
         out = fo.sdpa(x["q"], x["k"], x["v"], x.get("mask"), x.get("bias"), **kw)
@@ -122,6 +136,7 @@ def expected(fn: str, x: dict, p: dict, a: dict, cot: dict | None):
 
 
 INTERFACES = ("sdpa_lse", "sdpa_sinks", "sdpa_varlen", "paged_attention")
+MOE = ("moe_router", "moe")  # spec/stress/fastmoe.py, checked by spec/stress/moecheck.py
 
 
 def _interface_expected(fn: str, x: dict, a: dict, cot) -> dict:
@@ -178,6 +193,10 @@ def mp_check(vid: str, fn: str, x: dict, p: dict, a: dict, cot, outputs: dict, g
 
     rng = np.random.default_rng(int.from_bytes(hashlib.sha256(vid.encode()).digest()[:4], "little"))
     n = 0
+    if fn in MOE:
+        from .moecheck import moe_check
+
+        return moe_check(vid, fn, x, p, a, cot, outputs, grads, rng)
     if fn == "sdpa":
         from ..oracle.sdpa import sdpa as mp_sdpa
 
@@ -257,7 +276,7 @@ def mp_check(vid: str, fn: str, x: dict, p: dict, a: dict, cot, outputs: dict, g
             for name in ("q", "k", "v"):
                 n += _same(grads["inputs"][name], gi[name], f"{vid} d{name}")
         return n
-    return 0  # masks, rope: computed by the mpmath oracle itself
+    return 0  # masks, rope, mla: computed by the mpmath oracle itself
 
 
 def _interface_check(vid, fn, x, a, outputs, rng) -> int:
@@ -424,8 +443,8 @@ def _build_vector(c: dict, derived: dict, check_mp: bool = True) -> tuple[dict, 
         "digests": _digests(x, p, cot or {}),
         "data": {"file": f"{component}/{vid.split('/')[1]}.f64.z", "bytes": len(blob),
                  "raw_bytes": len(raw), "sha256": hashlib.sha256(blob).hexdigest(),
-                 "arrays": [{"name": k, "dtype": "bool" if a.dtype == np.bool_ else "float64",
-                             "shape": list(a.shape)} for k, a in arrays]},
+                 "arrays": [{"name": k, "dtype": _kind(a), "shape": list(a.shape)}
+                            for k, a in arrays]},
     })
     entry = {"id": vid, "sha256": canonical_hash(entry), **{k: v for k, v in entry.items() if k != "id"}}
     return entry, blob, checked
@@ -436,9 +455,13 @@ def _digests(x: dict, p: dict, cot: dict) -> dict:
             for k, a in d.items()}
 
 
+def _kind(a: np.ndarray) -> str:
+    return "bool" if a.dtype == np.bool_ else "int64" if a.dtype.kind in "iu" else "float64"
+
+
 def _bytes(a: np.ndarray) -> bytes:
     a = np.ascontiguousarray(a)
-    return a.astype(np.uint8).tobytes() if a.dtype == np.bool_ else a.astype("<f8").tobytes()
+    return a.astype({"bool": np.uint8, "int64": "<i8", "float64": "<f8"}[_kind(a)]).tobytes()
 
 
 def _check_exact(vid: str, dtypes: list, *groups) -> None:

@@ -574,6 +574,8 @@ def paged_cases():
 
 
 def every():
+    from . import moecases
+
     for group in (sdpa_cases, softmax_cases, masks_cases, norm_cases, loss_cases, rope_cases,
-                  mha_cases, lse_cases, sinks_cases, varlen_cases, paged_cases):
+                  mha_cases, lse_cases, sinks_cases, varlen_cases, paged_cases, moecases.every):
         yield from group()
