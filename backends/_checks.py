@@ -312,6 +312,26 @@ def mla_scale(dn: int, dr: int, yarn_factor, mscale_all_dim) -> float:
     return m * m / math.sqrt(dn + dr)
 
 
+def mla_mscale_of(rope_scaling: dict, yarn_factor, mscale_all_dim) -> tuple:
+    """(yarn_factor, mscale_all_dim) of MLA's softmax scale when rope_scaling is given:
+    transformers' yarn_apply_mscale reads them from rope_parameters (rope_type not
+    "default" and mscale_all_dim not 0: factor and mscale_all_dim; otherwise m = 1), so
+    yarn_factor / mscale_all_dim given as well (not their defaults 1.0 / 0.0) is a
+    ConfigError, and so is mscale_all_dim without factor."""
+    if yarn_factor != 1.0 or mscale_all_dim != 0.0:
+        raise ConfigError(f"yarn_factor={yarn_factor!r} / mscale_all_dim={mscale_all_dim!r} "
+                          f"given with rope_scaling: with rope_scaling the mscale comes from "
+                          f"rope_scaling's factor and mscale_all_dim (leave these at 1.0 / 0.0)")
+    kind = rope_scaling.get("rope_type", "default")
+    m_all = rope_scaling.get("mscale_all_dim") or 0.0
+    if kind == "default" or not m_all:
+        return 1.0, 0.0
+    if rope_scaling.get("factor") is None:
+        raise ConfigError(f"rope_scaling.mscale_all_dim={m_all!r} needs rope_scaling.factor "
+                          f"(the mscale is 0.1 mscale_all_dim ln(factor) + 1)")
+    return rope_scaling["factor"], m_all
+
+
 def softcap(value, name: str = "softcap") -> float | None:
     """A logit soft-cap c (scores -> c tanh(scores / c)): None (no capping) or a finite
     real number > 0 (bool and str refused), as a Python float."""

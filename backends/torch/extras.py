@@ -553,7 +553,8 @@ def agree_hf_zoo(device, model):
 
 def _mla_attributes(v):
     """The vector's attributes for mla_to_hf, or None if DeepseekV3Config cannot hold them
-    (YaRN's mscale comes with YaRN's frequency scaling there)."""
+    (yarn_factor/mscale_all_dim without rope_scaling: YaRN's mscale comes with YaRN's
+    frequency scaling there; with rope_scaling both go to rope_parameters)."""
     a = dict(v.attributes)
     if a.get("yarn_factor", 1.0) > 1 and a.get("mscale_all_dim", 0.0):
         return None
@@ -565,8 +566,8 @@ def _mla_attributes(v):
 def agree_hf_mla(device):
     """Every expressible mla vector through ``mla_to_hf``, judged at the vector's float32
     tolerance: at float64 transformers still computes RMSNorm and the RoPE angles in float32.
-    Left out: YaRN's mscale (see _mla_attributes) and a query row with no key to attend to
-    (uniform weights in HF, zeros in the spec)."""
+    Left out: YaRN's mscale without rope_scaling (see _mla_attributes) and a query row with no
+    key to attend to (uniform weights in HF, zeros in the spec)."""
     name = "transformers.DeepseekV3Attention"
 
     def one(v, x, p):

@@ -69,7 +69,8 @@ DENSE = [("mlp.gate_proj.weight", "ffn.w_gate", True), ("mlp.up_proj.weight", "f
 MIXTRAL_ATTRS = {"num_heads", "num_kv_heads", "eps", "rope_base", "window", "offset",
                  "attention_bias", "top_k", "renormalize"}
 MLA_ATTRS = {"num_heads", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "eps",
-             "rope_base", "rope_convention", "yarn_factor", "mscale_all_dim", "offset"}
+             "rope_base", "rope_convention", "yarn_factor", "mscale_all_dim", "offset",
+             "rope_scaling"}
 ROUTER_ATTRS = {"top_k", "scoring", "renormalize", "n_group", "topk_group",
                 "routed_scaling_factor"}
 
@@ -307,7 +308,8 @@ def expressible(v):
     """(class name, attributes) for a mixtral_layer or deepseek_layer vector ``v`` through
     :func:`to_hf`, or None where transformers cannot hold it: a query row with no key (uniform
     weights there, zeros in the spec), DeepSeek's softmax scoring (DeepseekV3MoE's router is a
-    sigmoid), YaRN's mscale (it comes with YaRN's frequency scaling in transformers)."""
+    sigmoid), YaRN's mscale without rope_scaling (it comes with YaRN's frequency scaling in
+    transformers; with rope_scaling both are rope_parameters')."""
     import numpy as np
 
     a = dict(v.attributes)
