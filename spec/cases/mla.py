@@ -202,7 +202,8 @@ def yarn_cases(r):
     yield value("mla/yarn-001", "mla",
                 "rope_scaling = DeepSeek-V3's YaRN (factor 40, mscale = mscale_all_dim = 1, "
                 "L0 = 64), rope_base 10, Dr = 8: the rope frequencies of pairs 1-3 blended by "
-                "YaRN's ramp (0.453, 0.193, 0.074 for 0.562, 0.316, 0.178), cos/sin times 1 (mscale / mscale_all_dim), the softmax scale "
+                "YaRN's ramp (0.453, 0.193, 0.074 for 0.562, 0.316, 0.178), cos/sin times 1 "
+                "(mscale / mscale_all_dim), the softmax scale "
                 "m^2 / sqrt(12), m = 0.1 ln 40 + 1 (m once, m on q and k, or plain RoPE fail).",
                 inputs={"x": r.uniform((2, 6, 8))},
                 attributes={**dims(2, 4, 8, 4), "rope_base": 10.0, "rope_scaling": dict(V3_YARN)},
