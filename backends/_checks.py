@@ -643,10 +643,15 @@ def paged_append_plan(a, k_cache, v_cache, block_table, seq_lens, k, v) -> tuple
     return k_cache, v_cache, k, v, index, (lens + t).astype(dtype)  # (B,)
 
 
+GROUP_SCORES = ("sum_top2", "max")
+
+
 def moe_router(x_shape: tuple, bias_shape, top_k, scoring, renormalize, eps, n_group,
-               topk_group, routed_scaling_factor) -> tuple:
+               topk_group, routed_scaling_factor, group_score="sum_top2") -> tuple:
     """The router's attributes against logits (N, E) and a bias (E,) (shapes; bias_shape
-    None when absent): ``(top_k, n_group, topk_group)`` or ConfigError / ShapeError."""
+    None when absent): ``(top_k, n_group, topk_group)`` or ConfigError / ShapeError.
+    group_score: a group scored by the sum of its two largest selection scores ("sum_top2",
+    DeepSeek-V3; groups of at least 2) or by its largest ("max", DeepSeek-V2)."""
     if len(x_shape) != 2:
         raise ShapeError(f"logits must have rank 2 (N, E), got shape {tuple(x_shape)}")
     e = x_shape[1]
@@ -658,10 +663,13 @@ def moe_router(x_shape: tuple, bias_shape, top_k, scoring, renormalize, eps, n_g
     for name, v in (("eps", eps), ("routed_scaling_factor", routed_scaling_factor)):
         if not _real(v) or not math.isfinite(v) or v < 0:
             raise ConfigError(f"{name} must be a finite number >= 0, got {v!r}")
+    choice("group_score", group_score, GROUP_SCORES)
     n_group = integer("n_group", n_group, lo=1)
-    if e % n_group or (n_group > 1 and e // n_group < 2):
+    least = 2 if group_score == "sum_top2" else 1
+    if e % n_group or (n_group > 1 and e // n_group < least):
         raise ConfigError(f"n_group={n_group} must divide the {e} experts of logits "
-                          f"{tuple(x_shape)} into groups of at least 2")
+                          f"{tuple(x_shape)} into groups of at least {least}"
+                          + (" (group_score 'sum_top2')" if least == 2 else ""))
     topk_group = integer("topk_group", topk_group, lo=1, hi=n_group)
     top_k = integer("top_k", top_k, lo=1, hi=topk_group * (e // n_group))
     return top_k, n_group, topk_group

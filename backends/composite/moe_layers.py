@@ -84,7 +84,8 @@ class MoeLayers(Models):
                        v_head_dim, top_k=None, eps=1e-6, rope_base=10000.0,
                        rope_convention="interleaved", yarn_factor=1.0, mscale_all_dim=0.0,
                        offset=0, scoring="sigmoid", renormalize=True, n_group=1, topk_group=1,
-                       routed_scaling_factor=1.0, rope_scaling=None, params):
+                       routed_scaling_factor=1.0, rope_scaling=None, group_score="sum_top2",
+                       params):
         """r1 = x + mla(RMSNorm(x)) (causal, ANDed with mask); y = r1 + F(RMSNorm(r1)), F the
         dense SwiGLU (ffn.*) or moe (moe.*) with the router attributes; eps is every RMSNorm's
         (the layer's two and mla's latent ones); rope_scaling goes to mla as it is."""
@@ -103,7 +104,8 @@ class MoeLayers(Models):
         r1 = x + a
         n2 = self.k.rms_norm(r1, eps=eps, params=p.scope("ffn_norm"))
         router = {"scoring": scoring, "renormalize": renormalize, "n_group": n_group,
-                  "topk_group": topk_group, "routed_scaling_factor": routed_scaling_factor}
+                  "topk_group": topk_group, "routed_scaling_factor": routed_scaling_factor,
+                  **({} if group_score == "sum_top2" else {"group_score": group_score})}
         return r1 + self.ffn_or_moe(n2, top_k, router, p)
 
     def deepseek_decoder_only(self, ids, *, pad_id, num_layers, first_k_dense_replace,
@@ -112,7 +114,7 @@ class MoeLayers(Models):
                               rope_convention="interleaved", yarn_factor=1.0,
                               mscale_all_dim=0.0, scoring="sigmoid", renormalize=True,
                               n_group=1, topk_group=1, routed_scaling_factor=1.0,
-                              rope_scaling=None, params):
+                              rope_scaling=None, group_score="sum_top2", params):
         """h_0 = E[ids] (no positions, no scale); h_{i+1} = deepseek_layer_i(h_i, pad(ids)),
         layers 0..first_k_dense_replace-1 dense (ffn.*), the rest MoE (moe.*);
         logits = RMSNorm(h_N) W_lm (no bias); rope_scaling goes to every layer's mla."""
@@ -137,5 +139,6 @@ class MoeLayers(Models):
                 mscale_all_dim=mscale_all_dim, offset=0, scoring=scoring,
                 renormalize=renormalize, n_group=n_group, topk_group=topk_group,
                 routed_scaling_factor=routed_scaling_factor,
-                **({} if rope_scaling is None else {"rope_scaling": rope_scaling}), params=q)
+                **({} if rope_scaling is None else {"rope_scaling": rope_scaling}),
+                **({} if group_score == "sum_top2" else {"group_score": group_score}), params=q)
         return self.llama_head(h, eps, p)

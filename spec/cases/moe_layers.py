@@ -30,11 +30,13 @@ COMPONENT = Component("moe_layers", {
                         oracle=O.mixtral_layer),
     "deepseek_layer": Fn(module="layers", inputs=["x", "mask"], optional=["mask"], returns=["y"],
                          required=DIMS, attributes={"top_k": None, **MLA, "offset": 0, **ROUTER},
-                         added={"rope_scaling": None}, params=True, oracle=O.deepseek_layer),
+                         added={"rope_scaling": None, "group_score": "sum_top2"}, params=True,
+                         oracle=O.deepseek_layer),
     "deepseek_decoder_only": Fn(module="models", inputs=["ids"], returns=["logits"],
                                 required=["pad_id", "num_layers", "first_k_dense_replace", *DIMS],
                                 attributes={"top_k": None, **MLA, **ROUTER},
-                                added={"rope_scaling": None}, params=True,
+                                added={"rope_scaling": None, "group_score": "sum_top2"},
+                                params=True,
                                 oracle=O.deepseek_decoder_only),
 }, tolerances=tolerances("stack"))
 
@@ -391,6 +393,7 @@ def cases(rng):
     yield from model_cases(Rng(f"{COMPONENT.id}/model"))
     yield from defaults_cases(Rng(f"{COMPONENT.id}/defaults"))
     yield from yarn_cases(Rng(f"{COMPONENT.id}/yarn"))
+    yield from v2_cases(Rng(f"{COMPONENT.id}/v2"))
 
 
 def defaults_cases(r):
@@ -551,3 +554,20 @@ def yarn_grad_cases(r):
                    "and m^2.",
                    inputs={"x": x}, attributes=a, params=deepseek_case(r, x, a),
                    cotangents={"y": r.uniform((1, 4, 8))}, flags=["gradient", "rope-scaling"])
+
+
+# -- DeepSeek-V2's layer: group_score "max", softmax, no query latent (its own stream) ----------
+
+def v2_cases(r):
+    a = {**dims(2, 2, 8, 4), "top_k": 2, "scoring": "softmax", "renormalize": False,
+         "n_group": 2, "topk_group": 1, "routed_scaling_factor": 2.0, "group_score": "max",
+         "rope_base": 10.0,
+         "rope_scaling": {**V3_YARN, "mscale": 0.707, "mscale_all_dim": 0.707}}
+    x = r.uniform((2, 4, 8))
+    yield value("moe_layers/deepseek-v2-002", "deepseek_layer",
+                "A DeepSeek-V2 MoE layer: mla without a query latent and V2's YaRN (mscale = "
+                "mscale_all_dim = 0.707), then softmax scores, 4 experts in 2 groups scored by "
+                "their max (group_limited_greedy), the best group, top 2, not renormalised, "
+                "times 2, an ungated shared expert.",
+                inputs={"x": x}, attributes=a, params=deepseek_case(r, x, a),
+                flags=["rope-scaling", "unnormalised"])
