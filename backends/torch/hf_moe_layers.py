@@ -72,7 +72,7 @@ MLA_ATTRS = {"num_heads", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", 
              "rope_base", "rope_convention", "yarn_factor", "mscale_all_dim", "offset",
              "rope_scaling"}
 ROUTER_ATTRS = {"top_k", "scoring", "renormalize", "n_group", "topk_group",
-                "routed_scaling_factor"}
+                "routed_scaling_factor", "group_score"}
 
 
 def _prefixed(prefix: str, d: dict) -> dict:
@@ -329,7 +329,8 @@ def expressible(v):
     if not keep.any(-1).all():
         return None
     if v.function == "deepseek_layer":
-        if "moe.router.w" in v.params and a.get("scoring", "sigmoid") != "sigmoid":
+        if "moe.router.w" in v.params and (a.get("scoring", "sigmoid") != "sigmoid" or (
+                a.get("n_group", 1) > 1 and a.get("group_score", "sum_top2") != "sum_top2")):
             return None
         if a.get("yarn_factor", 1.0) > 1 and a.get("mscale_all_dim", 0.0):
             return None

@@ -178,18 +178,20 @@ def grad_cases(r):
 
 # -- group_score "max": DeepSeek-V2's MoE block (its own streams) ----------------------------
 
-V2 = {"scoring": "softmax", "renormalize": False, "n_group": 4, "topk_group": 2,
+V2 = {"scoring": "softmax", "renormalize": False, "n_group": 4, "topk_group": 1,
       "routed_scaling_factor": 2.0, "group_score": "max"}
 
 
 def _v2_routed(r, n, d, e, f, a):
-    """routed(), redrawn until some token's groups by max differ from those by top-two sums."""
+    """routed(), redrawn until some token's groups by max differ from those by top-two sums,
+    and some token's choice from the plain (ungrouped) top_k."""
     for _ in range(200):
         x, p = routed(r, n, d, e, f, a)
-        z = x @ p["router.w"]
+        z = [list(_scores(row, "softmax")) for row in x @ p["router.w"]]
         k = (a["top_k"], a["n_group"], a["topk_group"])
-        if any(set(select(list(_scores(row, "softmax")), *k, "max")) !=
-               set(select(list(_scores(row, "softmax")), *k, "sum_top2")) for row in z):
+        chosen = [set(select(s, *k, "max")) for s in z]
+        if any(c != set(select(s, *k, "sum_top2")) for c, s in zip(chosen, z)) and \
+                any(c != set(select(s, a["top_k"], 1, 1)) for c, s in zip(chosen, z)):
             return x, p
     raise AssertionError("no differing draw")
 
@@ -199,9 +201,9 @@ def v2_cases(r):
     x, p = _v2_routed(r, 6, 4, 8, 4, a)
     yield value("moe/v2-001", "moe",
                 "DeepSeek-V2's block in small: softmax over 8 experts in 4 groups scored by "
-                "their max (group_limited_greedy), the best 2, top 2, not renormalised, times "
-                "2, plus an ungated shared expert (F = 4); some token's groups differ from "
-                "those of the top-two sums.",
+                "their max (group_limited_greedy), the best group, top 2, not renormalised, "
+                "times 2, plus an ungated shared expert (F = 4); some token's choice differs "
+                "from that of the top-two sums, some from the ungrouped top 2.",
                 inputs={"x": x}, attributes=a, params={**p, **shared(r, 4, 4, gate=False)},
                 flags=["basic", "optional-params"])
 
@@ -210,7 +212,7 @@ def v2_grad_cases(r):
     a = {"top_k": 2, **V2}
     x, p = _v2_routed(r, 4, 4, 8, 4, a)
     yield gradient("moe/grad-005", "moe",
-                   "DeepSeek-V2 style: softmax, groups by max, the best 2 of 4, top 2, times 2, "
+                   "DeepSeek-V2 style: softmax, groups by max, the best of 4, top 2, times 2, "
                    "an ungated shared expert.",
                    inputs={"x": x}, attributes=a, params={**p, **shared(r, 4, 4, gate=False)},
                    cotangents={"y": r.uniform((4, 4)), "router_logits": r.uniform((4, 8))},
