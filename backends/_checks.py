@@ -312,6 +312,26 @@ def mla_scale(dn: int, dr: int, yarn_factor, mscale_all_dim) -> float:
     return m * m / math.sqrt(dn + dr)
 
 
+def mla_mscale_of(rope_scaling: dict, yarn_factor, mscale_all_dim) -> tuple:
+    """(yarn_factor, mscale_all_dim) of MLA's softmax scale when rope_scaling is given:
+    transformers' yarn_apply_mscale reads them from rope_parameters (rope_type not
+    "default" and mscale_all_dim not 0: factor and mscale_all_dim; otherwise m = 1), so
+    yarn_factor / mscale_all_dim given as well (not their defaults 1.0 / 0.0) is a
+    ConfigError, and so is mscale_all_dim without factor."""
+    if yarn_factor != 1.0 or mscale_all_dim != 0.0:
+        raise ConfigError(f"yarn_factor={yarn_factor!r} / mscale_all_dim={mscale_all_dim!r} "
+                          f"given with rope_scaling: with rope_scaling the mscale comes from "
+                          f"rope_scaling's factor and mscale_all_dim (leave these at 1.0 / 0.0)")
+    kind = rope_scaling.get("rope_type", "default")
+    m_all = rope_scaling.get("mscale_all_dim") or 0.0
+    if kind == "default" or not m_all:
+        return 1.0, 0.0
+    if rope_scaling.get("factor") is None:
+        raise ConfigError(f"rope_scaling.mscale_all_dim={m_all!r} needs rope_scaling.factor "
+                          f"(the mscale is 0.1 mscale_all_dim ln(factor) + 1)")
+    return rope_scaling["factor"], m_all
+
+
 def softcap(value, name: str = "softcap") -> float | None:
     """A logit soft-cap c (scores -> c tanh(scores / c)): None (no capping) or a finite
     real number > 0 (bool and str refused), as a Python float."""
@@ -623,10 +643,15 @@ def paged_append_plan(a, k_cache, v_cache, block_table, seq_lens, k, v) -> tuple
     return k_cache, v_cache, k, v, index, (lens + t).astype(dtype)  # (B,)
 
 
+GROUP_SCORES = ("sum_top2", "max")
+
+
 def moe_router(x_shape: tuple, bias_shape, top_k, scoring, renormalize, eps, n_group,
-               topk_group, routed_scaling_factor) -> tuple:
+               topk_group, routed_scaling_factor, group_score="sum_top2") -> tuple:
     """The router's attributes against logits (N, E) and a bias (E,) (shapes; bias_shape
-    None when absent): ``(top_k, n_group, topk_group)`` or ConfigError / ShapeError."""
+    None when absent): ``(top_k, n_group, topk_group)`` or ConfigError / ShapeError.
+    group_score: a group scored by the sum of its two largest selection scores ("sum_top2",
+    DeepSeek-V3; groups of at least 2) or by its largest ("max", DeepSeek-V2)."""
     if len(x_shape) != 2:
         raise ShapeError(f"logits must have rank 2 (N, E), got shape {tuple(x_shape)}")
     e = x_shape[1]
@@ -638,10 +663,13 @@ def moe_router(x_shape: tuple, bias_shape, top_k, scoring, renormalize, eps, n_g
     for name, v in (("eps", eps), ("routed_scaling_factor", routed_scaling_factor)):
         if not _real(v) or not math.isfinite(v) or v < 0:
             raise ConfigError(f"{name} must be a finite number >= 0, got {v!r}")
+    choice("group_score", group_score, GROUP_SCORES)
     n_group = integer("n_group", n_group, lo=1)
-    if e % n_group or (n_group > 1 and e // n_group < 2):
+    least = 2 if group_score == "sum_top2" else 1
+    if e % n_group or (n_group > 1 and e // n_group < least):
         raise ConfigError(f"n_group={n_group} must divide the {e} experts of logits "
-                          f"{tuple(x_shape)} into groups of at least 2")
+                          f"{tuple(x_shape)} into groups of at least {least}"
+                          + (" (group_score 'sum_top2')" if least == 2 else ""))
     topk_group = integer("topk_group", topk_group, lo=1, hi=n_group)
     top_k = integer("top_k", top_k, lo=1, hi=topk_group * (e // n_group))
     return top_k, n_group, topk_group

@@ -24,5 +24,5 @@ EXTRA_FUNCTIONS = (
     ("mla_step", "decoding",
      "x, cache, mask=None, *, num_heads, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, "
      "eps=1e-06, rope_base=10000.0, rope_convention='interleaved', yarn_factor=1.0, "
-     "mscale_all_dim=0.0, params", "(y, new_cache)"),
+     "mscale_all_dim=0.0, rope_scaling=None, params", "(y, new_cache)"),
 )

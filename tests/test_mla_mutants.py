@@ -20,14 +20,34 @@ BUGS = {
     "mscale-not-squared": "softmax scale m / sqrt(Dn + Dr) instead of m^2 / sqrt(Dn + Dr)",
     "kv-norm-skipped": "kv_a_layernorm skipped: c_kv = (x W_kv_a)[..., :R] unnormalised",
     "scale-nope-width": "softmax scale 1 / sqrt(Dn) (the nope width only)",
+    # rope_scaling (YaRN as DeepSeek-V2/V3 configure it)
+    "yarn-mscale-once": "with rope_scaling, its mscale applied once: m / sqrt(Dn + Dr)",
+    "yarn-mscale-on-qk": "YaRN's m applied to q_pe and the rope key (cos/sin times m) as well "
+                         "as squared on the softmax scale",
+    "yarn-plain-rope": "rope_scaling read for the mscale only: plain RoPE frequencies (the "
+                       "converter's old refusal, silently applied)",
+    "yarn-no-mscale": "rope_scaling's frequencies applied, its mscale_all_dim not: scale "
+                      "1 / sqrt(Dn + Dr)",
+    "yarn-rope-factor-dropped": "rope's attention factor (cos/sin times mscale / mscale_all_dim "
+                                "or attention_factor) dropped, the frequencies kept",
+    "yarn-mscale-from-mscale": "m from rope_scaling's mscale instead of its mscale_all_dim",
 }
+
+
+def yarn_m(sc, key="mscale_all_dim"):
+    """transformers' yarn_apply_mscale: m of rope_scaling sc (1 unless not default and key)."""
+    m_all = sc.get(key) or 0.0
+    if sc.get("rope_type", "default") == "default" or not m_all or sc["factor"] <= 1:
+        return 1.0
+    return 0.1 * m_all * math.log(sc["factor"]) + 1
 
 
 def sketch(bug=None):
     def mla(x, mask=None, *, num_heads, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, eps=1e-6,
             rope_base=10000.0, rope_convention="interleaved", yarn_factor=1.0, mscale_all_dim=0.0,
-            offset=0, params):
+            offset=0, rope_scaling=None, params):
         h, dn, dr, dv, p = num_heads, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, params
+        sc = rope_scaling
         b, t, _ = x.shape
         conv = "half" if bug == "half-layout" else rope_convention
 
@@ -38,7 +58,16 @@ def sketch(bug=None):
             return z.reshape(b, t, h, w).transpose(0, 2, 1, 3)
 
         def rope(z):
-            return positional.rope(z, offset=offset, base=rope_base, convention=conv)
+            if sc is None or bug == "yarn-plain-rope":
+                return positional.rope(z, offset=offset, base=rope_base, convention=conv)
+            y = positional.rope(z, offset=offset, base=rope_base, convention=conv, scaling=sc)
+            if bug == "yarn-rope-factor-dropped":
+                one = positional.rope(np.ones_like(z[..., :1, :]) * 0 + np.eye(1, z.shape[-1]),
+                                      offset=0, base=rope_base, convention=conv, scaling=sc)
+                y = y / np.abs(one).max()  # cos(0) m = m: divided out
+            if bug == "yarn-mscale-on-qk":
+                y = y * yarn_m(sc)
+            return y
 
         q = (x @ p["w_q"] if "w_q" in p else rms(x @ p["w_q_a"], p["q_norm.gamma"]) @ p["w_q_b"])
         q = heads(q, dn + dr)  # (B, H, T, Dn + Dr)
@@ -60,7 +89,11 @@ def sketch(bug=None):
             qq = np.concatenate([q[..., :dn], rope(q[..., dn:])], -1)
             kk = np.concatenate([k_nope, k_rep], -1)
         m = 0.1 * mscale_all_dim * math.log(yarn_factor) + 1 if yarn_factor > 1 else 1.0
-        scale = (m if bug == "mscale-not-squared" else m * m) / math.sqrt(dn + dr)
+        if sc is not None:
+            m = yarn_m(sc, "mscale" if bug == "yarn-mscale-from-mscale" else "mscale_all_dim")
+            m = 1.0 if bug == "yarn-no-mscale" else m
+        once = bug in ("mscale-not-squared", "yarn-mscale-once")
+        scale = (m if once else m * m) / math.sqrt(dn + dr)
         if bug == "scale-nope-width":
             scale = 1 / math.sqrt(dn)
         keep = np.tril(np.ones((t, t), dtype=bool))
@@ -162,3 +195,45 @@ def test_mla_bug_is_caught_by_the_absorbed_form_property(name):
 @pytest.mark.parametrize("convention", ["interleaved", "half"])
 def test_absorbed_form_property_passes_the_correct_backend(convention):
     _absorbed(composite_mutant(Mla), 0, convention)
+
+
+# -- rope_scaling, judged by the properties --------------------------------------------------
+
+def step_drops_rope_scaling(self, x, cache, mask=None, *, rope_scaling=None, **kw):
+    """mla_step ignoring rope_scaling: the cached steps rotate with plain RoPE and m = 1."""
+    return Mla.mla_step(self, x, cache, mask, **kw)
+
+
+def _incremental_yarn(backend, seed):
+    props.test_mla_incremental_decoding_under_yarn_rope_scaling_equals_full_forward.hypothesis.inner_test(
+        backend=backend, device="cpu", attnspec_session=types.SimpleNamespace(
+            property_dtype="float64"), ops=_ops(backend), seed=seed,
+        shape=(8, 2, 2, 4, 4, 6, None), yarn=(40.0, 1.0, 1.0, None), t=5, cut=2)
+
+
+def test_mla_step_dropping_rope_scaling_is_caught_by_the_yarn_incremental_property():
+    with pytest.raises(AssertionError):
+        _incremental_yarn(composite_mutant(Mla, methods={"mla_step": step_drops_rope_scaling}), 0)
+
+
+def test_yarn_incremental_property_passes_the_correct_backend():
+    _incremental_yarn(composite_mutant(Mla), 0)
+
+
+def _absorbed_yarn(backend, yarn):
+    props.test_mla_absorbed_weights_equal_naive_form_under_yarn_rope_scaling.hypothesis.inner_test(
+        ops=_ops(backend), seed=0, shape=(8, 2, 2, 4, 4, 6, None), convention="interleaved",
+        yarn=yarn, t=5, offset=2)
+
+
+@pytest.mark.parametrize("name", ["yarn-mscale-once", "yarn-mscale-on-qk", "yarn-plain-rope",
+                                  "yarn-no-mscale", "yarn-rope-factor-dropped"])
+def test_mla_yarn_bug_is_caught_by_the_absorbed_yarn_property(name):
+    yarn = (40.0, 1.0, None, None) if name == "yarn-rope-factor-dropped" else (40.0, 1.0, 1.0, None)
+    with pytest.raises(AssertionError):
+        _absorbed_yarn(mutant(mla=sketch(name)), yarn)
+
+
+@pytest.mark.parametrize("yarn", [(40.0, 1.0, 1.0, None), (4.0, None, 1.0, 0.75)])
+def test_absorbed_yarn_property_passes_the_correct_backend(yarn):
+    _absorbed_yarn(composite_mutant(Mla), yarn)

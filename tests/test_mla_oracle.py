@@ -36,3 +36,31 @@ def test_softmax_scale_squares_yarn_mscale():
     assert float(softmax_scale(64, 128 - 64, 40.0, 1.0)) == pytest.approx(m * m / math.sqrt(128), rel=1e-15)
     assert float(softmax_scale(4, 4, 1.0, 1.0)) == pytest.approx(8 ** -0.5, rel=1e-15)
     assert float(softmax_scale(4, 4, 40.0, 0.0)) == pytest.approx(8 ** -0.5, rel=1e-15)
+
+
+@pytest.mark.parametrize("scaling", [
+    {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 16,
+     "mscale": 1.0, "mscale_all_dim": 1.0, "attention_factor": 0.75},
+    {"rope_type": "linear", "factor": 4.0},
+], ids=["yarn", "linear"])
+def test_mla_vjp_with_rope_scaling_matches_central_differences(scaling):
+    """rope_scaling: the rope VJP carries the attention factor, the scale m^2 from it."""
+    r = np.random.default_rng(5)
+    attrs = {"num_heads": 2, "qk_nope_head_dim": 1, "qk_rope_head_dim": 4, "v_head_dim": 2,
+             "rope_convention": "interleaved", "offset": 2, "rope_base": 10.0,
+             "rope_scaling": scaling, "eps": 0.1}
+    _check(mla, VJP["mla"], {"y": r.uniform(-1, 1, (1, 3, 3))},
+           {"x": r.uniform(-1, 1, (1, 3, 3))}, attrs, _params(r, 3, 2, 1, 4, 2, 2, None))
+
+
+def test_rope_scaling_takes_the_mscale_from_rope_parameters():
+    """transformers' yarn_apply_mscale: m from rope_parameters' factor and mscale_all_dim
+    when rope_type is not default and mscale_all_dim is set; otherwise m = 1."""
+    from attnspec.spec.oracle.mla import scale_of
+    m = 0.1 * 0.707 * math.log(40.0) + 1
+    v3 = {"rope_type": "yarn", "factor": 40.0, "mscale_all_dim": 0.707}
+    assert float(scale_of(4, 4, 1.0, 0.0, v3)) == pytest.approx(m * m / math.sqrt(8), rel=1e-15)
+    for sc in ({"rope_type": "yarn", "factor": 40.0, "mscale": 1.0},
+               {"rope_type": "default", "mscale_all_dim": 1.0, "factor": 40.0},
+               {"rope_type": "linear", "factor": 4.0}):
+        assert float(scale_of(4, 4, 1.0, 0.0, sc)) == pytest.approx(8 ** -0.5, rel=1e-15)

@@ -17,13 +17,17 @@ def _ranked_high(s):
     return e - 1 - np.argsort(-s[:, ::-1], axis=-1, kind="stable")
 
 
-def _planted_select(s, top_k, n_group, topk_group, *, rank=moe._ranked, group_max=False):
-    """The router's choice with a planted bug: another ranking, or a group scored by its
-    maximum instead of the sum of its top two."""
+def _planted_select(s, top_k, n_group, topk_group, group_score="sum_top2", *, rank=moe._ranked,
+                    group_max=False, group_sum=False, group_s=None):
+    """The router's choice with a planted bug: another ranking, a group scored by its
+    maximum instead of the sum of its top two (or the sum where the max is meant), groups
+    scored on other scores (group_s) than the experts."""
     n, e = s.shape
     if n_group > 1:
-        grouped = np.sort(s.reshape(n, n_group, e // n_group), axis=-1)   # (N, G, E/G)
-        g = grouped[..., -1] if group_max else grouped[..., -1] + grouped[..., -2]
+        gs = s if group_s is None else group_s
+        grouped = np.sort(gs.reshape(n, n_group, e // n_group), axis=-1)  # (N, G, E/G)
+        top2 = (group_score == "sum_top2" or group_sum) and not group_max
+        g = grouped[..., -1] + grouped[..., -2] if top2 else grouped[..., -1]
         chosen = rank(g)[:, :topk_group]
         allowed = np.zeros((n, n_group), dtype=bool)
         np.put_along_axis(allowed, chosen, True, axis=-1)
@@ -32,16 +36,20 @@ def _planted_select(s, top_k, n_group, topk_group, *, rank=moe._ranked, group_ma
 
 
 SELECT = {"group_max": functools.partial(_planted_select, group_max=True),
+          "group_sum_where_max": functools.partial(_planted_select, group_sum=True),
           "ties_to_highest_id": functools.partial(_planted_select, rank=_ranked_high)}
 
 
 def _router(logits, correction_bias=None, *, top_k, scoring="softmax", renormalize=False,
-            eps=1e-20, n_group=1, topk_group=1, routed_scaling_factor=1.0, bug):
+            eps=1e-20, n_group=1, topk_group=1, routed_scaling_factor=1.0,
+            group_score="sum_top2", bug):
     x = np.asarray(logits, np.float64)
     b = np.zeros(x.shape[-1]) if correction_bias is None else np.asarray(correction_bias)
     p = moe._scores(x, scoring)
     select = SELECT.get(bug, moe._select)
-    idx = select(p + b, top_k, n_group, topk_group)
+    if bug == "group_score_without_bias":
+        select = functools.partial(_planted_select, group_s=p)
+    idx = select(p + b, top_k, n_group, topk_group, group_score)
     w = np.take_along_axis(p, idx, axis=-1)
     if bug == "raw_logits":
         w = np.take_along_axis(x, idx, axis=-1)
@@ -58,7 +66,8 @@ def _router(logits, correction_bias=None, *, top_k, scoring="softmax", renormali
 
 BUGS = {name: functools.partial(_router, bug=name)
         for name in ("raw_logits", "softmax_of_top_k", "bias_in_weights", "always_renormalised",
-                     "never_renormalised", "scale_ignored", "group_max", "ties_to_highest_id")}
+                     "never_renormalised", "scale_ignored", "group_max", "ties_to_highest_id",
+                     "group_sum_where_max", "group_score_without_bias")}
 
 
 @pytest.mark.parametrize("bug", sorted(BUGS))
@@ -121,7 +130,9 @@ def test_moe_router_correct_backward_passes():
     {"top_k": 3},
     {"top_k": 4, "scoring": "sigmoid", "renormalize": True, "n_group": 4, "topk_group": 2,
      "routed_scaling_factor": 2.5},
-], ids=["softmax-renormalised", "softmax", "sigmoid-grouped"])
+    {"top_k": 2, "n_group": 4, "topk_group": 2, "group_score": "max",
+     "routed_scaling_factor": 16.0},
+], ids=["softmax-renormalised", "softmax", "sigmoid-grouped", "softmax-group-max"])
 def test_moe_router_oracle_vjp_matches_central_differences(attrs):
     """The oracle's backward against 50-digit central differences of its forward (the choice
     is locally constant on these well-separated logits), the bias's gradient 0."""

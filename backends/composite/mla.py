@@ -24,13 +24,16 @@ class Mla(Composite):
 
     def mla(self, x, mask=None, *, num_heads, qk_nope_head_dim, qk_rope_head_dim, v_head_dim,
             eps=1e-6, rope_base=10000.0, rope_convention="interleaved", yarn_factor=1.0,
-            mscale_all_dim=0.0, offset=0, params):
+            mscale_all_dim=0.0, offset=0, rope_scaling=None, params):
         """y = concat_h softmax(s [q_nope_h | RoPE(q_pe_h)] [k_nope_h | RoPE(k_pe)]^T) v_h W_o,
-        causal (ANDed with mask), s = m^2 / sqrt(Dn + Dr)."""
+        causal (ANDed with mask), s = m^2 / sqrt(Dn + Dr). rope_scaling (transformers'
+        rope_parameters less rope_theta, as llama_layer takes it) goes to both RoPEs, and
+        then m comes from it (its factor and mscale_all_dim, as transformers'
+        yarn_apply_mscale), not from yarn_factor / mscale_all_dim."""
         x = self.ops.floating("x", x)
         b, t, _ = check.rank("x", x, min_rank=3, max_rank=3)
         cfg = self.config(num_heads, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, eps,
-                          rope_base, rope_convention, yarn_factor, mscale_all_dim)
+                          rope_base, rope_convention, yarn_factor, mscale_all_dim, rope_scaling)
         offset = check.integer("offset", offset, lo=0)
         keep = Layers.llama_keep(self, mask, b, t, t, None, x)  # (B?, 1, T, T)
         p = check.params_of(params)
@@ -56,15 +59,17 @@ class Mla(Composite):
 
     def mla_step(self, x, cache, mask=None, *, num_heads, qk_nope_head_dim, qk_rope_head_dim,
                  v_head_dim, eps=1e-6, rope_base=10000.0, rope_convention="interleaved",
-                 yarn_factor=1.0, mscale_all_dim=0.0, params):
+                 yarn_factor=1.0, mscale_all_dim=0.0, rope_scaling=None, params):
         """(y (B, t, D), new cache) for the t new rows x (B, t, D) at positions n..n+t-1,
         n = cache["length"]; mask (B, t) bool marks the real rows (None: all): equal to
-        mla(all rows so far, mask=keep[:, None, None, :])[:, n:]."""
+        mla(all rows so far, mask=keep[:, None, None, :])[:, n:]. With rope_scaling the new
+        rows' frequencies are those of seq_len = n + t (llama_step's rule): equal to the
+        forward for every rule whose frequencies do not depend on seq_len (yarn among them)."""
         ops = self.ops
         x = self.ops.floating("x", x)
         b, t, _ = check.rank("x", x, min_rank=3, max_rank=3)
         cfg = self.config(num_heads, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, eps,
-                          rope_base, rope_convention, yarn_factor, mscale_all_dim)
+                          rope_base, rope_convention, yarn_factor, mscale_all_dim, rope_scaling)
         n = int(cache["length"])
         check.same("batch size", **{"x.shape[0]": b, "cache['keep'].shape[0]": cache["keep"].shape[0]})
         new = ops.full((b, t), 1, like=x) == 1 if mask is None else mask  # (B, t)
@@ -79,17 +84,22 @@ class Mla(Composite):
 
     @staticmethod
     def config(num_heads, dn, dr, dv, eps, rope_base, rope_convention, yarn_factor,
-               mscale_all_dim) -> dict:
-        """The checked attributes, with the softmax scale s = m^2 / sqrt(Dn + Dr)."""
+               mscale_all_dim, rope_scaling=None) -> dict:
+        """The checked attributes, with the softmax scale s = m^2 / sqrt(Dn + Dr); with
+        rope_scaling, rope's scaling (Layers.llama_rope's checks) and m from it."""
         heads = check.integer("num_heads", num_heads, lo=1)
         dn = check.integer("qk_nope_head_dim", dn, lo=1)
         dr = check.integer("qk_rope_head_dim", dr, lo=2)
         if dr % 2:
             raise ShapeError(f"RoPE needs an even width: qk_rope_head_dim={dr}")
         dv = check.integer("v_head_dim", dv, lo=1)
-        return {"h": heads, "dn": dn, "dr": dr, "dv": dv, "eps": check.eps(eps),
-                "rot": {"base": rope_base,
-                        "convention": check.choice("rope_convention", rope_convention, CONVENTIONS)},
+        rot = {"base": rope_base,
+               "convention": check.choice("rope_convention", rope_convention, CONVENTIONS)}
+        if rope_scaling is not None:
+            rot.update(Layers.llama_rope(rope_scaling, None))
+            yarn_factor, mscale_all_dim = check.mla_mscale_of(rope_scaling, yarn_factor,
+                                                              mscale_all_dim)
+        return {"h": heads, "dn": dn, "dr": dr, "dv": dv, "eps": check.eps(eps), "rot": rot,
                 "scale": check.mla_scale(dn, dr, yarn_factor, mscale_all_dim)}
 
     # -- the projections ----------------------------------------------------------------

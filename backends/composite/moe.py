@@ -1,6 +1,7 @@
 """The mixture-of-experts layer (spec/components/moe.md), written once over each backend's
 moe_router and gated_feedforward: Mixtral, Qwen2-MoE (a sigmoid-gated shared expert),
-DeepSeek-V3 (an ungated shared expert, sigmoid group-limited routing)."""
+DeepSeek-V3 (an ungated shared expert, sigmoid group-limited routing), DeepSeek-V2 (softmax,
+groups scored by their largest score: group_score "max")."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ class MoE(Composite):
     EXPORTS = ("moe",)
 
     def moe(self, x, *, top_k, scoring="softmax", renormalize=False, eps=1e-20, n_group=1,
-            topk_group=1, routed_scaling_factor=1.0, params):
+            topk_group=1, routed_scaling_factor=1.0, group_score="sum_top2", params):
         """z = x W_router; w, I = moe_router(z); y = sum_j w_j FFN_{I_j}(x) (+ the shared
         expert, times sigma(x W_shared_gate) when that gate is given)."""
         ops = self.ops
@@ -33,7 +34,9 @@ class MoE(Composite):
         w, idx = self.k.moe_router(z, bias, top_k=top_k, scoring=scoring,
                                    renormalize=renormalize, eps=eps, n_group=n_group,
                                    topk_group=topk_group,
-                                   routed_scaling_factor=routed_scaling_factor)  # (N, k)
+                                   routed_scaling_factor=routed_scaling_factor,
+                                   **({} if group_score == "sum_top2" else
+                                      {"group_score": group_score}))  # (N, k)
         outs = ops.stack([self.k.gated_feedforward(x, params={g: experts[g][i] for g in GLU})
                           for i in range(e)], axis=1)                       # (N, E, D)
         y = None

@@ -84,10 +84,11 @@ class MoeLayers(Models):
                        v_head_dim, top_k=None, eps=1e-6, rope_base=10000.0,
                        rope_convention="interleaved", yarn_factor=1.0, mscale_all_dim=0.0,
                        offset=0, scoring="sigmoid", renormalize=True, n_group=1, topk_group=1,
-                       routed_scaling_factor=1.0, params):
+                       routed_scaling_factor=1.0, rope_scaling=None, group_score="sum_top2",
+                       params):
         """r1 = x + mla(RMSNorm(x)) (causal, ANDed with mask); y = r1 + F(RMSNorm(r1)), F the
         dense SwiGLU (ffn.*) or moe (moe.*) with the router attributes; eps is every RMSNorm's
-        (the layer's two and mla's latent ones)."""
+        (the layer's two and mla's latent ones); rope_scaling goes to mla as it is."""
         x = self.ops.floating("x", x)
         check.rank("x", x, min_rank=3, max_rank=3)
         if top_k is not None:
@@ -98,11 +99,13 @@ class MoeLayers(Models):
                        qk_rope_head_dim=qk_rope_head_dim, v_head_dim=v_head_dim, eps=eps,
                        rope_base=rope_base, rope_convention=rope_convention,
                        yarn_factor=yarn_factor, mscale_all_dim=mscale_all_dim, offset=offset,
+                       **({} if rope_scaling is None else {"rope_scaling": rope_scaling}),
                        params=p.scope("attn"))
         r1 = x + a
         n2 = self.k.rms_norm(r1, eps=eps, params=p.scope("ffn_norm"))
         router = {"scoring": scoring, "renormalize": renormalize, "n_group": n_group,
-                  "topk_group": topk_group, "routed_scaling_factor": routed_scaling_factor}
+                  "topk_group": topk_group, "routed_scaling_factor": routed_scaling_factor,
+                  **({} if group_score == "sum_top2" else {"group_score": group_score})}
         return r1 + self.ffn_or_moe(n2, top_k, router, p)
 
     def deepseek_decoder_only(self, ids, *, pad_id, num_layers, first_k_dense_replace,
@@ -110,10 +113,11 @@ class MoeLayers(Models):
                               top_k=None, eps=1e-6, rope_base=10000.0,
                               rope_convention="interleaved", yarn_factor=1.0,
                               mscale_all_dim=0.0, scoring="sigmoid", renormalize=True,
-                              n_group=1, topk_group=1, routed_scaling_factor=1.0, params):
+                              n_group=1, topk_group=1, routed_scaling_factor=1.0,
+                              rope_scaling=None, group_score="sum_top2", params):
         """h_0 = E[ids] (no positions, no scale); h_{i+1} = deepseek_layer_i(h_i, pad(ids)),
         layers 0..first_k_dense_replace-1 dense (ffn.*), the rest MoE (moe.*);
-        logits = RMSNorm(h_N) W_lm (no bias)."""
+        logits = RMSNorm(h_N) W_lm (no bias); rope_scaling goes to every layer's mla."""
         p = check.params_of(params)
         ids, pad_id = self._model_ids(ids, pad_id, p)
         n = check.integer("num_layers", num_layers, lo=1)
@@ -134,5 +138,7 @@ class MoeLayers(Models):
                 rope_base=rope_base, rope_convention=rope_convention, yarn_factor=yarn_factor,
                 mscale_all_dim=mscale_all_dim, offset=0, scoring=scoring,
                 renormalize=renormalize, n_group=n_group, topk_group=topk_group,
-                routed_scaling_factor=routed_scaling_factor, params=q)
+                routed_scaling_factor=routed_scaling_factor,
+                **({} if rope_scaling is None else {"rope_scaling": rope_scaling}),
+                **({} if group_score == "sum_top2" else {"group_score": group_score}), params=q)
         return self.llama_head(h, eps, p)

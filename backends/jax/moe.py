@@ -17,11 +17,13 @@ def _ranked(s):
     return jnp.argsort(-s, axis=-1, stable=True)
 
 
-def _select(s, top_k, n_group, topk_group):
+def _select(s, top_k, n_group, topk_group, group_score="sum_top2"):
     n, e = s.shape
     if n_group > 1:
         grouped = jnp.sort(s.reshape(n, n_group, e // n_group), axis=-1)        # (N, G, E/G)
-        g = grouped[..., -1] + grouped[..., -2]                                  # (N, G)
+        g = grouped[..., -1]                                                     # (N, G): "max"
+        if group_score == "sum_top2":
+            g = g + grouped[..., -2]
         chosen = _ranked(g)[:, :topk_group]                                      # (N, topk_group)
         allowed = jax.nn.one_hot(chosen, n_group).max(axis=1) > 0                # (N, G)
         s = jnp.where(jnp.repeat(allowed, e // n_group, axis=-1), s, -jnp.inf)
@@ -29,27 +31,28 @@ def _select(s, top_k, n_group, topk_group):
 
 
 def moe_router(logits, correction_bias=None, *, top_k, scoring="softmax", renormalize=False,
-               eps=1e-20, n_group=1, topk_group=1, routed_scaling_factor=1.0):
+               eps=1e-20, n_group=1, topk_group=1, routed_scaling_factor=1.0,
+               group_score="sum_top2"):
     """w = c p_I (/ (sum p_I + eps) when renormalize), I = top_k of p + bias within the
     topk_group best groups; p = softmax or sigmoid of the logits."""
     x = floating("logits", logits)                                               # (N, E)
     b = None if correction_bias is None else floating("correction_bias", correction_bias, x)
     top_k, n_group, topk_group = check.moe_router(
         tuple(x.shape), None if b is None else tuple(b.shape), top_k, scoring, renormalize, eps,
-        n_group, topk_group, routed_scaling_factor)
+        n_group, topk_group, routed_scaling_factor, group_score)
     return _router(x, b, const(x, eps), const(x, routed_scaling_factor), top_k=top_k,
                    scoring=scoring, renormalize=bool(renormalize), n_group=n_group,
-                   topk_group=topk_group)
+                   topk_group=topk_group, group_score=group_score)
 
 
 @functools.partial(jax.jit, static_argnames=("top_k", "scoring", "renormalize", "n_group",
-                                             "topk_group"))
-def _router(x, b, eps, scale, top_k, scoring, renormalize, n_group, topk_group):
+                                             "topk_group", "group_score"))
+def _router(x, b, eps, scale, top_k, scoring, renormalize, n_group, topk_group, group_score):
     """The router compiled once per shape and (shape-like) attribute set; eps and the scaling
     factor are traced (one program for every value of them)."""
     p = jax.nn.softmax(x, axis=-1) if scoring == "softmax" else jax.nn.sigmoid(x)  # (N, E)
     s = p if b is None else p + b
-    idx = _select(jax.lax.stop_gradient(s), top_k, n_group, topk_group)         # (N, k)
+    idx = _select(jax.lax.stop_gradient(s), top_k, n_group, topk_group, group_score)  # (N, k)
     w = jnp.take_along_axis(p, idx, axis=-1)
     if renormalize:
         w = w / (w.sum(axis=-1, keepdims=True) + eps)
@@ -69,19 +72,20 @@ def _moe_scoped(x, *, params, prefix, **attributes):
 
 _moe_jit = jax.jit(_moe_scoped, static_argnames=("prefix", "top_k", "scoring", "renormalize",
                                                  "eps", "n_group", "topk_group",
-                                                 "routed_scaling_factor"))
+                                                 "routed_scaling_factor", "group_score"))
 
 
 @functools.wraps(_moe)
 def moe(x, *, top_k, scoring="softmax", renormalize=False, eps=1e-20, n_group=1, topk_group=1,
-        routed_scaling_factor=1.0, params):
+        routed_scaling_factor=1.0, group_score="sum_top2", params):
     """The composite compiled once per shape and attribute set (its checks read shapes only,
     so they run while tracing)."""
     p = check.params_of(params)
     store = {k: v for k, v in p.store.items() if k.startswith(p.prefix)}
     return _moe_jit(floating("x", x), params=store, prefix=p.prefix, top_k=top_k,
                     scoring=scoring, renormalize=renormalize, eps=eps, n_group=n_group,
-                    topk_group=topk_group, routed_scaling_factor=routed_scaling_factor)
+                    topk_group=topk_group, routed_scaling_factor=routed_scaling_factor,
+                    group_score=group_score)
 
 
 # -- the load-balancing loss (spec/components/moe_aux_loss.md) -------------------------------

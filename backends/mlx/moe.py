@@ -16,17 +16,18 @@ from ._core import boolean, floating
 
 
 def moe_router(logits, correction_bias=None, *, top_k, scoring="softmax", renormalize=False,
-               eps=1e-20, n_group=1, topk_group=1, routed_scaling_factor=1.0):
+               eps=1e-20, n_group=1, topk_group=1, routed_scaling_factor=1.0,
+               group_score="sum_top2"):
     """w = c p_I (/ (sum p_I + eps) when renormalize), I = top_k of p + bias within the
     topk_group best groups; p = softmax or sigmoid of the logits."""
     x = floating("logits", logits)                                         # (N, E)
     b = None if correction_bias is None else floating("correction_bias", correction_bias, x)
     top_k, n_group, topk_group = check.moe_router(
         tuple(x.shape), None if b is None else tuple(b.shape), top_k, scoring, renormalize, eps,
-        n_group, topk_group, routed_scaling_factor)
+        n_group, topk_group, routed_scaling_factor, group_score)
     p = mx.softmax(x, axis=-1, precise=True) if scoring == "softmax" else mx.sigmoid(x)
     s = mx.stop_gradient(p if b is None else p + b).astype(mx.float32)
-    idx = mx.array(_select(np.array(s), top_k, n_group, topk_group).astype(np.int64))  # (N, k)
+    idx = mx.array(_select(np.array(s), top_k, n_group, topk_group, group_score).astype(np.int64))  # (N, k)
     w = mx.take_along_axis(p, idx, axis=-1)
     if renormalize:
         w = w / (w.sum(axis=-1, keepdims=True) + mx.array(eps, dtype=x.dtype))

@@ -20,25 +20,27 @@ def _scores(x, scoring):
     return 1 / (1 + np.exp(-x))
 
 
-def _route(logits, correction_bias, top_k, scoring, renormalize, eps, n_group, topk_group, scale):
+def _route(logits, correction_bias, top_k, scoring, renormalize, eps, n_group, topk_group, scale,
+           group_score="sum_top2"):
     x = floating("logits", logits)                                         # (N, E)
     b = None if correction_bias is None else floating("correction_bias", correction_bias)
     if b is not None and b.dtype != x.dtype:
         raise DTypeError(f"correction_bias has dtype {b.dtype} but logits has {x.dtype}")
     top_k, n_group, topk_group = check.moe_router(x.shape, None if b is None else b.shape, top_k,
                                                   scoring, renormalize, eps, n_group,
-                                                  topk_group, scale)
+                                                  topk_group, scale, group_score)
     p = _scores(x, scoring)                                                # (N, E)
     s = p if b is None else p + b
-    return x, p, _select(s, top_k, n_group, topk_group)
+    return x, p, _select(s, top_k, n_group, topk_group, group_score)
 
 
 def moe_router(logits, correction_bias=None, *, top_k, scoring="softmax", renormalize=False,
-               eps=1e-20, n_group=1, topk_group=1, routed_scaling_factor=1.0):
+               eps=1e-20, n_group=1, topk_group=1, routed_scaling_factor=1.0,
+               group_score="sum_top2"):
     """w = c p_I (/ (sum p_I + eps) when renormalize), I = top_k of p + bias within the
     topk_group best groups; p = softmax or sigmoid of the logits."""
     x, p, idx = _route(logits, correction_bias, top_k, scoring, renormalize, eps, n_group,
-                       topk_group, routed_scaling_factor)
+                       topk_group, routed_scaling_factor, group_score)
     w = np.take_along_axis(p, idx, axis=-1)                                # (N, k)
     if renormalize:
         w = w / (w.sum(axis=-1, keepdims=True) + x.dtype.type(eps))
@@ -49,9 +51,9 @@ def moe_router(logits, correction_bias=None, *, top_k, scoring="softmax", renorm
 # kept experts; softmax: dx = p (dp - dp . p); sigmoid: dx = dp p (1 - p); d bias = 0
 def moe_router_vjp(cotangents, logits, correction_bias=None, *, top_k, scoring="softmax",
                    renormalize=False, eps=1e-20, n_group=1, topk_group=1,
-                   routed_scaling_factor=1.0):
+                   routed_scaling_factor=1.0, group_score="sum_top2"):
     x, p, idx = _route(logits, correction_bias, top_k, scoring, renormalize, eps, n_group,
-                       topk_group, routed_scaling_factor)
+                       topk_group, routed_scaling_factor, group_score)
     g = np.asarray(cotangents["weights"], dtype=x.dtype) * x.dtype.type(routed_scaling_factor)
     if renormalize:
         kept = np.take_along_axis(p, idx, axis=-1)                         # (N, k)
@@ -80,10 +82,10 @@ GLU = ("w_gate", "w_up", "w_down")
 # VJP into dz (plus z's own cotangent); dx += dz W_router^T, dW_router = x^T dz; shared expert
 # s gated by g = sigma(x W_sg): ds = g dy, du = <dy, s> g (1 - g), dW_sg = x^T du
 def moe_vjp(cotangents, x, *, top_k, scoring="softmax", renormalize=False, eps=1e-20, n_group=1,
-            topk_group=1, routed_scaling_factor=1.0, params):
+            topk_group=1, routed_scaling_factor=1.0, group_score="sum_top2", params):
     router = {"top_k": top_k, "scoring": scoring, "renormalize": renormalize, "eps": eps,
               "n_group": n_group, "topk_group": topk_group,
-              "routed_scaling_factor": routed_scaling_factor}
+              "routed_scaling_factor": routed_scaling_factor, "group_score": group_score}
     y, z = moe(x, **router, params=params)                                 # the checks, once
     x, p = np.asarray(x), {k: np.asarray(v) for k, v in params.items()}
     dy = np.asarray(cotangents["y"], dtype=y.dtype)                        # (N, D)

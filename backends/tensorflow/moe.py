@@ -15,11 +15,13 @@ def _ranked(s):
     return tf.argsort(-s, axis=-1, stable=True)
 
 
-def _select(s, top_k, n_group, topk_group):
+def _select(s, top_k, n_group, topk_group, group_score="sum_top2"):
     n, e = s.shape
     if n_group > 1:
         grouped = tf.sort(tf.reshape(s, (-1, n_group, e // n_group)), axis=-1)  # (N, G, E/G)
-        g = grouped[..., -1] + grouped[..., -2]                                  # (N, G)
+        g = grouped[..., -1]                                                     # (N, G): "max"
+        if group_score == "sum_top2":
+            g = g + grouped[..., -2]
         chosen = _ranked(g)[:, :topk_group]                                      # (N, topk_group)
         allowed = tf.reduce_max(tf.one_hot(chosen, n_group, dtype=s.dtype), axis=1) > 0
         s = tf.where(tf.repeat(allowed, e // n_group, axis=-1), s,
@@ -28,7 +30,8 @@ def _select(s, top_k, n_group, topk_group):
 
 
 def moe_router(logits, correction_bias=None, *, top_k, scoring="softmax", renormalize=False,
-               eps=1e-20, n_group=1, topk_group=1, routed_scaling_factor=1.0):
+               eps=1e-20, n_group=1, topk_group=1, routed_scaling_factor=1.0,
+               group_score="sum_top2"):
     """w = c p_I (/ (sum p_I + eps) when renormalize), I = top_k of p + bias within the
     topk_group best groups; p = softmax or sigmoid of the logits."""
     x = floating("logits", logits)                                               # (N, E)
@@ -38,10 +41,10 @@ def moe_router(logits, correction_bias=None, *, top_k, scoring="softmax", renorm
                          f"{x.dtype.name}")
     top_k, n_group, topk_group = check.moe_router(
         tuple(x.shape), None if b is None else tuple(b.shape), top_k, scoring, renormalize, eps,
-        n_group, topk_group, routed_scaling_factor)
+        n_group, topk_group, routed_scaling_factor, group_score)
     p = tf.nn.softmax(x, axis=-1) if scoring == "softmax" else tf.sigmoid(x)   # (N, E)
     s = p if b is None else p + b
-    idx = _select(tf.stop_gradient(s), top_k, n_group, topk_group)              # (N, k)
+    idx = _select(tf.stop_gradient(s), top_k, n_group, topk_group, group_score)              # (N, k)
     w = tf.gather(p, idx, batch_dims=1)
     if renormalize:
         w = w / (tf.reduce_sum(w, axis=-1, keepdims=True) + tf.constant(eps, x.dtype))

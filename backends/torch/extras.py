@@ -489,6 +489,7 @@ def _moe_block(v):
     a, p = v.attributes, v.params
     if a.get("scoring", "softmax") == "sigmoid":
         ok = ("shared.w_gate" in p and "shared_gate.w" not in p
+              and (a.get("n_group", 1) == 1 or a.get("group_score", "sum_top2") == "sum_top2")
               and (not a.get("renormalize", False) or a.get("eps", 1e-20) == 1e-20)
               and np.shape(p["shared.w_gate"])[1] % np.shape(p["experts.w_gate"])[2] == 0)
         return "DeepseekV3MoE" if ok else None
@@ -588,7 +589,8 @@ def agree_hf_models(device, model):
 
 def _mla_attributes(v):
     """The vector's attributes for mla_to_hf, or None if DeepseekV3Config cannot hold them
-    (YaRN's mscale comes with YaRN's frequency scaling there)."""
+    (yarn_factor/mscale_all_dim without rope_scaling: YaRN's mscale comes with YaRN's
+    frequency scaling there; with rope_scaling both go to rope_parameters)."""
     a = dict(v.attributes)
     if a.get("yarn_factor", 1.0) > 1 and a.get("mscale_all_dim", 0.0):
         return None
@@ -600,8 +602,8 @@ def _mla_attributes(v):
 def agree_hf_mla(device):
     """Every expressible mla vector through ``mla_to_hf``, judged at the vector's float32
     tolerance: at float64 transformers still computes RMSNorm and the RoPE angles in float32.
-    Left out: YaRN's mscale (see _mla_attributes) and a query row with no key to attend to
-    (uniform weights in HF, zeros in the spec)."""
+    Left out: YaRN's mscale without rope_scaling (see _mla_attributes) and a query row with no
+    key to attend to (uniform weights in HF, zeros in the spec)."""
     name = "transformers.DeepseekV3Attention"
 
     def one(v, x, p):
@@ -653,6 +655,11 @@ def agree_hf_moe_layer(device, layer):
             assert type(module).__name__ == layer, type(module).__name__
             if pad_id is not None:
                 _close_at(name, hf.forward(module, x["ids"], pad_id=pad_id), v, "logits", "float32")
+                # bfloat16 too: to_hf's experts run eagerly (grouped_mm takes no float64 but
+                # bfloat16), measured within each vector's bfloat16 tolerance (0.37 of it)
+                low = hf.to_hf({k: t.to(torch.bfloat16) for k, t in p.items()}, a)
+                _close_at(name, hf.forward(low, x["ids"], pad_id=pad_id), v, "logits",
+                          "bfloat16")
             else:
                 _close_at(name, hf.forward(module, x["x"], x.get("mask"), offset=offset), v, "y",
                           "float32")
@@ -690,6 +697,31 @@ def agree_hf_gemma(device, cls):
             compared += 1
         if not compared:
             pytest.skip(f"the spec (attnspec {spec.version}) has no vector {cls} can hold")
+def agree_hf_deepseek_v2(device, model):
+    """Every moe / mla / deepseek_layer vector (value, and the forward of each gradient
+    vector) that the DeepSeek-V2 module ``model`` can hold (``hf_deepseek_v2.expressible``)
+    through ``hf.to_hf(model=)``, at the vector's float32 tolerance: transformers computes
+    the router (its logits and softmax), RMSNorm and the RoPE angles in float32 whatever the
+    dtype (spec/components/huggingface.md)."""
+    name = f"transformers.{model}"
+
+    def check(spec):
+        from . import hf, hf_deepseek_v2  # when the check runs, not when it is listed
+        compared = 0
+        for v in spec.vectors:
+            if v.deprecated or v.expect not in ("value", "gradient") or not _finite(v) \
+                    or hf_deepseek_v2.expressible(v) != model:
+                continue
+            x, p = _tensors(v.inputs, device), _tensors(v.params, device)
+            a = dict(v.attributes)
+            offset = a.pop("offset", 0)
+            module = hf.to_hf(p, a, model=model)
+            assert type(module).__name__ == model, type(module).__name__
+            _close_at(name, hf.forward(module, x["x"], x.get("mask"), offset=offset), v, "y",
+                      "float32")
+            compared += 1
+        if not compared:
+            pytest.skip(f"the spec (attnspec {spec.version}) has no vector {model} can hold")
     return check
 
 
@@ -722,7 +754,9 @@ def hf_checks(device):
                         "DeepseekV3ForCausalLM")],
             *[(f"agree/transformers.{m}", agree_hf_gemma(device, m))
               for m in ("Gemma2DecoderLayer", "Gemma3DecoderLayer", "Gemma2ForCausalLM",
-                        "Gemma3ForCausalLM")]]
+                        "Gemma3ForCausalLM")],
+            *[(f"agree/transformers.{m}", agree_hf_deepseek_v2(device, m))
+              for m in ("DeepseekV2Moe", "DeepseekV2Attention", "DeepseekV2DecoderLayer")]]
 
 
 # -- error contract --------------------------------------------------------------------------

@@ -12,6 +12,8 @@
 - ``MistralForCausalLM``, ``Qwen2ForCausalLM``, ``Phi3ForCausalLM`` -> ``llama_decoder_only``,
   ``GPTNeoXForCausalLM``, ``FalconForCausalLM`` -> ``parallel_decoder_only`` (``hf_models.py``);
   ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM`` -> ``gemma_decoder_only`` (``hf_gemma.py``).
+- ``DeepseekV2Moe``, ``DeepseekV2Attention``, ``DeepseekV2DecoderLayer`` -> ``moe``, ``mla``,
+  ``deepseek_layer`` (``hf_deepseek_v2.py``; ``to_hf(..., model="DeepseekV2...")``).
 
 ``from_hf(module) -> (attributes, params)`` and ``to_hf(params, attributes) -> module``;
 ``forward(module, x, mask=None, offset=0)`` calls a module as the spec function is called
@@ -49,7 +51,7 @@ from transformers.models.llama.modeling_llama import (
 
 from .. import _checks
 from .._checks import params_of
-from . import hf_gpt2, hf_mla, hf_models, hf_moe_layers, hf_rope, hf_t5, hf_zoo
+from . import hf_deepseek_v2, hf_gpt2, hf_mla, hf_models, hf_moe_layers, hf_rope, hf_t5, hf_zoo
 from .hf_base import (  # noqa: F401 (the converters' shared helpers, re-exported)
     _TO_HF_ACTIVATION,
     ACTIVATIONS,
@@ -101,7 +103,7 @@ SPEC_FUNCTION = {"BertLayer": "encoder_layer", "GPT2Block": "encoder_layer",
                  **hf_gpt2.SPEC_FUNCTION, **hf_t5.SPEC_FUNCTION,
                  **_MOE_FUNCTION, **_GEMMA_FUNCTION, **hf_zoo.SPEC_FUNCTION,
                  "DeepseekV3Attention": "mla", **_MOE_LAYER_FUNCTION, **_GEMMA_MODEL_FUNCTION,
-                 **hf_models.SPEC_FUNCTION}
+                 **hf_models.SPEC_FUNCTION, **hf_deepseek_v2.SPEC_FUNCTION}
 
 # (HF state_dict name, spec path, transposed); a spec path ending in b_* is an optional bias.
 BERT = [
@@ -269,7 +271,8 @@ _FROM = {BertLayer: bert_layer_from_hf, GPT2Block: gpt2_block_from_hf,
          **dict.fromkeys(MOE_CLASSES, moe_from_hf),
          **dict.fromkeys(_GEMMA_LAYERS, gemma_layer_from_hf),
          **dict.fromkeys(_MOE_LAYERS, hf_moe_layers.from_hf),
-         **dict.fromkeys(_GEMMA_MODELS, gemma_for_causal_lm_from_hf)}
+         **dict.fromkeys(_GEMMA_MODELS, gemma_for_causal_lm_from_hf),
+         **dict.fromkeys(hf_deepseek_v2.CLASSES, hf_deepseek_v2.from_hf)}
 
 
 def from_hf(module) -> tuple[dict, dict]:
@@ -316,6 +319,8 @@ def to_hf(params, attributes: dict, model: str | None = None):
             raise ConfigError(f"model={model!r} needs qk_norm={model == 'Gemma3ForCausalLM'}, "
                               f"got qk_norm={qk!r}")
         return gemma_for_causal_lm_to_hf(params, attributes)
+    if model in hf_deepseek_v2.SPEC_FUNCTION:
+        return hf_deepseek_v2.to_hf(params, attributes, model)
     if model is not None:
         return hf_zoo.to_hf(params, attributes, model)
     if hf_t5.is_t5_stack(params_of(params)):  # t5_encoder / t5_decoder: a T5Stack
@@ -352,6 +357,10 @@ def forward(module, x, mask=None, *, offset: int = 0, pad_id: int | None = None)
     ``GPT2Block`` gets the mask as given (GPT-2 as in GPT2Model: pass ``causal(T)``).
     A ``LlamaForCausalLM`` takes ids (B, T) as ``x`` and returns the logits; its
     ``attention_mask`` is ``ids != pad_id`` (the model adds the causal mask itself)."""
+    if isinstance(module, hf_deepseek_v2.CLASSES):
+        if pad_id is not None:
+            raise ConfigError(f"{type(module).__name__}: pad_id is the model's, not a layer's")
+        return hf_deepseek_v2.forward(module, x, mask, offset=offset)
     if isinstance(module, MOE_CLASSES):
         if mask is not None or offset or pad_id is not None:
             raise ConfigError(f"{type(module).__name__}: moe takes no mask, offset or pad_id")

@@ -88,9 +88,13 @@ def moe_from_hf(block) -> tuple[dict, dict]:
 
 
 def _attributes(attributes: dict, who: str, fixed: dict) -> tuple[int, bool]:
-    unknown = sorted(set(attributes) - {"top_k", "renormalize", "eps", *FIXED})
+    unknown = sorted(set(attributes) - {"top_k", "renormalize", "eps", "group_score", *FIXED})
     if unknown:
         raise ConfigError(f"{who}: unknown attributes {unknown}")
+    if attributes.get("n_group", 1) > 1 and attributes.get("group_score", "sum_top2") != "sum_top2":
+        raise ConfigError(f"{who}: group_score={attributes['group_score']!r}: its router scores "
+                          f"a group by the sum of its top two ('sum_top2'; DeepSeek-V2's 'max' "
+                          f"is DeepseekV2Moe, hf_deepseek_v2.py)")
     for name, value in fixed.items():
         if attributes.get(name, FIXED.get(name, 1e-20)) != value:
             raise ConfigError(f"{who} has no equivalent of {name}={attributes[name]!r} "

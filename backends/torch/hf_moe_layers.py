@@ -69,9 +69,10 @@ DENSE = [("mlp.gate_proj.weight", "ffn.w_gate", True), ("mlp.up_proj.weight", "f
 MIXTRAL_ATTRS = {"num_heads", "num_kv_heads", "eps", "rope_base", "window", "offset",
                  "attention_bias", "top_k", "renormalize"}
 MLA_ATTRS = {"num_heads", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "eps",
-             "rope_base", "rope_convention", "yarn_factor", "mscale_all_dim", "offset"}
+             "rope_base", "rope_convention", "yarn_factor", "mscale_all_dim", "offset",
+             "rope_scaling"}
 ROUTER_ATTRS = {"top_k", "scoring", "renormalize", "n_group", "topk_group",
-                "routed_scaling_factor"}
+                "routed_scaling_factor", "group_score"}
 
 
 def _prefixed(prefix: str, d: dict) -> dict:
@@ -307,7 +308,8 @@ def expressible(v):
     """(class name, attributes) for a mixtral_layer or deepseek_layer vector ``v`` through
     :func:`to_hf`, or None where transformers cannot hold it: a query row with no key (uniform
     weights there, zeros in the spec), DeepSeek's softmax scoring (DeepseekV3MoE's router is a
-    sigmoid), YaRN's mscale (it comes with YaRN's frequency scaling in transformers)."""
+    sigmoid), YaRN's mscale without rope_scaling (it comes with YaRN's frequency scaling in
+    transformers; with rope_scaling both are rope_parameters')."""
     import numpy as np
 
     a = dict(v.attributes)
@@ -327,7 +329,8 @@ def expressible(v):
     if not keep.any(-1).all():
         return None
     if v.function == "deepseek_layer":
-        if "moe.router.w" in v.params and a.get("scoring", "sigmoid") != "sigmoid":
+        if "moe.router.w" in v.params and (a.get("scoring", "sigmoid") != "sigmoid" or (
+                a.get("n_group", 1) > 1 and a.get("group_score", "sum_top2") != "sum_top2")):
             return None
         if a.get("yarn_factor", 1.0) > 1 and a.get("mscale_all_dim", 0.0):
             return None

@@ -41,6 +41,14 @@ def attrs(h, dn, dr, dv, convention, yarn, offset=0):
             "rope_base": 100.0, "eps": 1e-6, "offset": offset}
 
 
+def yarn_m(sc):
+    """transformers' yarn_apply_mscale on rope_parameters sc: m (1 unless mscale_all_dim)."""
+    m_all = sc.get("mscale_all_dim") or 0.0
+    if sc.get("rope_type", "default") == "default" or not m_all or sc["factor"] <= 1:
+        return 1.0
+    return 0.1 * m_all * math.log(sc["factor"]) + 1
+
+
 def absorbed(ops, x, mask, a, p):
     """The absorbed form (DeepSeek-V2 2.1.2, vLLM's MLA): W_UK_h folded into the query, W_UV_h
     into the output, one key/value "head" [c_kv | RoPE(k_pe)] / c_kv of width R + Dr / R,
@@ -48,6 +56,8 @@ def absorbed(ops, x, mask, a, p):
     h, dn, dr, dv = a["num_heads"], a["qk_nope_head_dim"], a["qk_rope_head_dim"], a["v_head_dim"]
     b, t, _ = x.shape
     rot = {"offset": a["offset"], "base": a["rope_base"], "convention": a["rope_convention"]}
+    if a.get("rope_scaling") is not None:
+        rot["scaling"] = a["rope_scaling"]
     if "w_q" in p:
         q = x @ p["w_q"]
     else:
@@ -64,6 +74,8 @@ def absorbed(ops, x, mask, a, p):
     qq = np.concatenate([q_lat, ops.rope(x=q[..., dn:], **rot)], -1)  # (B, H, T, R + Dr)
     kk = np.concatenate([c_kv[:, None], k_rot], -1)  # (B, 1, T, R + Dr)
     m = 0.1 * a["mscale_all_dim"] * math.log(a["yarn_factor"]) + 1 if a["yarn_factor"] > 1 else 1.0
+    if a.get("rope_scaling") is not None:
+        m = yarn_m(a["rope_scaling"])
     keep = np.tril(np.ones((t, t), dtype=bool))
     keep = keep if mask is None else keep & mask
     o_lat, _ = ops.sdpa(q=qq, k=kk, v=c_kv[:, None], mask=keep, scale=m * m / math.sqrt(dn + dr),
@@ -126,3 +138,78 @@ def test_mla_future_rows_change_no_past_output(ops, seed, shape, t):
     x2 = x.copy()
     x2[:, k:] = r.uniform(-2, 2, x2[:, k:].shape)
     ops.assert_close(ops.mla(x=x2, params=p, **a)[:, :k], ops.mla(x=x, params=p, **a)[:, :k], scale=4)
+
+
+# -- rope_scaling (YaRN as DeepSeek-V2/V3 configure it) -------------------------------------
+
+# (factor, mscale, mscale_all_dim, attention_factor): DeepSeek-V3's, V2's, the attention
+# factor from mscale alone, an attention factor given
+yarn_scalings = st.sampled_from([(40.0, 1.0, 1.0, None), (16.0, 0.707, 0.707, None),
+                                 (40.0, 1.0, None, None), (4.0, None, 1.0, 0.75)])
+
+
+def yarn_scaling(factor, mscale, mscale_all_dim, attention_factor):
+    sc = {"rope_type": "yarn", "factor": factor, "original_max_position_embeddings": 64}
+    extra = {"mscale": mscale, "mscale_all_dim": mscale_all_dim,
+             "attention_factor": attention_factor}
+    return {**sc, **{k: v for k, v in extra.items() if v is not None}}
+
+
+def yarn_attrs(h, dn, dr, dv, convention, sc, offset=0):
+    a = attrs(h, dn, dr, dv, convention, (1.0, 0.0), offset)
+    return {**a, "rope_base": 10.0, "rope_scaling": sc}
+
+
+@_FEWER
+@given(seed=seeds, shape=shapes, convention=conventions, yarn=yarn_scalings, t=st.integers(1, 6),
+       offset=st.integers(0, 4))
+def test_mla_absorbed_weights_equal_naive_form_under_yarn_rope_scaling(
+        ops, seed, shape, convention, yarn, t, offset):
+    """The absorbed form with the backend's rope under rope_scaling (frequencies and the
+    attention factor on cos/sin) and m^2 = yarn_get_mscale(factor, mscale_all_dim)^2 on the
+    scale, as transformers' DeepseekV3Attention computes them."""
+    d, h, dn, dr, dv, rank, r_q = shape
+    r = np.random.default_rng(seed)
+    x, p = r.uniform(-2, 2, (2, t, d)), params(r, d, h, dn, dr, dv, rank, r_q)
+    mask = r.uniform(0, 1, (2, 1, 1, t)) < 0.8
+    a = yarn_attrs(h, dn, dr, dv, convention, yarn_scaling(*yarn), offset)
+    ops.assert_close(ops.mla(x=x, mask=mask, params=p, **a), absorbed(ops, x, mask, a, p), scale=8)
+
+
+@_FEWER
+@given(seed=seeds, shape=shapes, convention=conventions, t=st.integers(1, 6),
+       offset=st.integers(0, 4))
+def test_mla_yarn_rope_scaling_of_factor_one_equals_plain_rope(ops, seed, shape, convention, t,
+                                                              offset):
+    """YaRN with factor 1 leaves every frequency (1 / factor = 1 across the ramp), the
+    attention factor and m at 1: mla equals mla without rope_scaling."""
+    d, h, dn, dr, dv, rank, r_q = shape
+    r = np.random.default_rng(seed)
+    x, p = r.uniform(-2, 2, (2, t, d)), params(r, d, h, dn, dr, dv, rank, r_q)
+    a = yarn_attrs(h, dn, dr, dv, convention, yarn_scaling(1.0, 1.0, 1.0, None), offset)
+    plain = {k: v for k, v in a.items() if k != "rope_scaling"}
+    ops.assert_close(ops.mla(x=x, params=p, **a), ops.mla(x=x, params=p, **plain), scale=4)
+
+
+@_FEWEST
+@given(seed=seeds, shape=shapes, yarn=yarn_scalings, t=st.integers(2, 5), cut=st.integers(1, 4))
+def test_mla_incremental_decoding_under_yarn_rope_scaling_equals_full_forward(
+        backend, device, attnspec_session, ops, seed, shape, yarn, t, cut):
+    """mla_step in two chunks with rope_scaling gives mla on all rows with it (YaRN's
+    frequencies do not depend on seq_len, so the cached rotated keys stay right)."""
+    d, h, dn, dr, dv, rank, r_q = shape
+    dtype = attnspec_session.property_dtype
+    r = np.random.default_rng(seed)
+    x, p = r.uniform(-2, 2, (2, t, d)), params(r, d, h, dn, dr, dv, rank, r_q)
+    cut = min(cut, t - 1)
+    a = yarn_attrs(h, dn, dr, dv, "interleaved", yarn_scaling(*yarn))
+    step_attrs = {k: v for k, v in a.items() if k != "offset"}
+    init, step = ops.raw("mla_init_cache", "decoding"), ops.raw("mla_step", "decoding")
+    bp = {k: backend.asarray(v, dtype=dtype, device=device) for k, v in p.items()}
+    cache = init(batch_size=2, params=bp)
+    chunks = []
+    for lo, hi in ((0, cut), (cut, t)):
+        y, cache = step(backend.asarray(x[:, lo:hi], dtype=dtype, device=device), cache,
+                        params=bp, **step_attrs)
+        chunks.append(backend.to_numpy(y).astype(np.float64))
+    ops.assert_close(np.concatenate(chunks, axis=1), ops.mla(x=x, params=p, **a), scale=8)

@@ -64,3 +64,41 @@ def test_moe_router_choosing_every_expert_keeps_the_whole_softmax(ops, x):
     w, idx = _route(ops, logits, top_k=e)
     ops.assert_close(w.sum(-1), np.ones(len(logits)))
     np.testing.assert_array_equal(np.sort(idx, -1), np.broadcast_to(np.arange(e), idx.shape))
+
+
+# -- group_score "max" (DeepSeek-V2's group_limited_greedy) ------------------------------------
+
+@st.composite
+def grouped(draw):
+    """logits (N, G S) as routed() with G groups of S experts, top_k and topk_group drawn so
+    that top_k <= topk_group S."""
+    n, g, size = draw(st.integers(1, 4)), draw(st.integers(2, 4)), draw(st.integers(1, 4))
+    e = g * size
+    levels = np.linspace(-2.0, 2.0, 17)[:e]
+    rows = [levels[draw(st.permutations(range(e)))] for _ in range(n)]
+    topk_group = draw(st.integers(1, g))
+    return np.array(rows), g, topk_group, draw(st.integers(1, topk_group * size))
+
+
+@given(x=grouped(), scoring=scorings)
+def test_moe_router_group_max_always_keeps_the_best_expert(ops, x, scoring):
+    """Groups scored by their max: the best expert's group has the largest group score, so
+    it is chosen first (not so with the sum of the top two)."""
+    logits, g, topk_group, k = x
+    _, idx = _route(ops, logits, top_k=k, scoring=scoring, n_group=g, topk_group=topk_group,
+                    group_score="max")
+    np.testing.assert_array_equal(idx[:, 0], np.argmax(logits, axis=-1))
+
+
+@given(x=grouped(), scoring=scorings)
+def test_moe_router_group_max_with_top_k_at_most_topk_group_is_plain_top_k(ops, x, scoring):
+    """Groups scored by their max and top_k <= topk_group: each of the plain top_k experts
+    lies in a group whose max is at least its score, so among the topk_group best groups;
+    the choice is the plain top_k (DeepSeek-V2's groups matter only for top_k > topk_group)."""
+    logits, g, topk_group, k = x
+    k = min(k, topk_group)
+    w, idx = _route(ops, logits, top_k=k, scoring=scoring, n_group=g, topk_group=topk_group,
+                    group_score="max")
+    w1, idx1 = _route(ops, logits, top_k=k, scoring=scoring)
+    np.testing.assert_array_equal(idx, idx1)
+    ops.assert_close(w, w1)

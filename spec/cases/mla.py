@@ -14,7 +14,8 @@ ATTRS = {"eps": 1e-6, "rope_base": 10000.0, "rope_convention": "interleaved", "y
 
 COMPONENT = Component("mla", {
     "mla": Fn(module="layers", inputs=["x", "mask"], optional=["mask"], returns=["y"],
-              required=REQUIRED, attributes=dict(ATTRS), params=True, oracle=oracle),
+              required=REQUIRED, attributes=dict(ATTRS), added={"rope_scaling": None},
+              params=True, oracle=oracle),
 }, tolerances=tolerances("layer"))
 
 
@@ -41,6 +42,7 @@ def cases(rng):
     yield from value_cases(Rng(f"{COMPONENT.id}/value"))
     yield from error_cases(Rng(f"{COMPONENT.id}/error"))
     yield from defaults_cases(Rng(f"{COMPONENT.id}/defaults"))
+    yield from yarn_cases(Rng(f"{COMPONENT.id}/yarn"))
 
 
 def value_cases(r):
@@ -183,3 +185,142 @@ def grad_cases(r):
                    params=mla_params(r, 8, 2, 2, 4, 2, 4, r_q=4),
                    cotangents={"y": r.uniform((2, 5, 8))},
                    flags=["gradient", "defaults"], omit_defaults=True)
+    yield from yarn_grad_cases(Rng(f"{COMPONENT.id}/grad-yarn"))
+
+
+# -- rope_scaling (YaRN as DeepSeek-V2/V3 configure it): mla/yarn-*, their own stream -----------
+
+# DeepSeek-V3's rope_parameters (factor 40, mscale = mscale_all_dim = 1, beta 32 / 1) with
+# original_max_position_embeddings 64 and rope_base 10 so that, at Dr = 8 and positions < 10,
+# the ramp keeps pair 0 and blends pairs 1-3 (inverse frequencies 1, 0.453, 0.193, 0.074
+# where plain RoPE has 1, 0.562, 0.316, 0.178), each visibly
+V3_YARN = {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 64,
+           "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}
+
+
+def yarn_cases(r):
+    yield value("mla/yarn-001", "mla",
+                "rope_scaling = DeepSeek-V3's YaRN (factor 40, mscale = mscale_all_dim = 1, "
+                "L0 = 64), rope_base 10, Dr = 8: the rope frequencies of pairs 1-3 blended by "
+                "YaRN's ramp (0.453, 0.193, 0.074 for 0.562, 0.316, 0.178), cos/sin times 1 "
+                "(mscale / mscale_all_dim), the softmax scale "
+                "m^2 / sqrt(12), m = 0.1 ln 40 + 1 (m once, m on q and k, or plain RoPE fail).",
+                inputs={"x": r.uniform((2, 6, 8))},
+                attributes={**dims(2, 4, 8, 4), "rope_base": 10.0, "rope_scaling": dict(V3_YARN)},
+                params=mla_params(r, 8, 2, 4, 8, 4, 6, r_q=6),
+                flags=["rope-scaling", "scale", "interleaved", "base"])
+    sc = {**V3_YARN, "mscale": 0.707, "mscale_all_dim": 0.707, "factor": 16.0}
+    yield value("mla/yarn-002", "mla",
+                "DeepSeek-V2's mscale = mscale_all_dim = 0.707, factor 16: cos/sin times 1, "
+                "m = 0.0707 ln 16 + 1; no query latent (V2-Lite's q_lora_rank None), H = 2, "
+                "Dn = 2, Dr = 8, Dv = 4, rope_base 10, T = 7.",
+                inputs={"x": r.uniform((2, 7, 8))},
+                attributes={**dims(2, 2, 8, 4), "rope_base": 10.0, "rope_scaling": sc},
+                params=mla_params(r, 8, 2, 2, 8, 4, 6), flags=["rope-scaling", "scale"])
+    sc = {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 64,
+          "mscale": 1.0}
+    yield value("mla/yarn-attention-factor-001", "mla",
+                "mscale 1 without mscale_all_dim: transformers' YaRN attention factor "
+                "0.1 ln 40 + 1 = 1.369 multiplies cos and sin (q_pe and the rope key), the "
+                "softmax scale stays 1 / sqrt(Dn + Dr) (m = 1: mscale_all_dim is 0), rope_base "
+                "10, H = 2, Dn = 2, Dr = 8.",
+                inputs={"x": r.uniform((2, 6, 8))},
+                attributes={**dims(2, 2, 8, 4), "rope_base": 10.0, "rope_scaling": sc},
+                params=mla_params(r, 8, 2, 2, 8, 4, 6), flags=["rope-scaling", "attention-factor"])
+    sc = {**V3_YARN, "attention_factor": 0.75}
+    yield value("mla/yarn-attention-factor-002", "mla",
+                "attention_factor 0.75 given (cos and sin times 0.75) and mscale_all_dim 1 (the "
+                "softmax scale times (0.1 ln 40 + 1)^2): the two factors are independent; "
+                "offset 3, query latent R_q = 4.",
+                inputs={"x": r.uniform((1, 6, 8))},
+                attributes={**dims(2, 4, 8, 4), "rope_base": 10.0, "offset": 3,
+                            "rope_scaling": sc},
+                params=mla_params(r, 8, 2, 4, 8, 4, 6, r_q=4),
+                flags=["rope-scaling", "attention-factor", "offset"])
+    mask = np.ones((2, 1, 1, 6), dtype=bool)
+    mask[0, 0, 0, 1] = False
+    yield value("mla/yarn-half-001", "mla",
+                "YaRN (DeepSeek-V3's) with rope_convention 'half' (rope_interleave False), "
+                "offset 4 (positions 4..9), a padding mask hiding row 0's key 1.",
+                inputs={"x": r.uniform((2, 6, 8)), "mask": mask},
+                attributes={**dims(2, 2, 8, 2), "rope_base": 10.0, "rope_convention": "half",
+                            "offset": 4, "rope_scaling": dict(V3_YARN)},
+                params=mla_params(r, 8, 2, 2, 8, 2, 6),
+                flags=["rope-scaling", "half", "offset", "padding"])
+    sc = {**V3_YARN, "truncate": False, "beta_fast": 8.0, "beta_slow": 2.0}
+    yield value("mla/yarn-truncate-001", "mla",
+                "YaRN with beta_fast 8, beta_slow 2 and truncate False (the ramp's ends not "
+                "rounded), mscale_all_dim 1, Dr = 8, rope_base 10.",
+                inputs={"x": r.uniform((2, 6, 8))},
+                attributes={**dims(2, 4, 8, 4), "rope_base": 10.0, "rope_scaling": sc},
+                params=mla_params(r, 8, 2, 4, 8, 4, 6), flags=["rope-scaling"])
+    yield value("mla/rope-linear-001", "mla",
+                "rope_scaling linear, factor 4 (every frequency / 4, no mscale: transformers' "
+                "yarn_apply_mscale reads mscale_all_dim, absent), rope_base 10, Dr = 4.",
+                inputs={"x": r.uniform((2, 6, 8))},
+                attributes={**dims(2, 4, 4, 4), "rope_base": 10.0,
+                            "rope_scaling": {"rope_type": "linear", "factor": 4.0}},
+                params=mla_params(r, 8, 2, 4, 4, 4, 6), flags=["rope-scaling"])
+    a = dims(2, 2, 4, 4)
+    p = mla_params(r, 8, 2, 2, 4, 4, 6)
+    x = r.uniform((1, 3, 8))
+    yield error("mla/yarn-both-001", "mla",
+                "rope_scaling (YaRN) and yarn_factor = 40 both given: with rope_scaling the "
+                "mscale is rope_scaling's.",
+                inputs={"x": x}, attributes={**a, "yarn_factor": 40.0, "mscale_all_dim": 1.0,
+                                             "rope_scaling": dict(V3_YARN)},
+                params=p, error="ConfigError", mentions=["yarn_factor", "rope_scaling"])
+    yield error("mla/rope-scaling-key-001", "mla",
+                "rope_scaling with an unknown key 'scale'.",
+                inputs={"x": x}, attributes={**a, "rope_scaling": {"rope_type": "yarn",
+                                                                   "factor": 4.0, "scale": 2.0}},
+                params=p, error="ConfigError", mentions=["rope_scaling", "scale"])
+    yield error("mla/rope-scaling-type-001", "mla",
+                "rope_scaling = 40.0 (a number, not a dict of rope_parameters).",
+                inputs={"x": x}, attributes={**a, "rope_scaling": 40.0},
+                params=p, error="ConfigError", mentions=["rope_scaling", "40.0"])
+    yield error("mla/rope-scaling-rule-001", "mla",
+                "rope_scaling rope_type 'ntk' (not a rule the spec states).",
+                inputs={"x": x}, attributes={**a, "rope_scaling": {"rope_type": "ntk",
+                                                                   "factor": 4.0}},
+                params=p, error="ConfigError", mentions=["rope_type", "ntk"])
+
+
+def yarn_grad_cases(r):
+    yield gradient("mla/grad-005", "mla",
+                   "DeepSeek-V3's YaRN (factor 40, mscale = mscale_all_dim = 1), rope_base 10, "
+                   "H = 2, Dn = 2, Dr = 8, Dv = 2, no query latent: dx and every parameter "
+                   "through the scaled frequencies and m^2.",
+                   inputs={"x": r.uniform((2, 5, 8))},
+                   attributes={**dims(2, 2, 8, 2), "rope_base": 10.0,
+                               "rope_scaling": dict(V3_YARN)},
+                   params=mla_params(r, 8, 2, 2, 8, 2, 4), cotangents={"y": r.uniform((2, 5, 8))},
+                   flags=["gradient", "rope-scaling", "scale"])
+    yield gradient("mla/grad-006", "mla",
+                   "attention_factor 0.75 on cos/sin and mscale_all_dim 1 on the scale, a query "
+                   "latent (R_q = 4), offset 3: the rope VJP carries the 0.75.",
+                   inputs={"x": r.uniform((1, 5, 8))},
+                   attributes={**dims(2, 2, 8, 2), "rope_base": 10.0, "offset": 3,
+                               "rope_scaling": {**V3_YARN, "attention_factor": 0.75}},
+                   params=mla_params(r, 8, 2, 2, 8, 2, 4, r_q=4),
+                   cotangents={"y": r.uniform((1, 5, 8))},
+                   flags=["gradient", "rope-scaling", "attention-factor", "offset"])
+    mask = np.ones((2, 1, 1, 5), dtype=bool)
+    mask[1, 0, 0, 2] = False
+    yield gradient("mla/grad-007", "mla",
+                   "YaRN with rope_convention 'half' and a padding mask, mscale 1 without "
+                   "mscale_all_dim (cos/sin times 1.369, the scale unchanged).",
+                   inputs={"x": r.uniform((2, 5, 8)), "mask": mask},
+                   attributes={**dims(2, 2, 8, 2), "rope_base": 10.0, "rope_convention": "half",
+                               "rope_scaling": {"rope_type": "yarn", "factor": 40.0,
+                                                "original_max_position_embeddings": 64,
+                                                "mscale": 1.0}},
+                   params=mla_params(r, 8, 2, 2, 8, 2, 4), cotangents={"y": r.uniform((2, 5, 8))},
+                   flags=["gradient", "rope-scaling", "half", "padding"])
+    yield gradient("mla/grad-008", "mla",
+                   "rope_scaling linear factor 4, rope_base 10, H = 2, Dn = 2, Dr = 4, Dv = 4.",
+                   inputs={"x": r.uniform((2, 5, 8))},
+                   attributes={**dims(2, 2, 4, 4), "rope_base": 10.0,
+                               "rope_scaling": {"rope_type": "linear", "factor": 4.0}},
+                   params=mla_params(r, 8, 2, 2, 4, 4, 4), cotangents={"y": r.uniform((2, 5, 8))},
+                   flags=["gradient", "rope-scaling"])

@@ -6,14 +6,14 @@ import numpy as np
 
 from ..oracle.moe_layer import moe as oracle
 from ..oracle.moe_router import select
-from ._build import Component, Fn, error, gradient, value
+from ._build import Component, Fn, Rng, error, gradient, value
 
 ROUTER = {"scoring": "softmax", "renormalize": False, "eps": 1e-20, "n_group": 1, "topk_group": 1,
           "routed_scaling_factor": 1.0}
 
 COMPONENT = Component("moe", {
     "moe": Fn(module="moe", inputs=["x"], required=["top_k"], attributes=dict(ROUTER),
-              params=True, returns=["y", "router_logits"], oracle=oracle),
+              added={"group_score": "sum_top2"}, params=True, returns=["y", "router_logits"], oracle=oracle),
 })
 
 
@@ -35,7 +35,7 @@ def _robust(x, wr, bias, attrs, margin=0.125):
 
     def chosen(row):
         return set(select(list(_scores(row, a["scoring"]) + b), a["top_k"], a["n_group"],
-                          a["topk_group"]))
+                          a["topk_group"], a.get("group_score", "sum_top2")))
 
     return all(chosen(row) == chosen(row + margin * s) for row in z for s in signs)
 
@@ -136,6 +136,7 @@ def cases(rng):
                 "shared_gate.w without a shared expert (shared.w_gate missing).",
                 inputs={"x": x}, attributes=a, params={**p, "shared_gate.w": np.zeros((4, 1))},
                 error="ParameterError", mentions=["shared.w_gate"])
+    yield from v2_cases(Rng(f"{COMPONENT.id}/v2"))
 
 
 def grad_cases(r):
@@ -172,3 +173,47 @@ def grad_cases(r):
                    inputs={"x": x}, attributes=a, params=p,
                    cotangents={"y": r.uniform((3, 4)), "router_logits": r.uniform((3, 4))},
                    omit_defaults=True, flags=["gradient", "defaults"])
+    yield from v2_grad_cases(Rng(f"{COMPONENT.id}/grad-v2"))
+
+
+# -- group_score "max": DeepSeek-V2's MoE block (its own streams) ----------------------------
+
+V2 = {"scoring": "softmax", "renormalize": False, "n_group": 4, "topk_group": 1,
+      "routed_scaling_factor": 2.0, "group_score": "max"}
+
+
+def _v2_routed(r, n, d, e, f, a):
+    """routed(), redrawn until some token's groups by max differ from those by top-two sums,
+    and some token's choice from the plain (ungrouped) top_k."""
+    for _ in range(200):
+        x, p = routed(r, n, d, e, f, a)
+        z = [list(_scores(row, "softmax")) for row in x @ p["router.w"]]
+        k = (a["top_k"], a["n_group"], a["topk_group"])
+        chosen = [set(select(s, *k, "max")) for s in z]
+        if any(c != set(select(s, *k, "sum_top2")) for c, s in zip(chosen, z)) and \
+                any(c != set(select(s, a["top_k"], 1, 1)) for c, s in zip(chosen, z)):
+            return x, p
+    raise AssertionError("no differing draw")
+
+
+def v2_cases(r):
+    a = {"top_k": 2, **V2}
+    x, p = _v2_routed(r, 6, 4, 8, 4, a)
+    yield value("moe/v2-001", "moe",
+                "DeepSeek-V2's block in small: softmax over 8 experts in 4 groups scored by "
+                "their max (group_limited_greedy), the best group, top 2, not renormalised, "
+                "times 2, plus an ungated shared expert (F = 4); some token's choice differs "
+                "from that of the top-two sums, some from the ungrouped top 2.",
+                inputs={"x": x}, attributes=a, params={**p, **shared(r, 4, 4, gate=False)},
+                flags=["basic", "optional-params"])
+
+
+def v2_grad_cases(r):
+    a = {"top_k": 2, **V2}
+    x, p = _v2_routed(r, 4, 4, 8, 4, a)
+    yield gradient("moe/grad-005", "moe",
+                   "DeepSeek-V2 style: softmax, groups by max, the best of 4, top 2, times 2, "
+                   "an ungated shared expert.",
+                   inputs={"x": x}, attributes=a, params={**p, **shared(r, 4, 4, gate=False)},
+                   cotangents={"y": r.uniform((4, 4)), "router_logits": r.uniform((4, 8))},
+                   flags=["gradient", "optional-params"])

@@ -30,10 +30,13 @@ COMPONENT = Component("moe_layers", {
                         oracle=O.mixtral_layer),
     "deepseek_layer": Fn(module="layers", inputs=["x", "mask"], optional=["mask"], returns=["y"],
                          required=DIMS, attributes={"top_k": None, **MLA, "offset": 0, **ROUTER},
-                         params=True, oracle=O.deepseek_layer),
+                         added={"rope_scaling": None, "group_score": "sum_top2"}, params=True,
+                         oracle=O.deepseek_layer),
     "deepseek_decoder_only": Fn(module="models", inputs=["ids"], returns=["logits"],
                                 required=["pad_id", "num_layers", "first_k_dense_replace", *DIMS],
-                                attributes={"top_k": None, **MLA, **ROUTER}, params=True,
+                                attributes={"top_k": None, **MLA, **ROUTER},
+                                added={"rope_scaling": None, "group_score": "sum_top2"},
+                                params=True,
                                 oracle=O.deepseek_decoder_only),
 }, tolerances=tolerances("stack"))
 
@@ -389,6 +392,8 @@ def cases(rng):
     yield from deepseek_cases(Rng(f"{COMPONENT.id}/deepseek"))
     yield from model_cases(Rng(f"{COMPONENT.id}/model"))
     yield from defaults_cases(Rng(f"{COMPONENT.id}/defaults"))
+    yield from yarn_cases(Rng(f"{COMPONENT.id}/yarn"))
+    yield from v2_cases(Rng(f"{COMPONENT.id}/v2"))
 
 
 def defaults_cases(r):
@@ -512,3 +517,57 @@ def grad_cases(r):
                    inputs={"ids": x}, attributes=a, params=model_case(r, x, a, 2, 1, vocab=8),
                    cotangents={"logits": r.uniform((1, 3, 8))}, omit_defaults=True,
                    flags=["gradient", "defaults"])
+    yield from yarn_grad_cases(Rng(f"{COMPONENT.id}/grad-yarn"))
+
+
+# -- rope_scaling (YaRN, DeepSeek-V2/V3's real configs) threaded to mla: their own streams -----
+
+V3_YARN = {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 64,
+           "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}
+
+
+def yarn_cases(r):
+    a = {**dims(2, 2, 8, 4), "top_k": 2, "rope_base": 10.0, "rope_scaling": dict(V3_YARN)}
+    x = r.uniform((2, 5, 8))
+    yield value("moe_layers/deepseek-yarn-001", "deepseek_layer",
+                "DeepSeek-V3's YaRN rope_scaling (factor 40, mscale = mscale_all_dim = 1, "
+                "L0 = 64) passed to mla: blended rope frequencies (rope_base 10, Dr = 8) and "
+                "m^2 on the softmax scale; sigmoid top 2 of 4, renormalised.",
+                inputs={"x": x}, attributes=a, params=deepseek_case(r, x, a),
+                flags=["rope-scaling", "scale"])
+    a = {"pad_id": 0, "num_layers": 2, "first_k_dense_replace": 1, **dims(2, 2, 8, 2),
+         "top_k": 2, "rope_base": 10.0, "rope_scaling": {**V3_YARN, "mscale": 0.707,
+                                                          "mscale_all_dim": 0.707}}
+    x = token_ids(r, 12, [6, 4], 6, bos_id=1)
+    yield value("moe_layers/model-yarn-001", "deepseek_decoder_only",
+                "DeepSeek-V2's YaRN (mscale = mscale_all_dim = 0.707, factor 40) in every "
+                "layer's mla; a dense layer then an MoE layer, row 1 right-padded after 4.",
+                inputs={"ids": x}, attributes=a, params=model_case(r, x, a, 2, 1),
+                flags=["rope-scaling", "padding"])
+
+
+def yarn_grad_cases(r):
+    a = {**dims(2, 2, 8, 2), "top_k": 2, "rope_base": 10.0, "rope_scaling": dict(V3_YARN)}
+    x = r.uniform((1, 4, 8))
+    yield gradient("moe_layers/grad-013", "deepseek_layer",
+                   "DeepSeek-V3's YaRN in an MoE layer's mla: through the scaled frequencies "
+                   "and m^2.",
+                   inputs={"x": x}, attributes=a, params=deepseek_case(r, x, a),
+                   cotangents={"y": r.uniform((1, 4, 8))}, flags=["gradient", "rope-scaling"])
+
+
+# -- DeepSeek-V2's layer: group_score "max", softmax, no query latent (its own stream) ----------
+
+def v2_cases(r):
+    a = {**dims(2, 2, 8, 4), "top_k": 2, "scoring": "softmax", "renormalize": False,
+         "n_group": 2, "topk_group": 1, "routed_scaling_factor": 2.0, "group_score": "max",
+         "rope_base": 10.0,
+         "rope_scaling": {**V3_YARN, "mscale": 0.707, "mscale_all_dim": 0.707}}
+    x = r.uniform((2, 4, 8))
+    yield value("moe_layers/deepseek-v2-002", "deepseek_layer",
+                "A DeepSeek-V2 MoE layer: mla without a query latent and V2's YaRN (mscale = "
+                "mscale_all_dim = 0.707), then softmax scores, 4 experts in 2 groups scored by "
+                "their max (group_limited_greedy), the best group, top 2, not renormalised, "
+                "times 2, an ungated shared expert.",
+                inputs={"x": x}, attributes=a, params=deepseek_case(r, x, a),
+                flags=["rope-scaling", "unnormalised"])

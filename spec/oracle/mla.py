@@ -14,6 +14,11 @@ DeepseekV3Attention), the naive (unabsorbed) form, x (B, T, D), H heads:
     y   = concat_h(O_h) W_o
 keep = mask AND causal (j <= i); RoPE at positions offset + t, base rope_base, pairs
 (2i, 2i+1) ("interleaved", DeepSeek's layout) or (i, i + Dr/2) ("half").
+With rope_scaling (transformers' rope_parameters less rope_theta): both RoPEs are rope's with
+scaling = rope_scaling (its frequencies and its attention factor on cos and sin), and m is
+yarn_get_mscale(factor, mscale_all_dim) of rope_scaling when its rope_type is not "default"
+and its mscale_all_dim is not 0, else 1 (transformers' yarn_apply_mscale); yarn_factor and
+mscale_all_dim are then not read.
 """
 
 import mpmath
@@ -34,6 +39,16 @@ def softmax_scale(qk_nope_head_dim, qk_rope_head_dim, yarn_factor=1.0, mscale_al
     return m * m / mpmath.sqrt(qk_nope_head_dim + qk_rope_head_dim)
 
 
+def scale_of(dn, dr, yarn_factor, mscale_all_dim, rope_scaling):
+    """The softmax scale, with rope_scaling: m from its factor and mscale_all_dim."""
+    if rope_scaling is None:
+        return softmax_scale(dn, dr, yarn_factor, mscale_all_dim)
+    m_all = rope_scaling.get("mscale_all_dim") or 0
+    if rope_scaling.get("rope_type", "default") == "default" or not m_all:
+        return softmax_scale(dn, dr)
+    return softmax_scale(dn, dr, rope_scaling["factor"], m_all)
+
+
 def slice_last(x, lo, hi):
     return x[..., lo:hi]
 
@@ -46,14 +61,17 @@ class _Forward:
     """Every intermediate of the naive form, kept for the backward pass."""
 
     def __init__(self, x, mask, num_heads, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, eps,
-                 rope_base, rope_convention, yarn_factor, mscale_all_dim, offset, params):
+                 rope_base, rope_convention, yarn_factor, mscale_all_dim, offset, params,
+                 rope_scaling=None):
         h, dn, dr, dv = int(num_heads), int(qk_nope_head_dim), int(qk_rope_head_dim), int(v_head_dim)
         self.h, self.dn, self.dr, self.dv, self.eps = h, dn, dr, dv, eps
         self.w = {k: mpa(v) for k, v in params.items()}
         self.rot = {"offset": offset, "base": rope_base, "convention": rope_convention}
+        if rope_scaling is not None:
+            self.rot["scaling"] = dict(rope_scaling)
         self.x = x = mpa(x)
         self.keep = keep_mask(x.shape[1], mask)
-        self.scale = softmax_scale(dn, dr, yarn_factor, mscale_all_dim)
+        self.scale = scale_of(dn, dr, yarn_factor, mscale_all_dim, rope_scaling)
         if "w_q_a" in self.w:
             self.qa = matmul(x, self.w["w_q_a"])  # (B, T, R_q)
             self.cq = rms_norm(self.qa, eps=eps, params={"gamma": self.w["q_norm.gamma"]})["y"]
@@ -80,15 +98,16 @@ class _Forward:
 
 def mla(x, mask=None, num_heads=1, qk_nope_head_dim=1, qk_rope_head_dim=2, v_head_dim=1,
         eps=1e-6, rope_base=10000.0, rope_convention="interleaved", yarn_factor=1.0,
-        mscale_all_dim=0.0, offset=0, params=None):
+        mscale_all_dim=0.0, offset=0, rope_scaling=None, params=None):
     f = _Forward(x, mask, num_heads, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, eps,
-                 rope_base, rope_convention, yarn_factor, mscale_all_dim, offset, params)
+                 rope_base, rope_convention, yarn_factor, mscale_all_dim, offset, params,
+                 rope_scaling)
     return {"y": f.y}
 
 
 def mla_vjp(cot, x, mask=None, num_heads=1, qk_nope_head_dim=1, qk_rope_head_dim=2,
             v_head_dim=1, eps=1e-6, rope_base=10000.0, rope_convention="interleaved",
-            yarn_factor=1.0, mscale_all_dim=0.0, offset=0, params=None):
+            yarn_factor=1.0, mscale_all_dim=0.0, offset=0, rope_scaling=None, params=None):
     """Backward of the naive form, from y back to x:
         dW_o = o^T dy,  dO = heads(dy W_o^T),  (dQ, dK, dV) = sdpa^T dO (scale s),
         dq_pe = RoPE^T dQ[..., Dn:],  dk_pe = sum_h RoPE^T dK_h[..., Dn:] (the shared key),
@@ -96,9 +115,10 @@ def mla_vjp(cot, x, mask=None, num_heads=1, qk_nope_head_dim=1, qk_rope_head_dim
         dc_kv = (.) W_kv_b^T,  da = [RMSNorm^T dc_kv | dk_pe],  dW_kv_a = x^T da,
         dq = merge_h [dQ[..., :Dn] | dq_pe] into W_q (or W_q_b, RMSNorm^T, W_q_a),
         dx = da W_kv_a^T + (dq W_q^T or dqa W_q_a^T).
-    The mask and the positions get no gradient."""
+    The mask and the positions get no gradient (rope_vjp carries rope_scaling's factor m)."""
     f = _Forward(x, mask, num_heads, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, eps,
-                 rope_base, rope_convention, yarn_factor, mscale_all_dim, offset, params)
+                 rope_base, rope_convention, yarn_factor, mscale_all_dim, offset, params,
+                 rope_scaling)
     dn, dr, dv, w, g = f.dn, f.dr, f.dv, f.w, {}
     d_o, g["w_o"], _ = linear_vjp(f.o, w["w_o"], mpa(cot["y"]))  # (B, T, H Dv)
     gi, _ = sdpa_vjp({"output": heads_of(d_o, f.h, dv)}, f.qq, f.kk, f.v, mask=f.keep,

@@ -30,9 +30,10 @@ from .mla import mla, mla_vjp
 from .moe_layer import moe, moe_vjp
 from .rms_norm import rms_norm, rms_norm_vjp
 
-ROUTER = ("scoring", "renormalize", "n_group", "topk_group", "routed_scaling_factor")
+ROUTER = ("scoring", "renormalize", "n_group", "topk_group", "routed_scaling_factor",
+          "group_score")
 MLA = ("num_heads", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "eps", "rope_base",
-       "rope_convention", "yarn_factor", "mscale_all_dim", "offset")
+       "rope_convention", "yarn_factor", "mscale_all_dim", "offset", "rope_scaling")
 
 
 def _flat(h):

@@ -100,17 +100,64 @@ def test_to_hf_of_from_hf_is_bit_identical(config):
 
 @pytest.mark.parametrize(("config", "field"), [
     ({"attention_bias": True}, "attention_bias"),
-    ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 100.0, "factor": 4.0,
-                          "original_max_position_embeddings": 64, "mscale_all_dim": 1.0}},
+    ({"rope_parameters": {"rope_type": "proportional", "rope_theta": 100.0, "factor": 4.0}},
      "rope_parameters"),
+    ({"num_key_value_heads": 1}, "num_key_value_heads"),
 ])
 def test_inexpressible_config_raises_config_error(config, field):
     with pytest.raises(ConfigError, match=field):
         hf.from_hf(deepseek(**config))
 
 
-def test_to_hf_refuses_yarn_mscale():
+def test_to_hf_refuses_yarn_mscale_without_rope_scaling():
     _, params = hf.from_hf(deepseek())
     with pytest.raises(ConfigError, match="mscale_all_dim"):
         hf.to_hf(params, {"num_heads": 2, "qk_nope_head_dim": 4, "qk_rope_head_dim": 4,
                           "v_head_dim": 6, "yarn_factor": 40.0, "mscale_all_dim": 1.0})
+
+
+# -- YaRN (DeepSeek-V2/V3's real rope_parameters) as mla's rope_scaling ------------------------
+
+V3_YARN = {"rope_type": "yarn", "rope_theta": 10.0, "factor": 40.0,
+           "original_max_position_embeddings": 64, "beta_fast": 32.0, "beta_slow": 1.0,
+           "mscale": 1.0, "mscale_all_dim": 1.0}
+
+
+@pytest.mark.parametrize("rope", [
+    V3_YARN,
+    {**V3_YARN, "mscale": 0.707, "mscale_all_dim": 0.707, "factor": 16.0},
+    {k: v for k, v in V3_YARN.items() if k != "mscale_all_dim"},
+    {**V3_YARN, "attention_factor": 0.75},
+    {"rope_type": "linear", "rope_theta": 10.0, "factor": 4.0},
+], ids=["v3", "v2", "mscale-only", "attention-factor", "linear"])
+@pytest.mark.parametrize("config", [{}, {"q_lora_rank": None, "rope_interleave": False}],
+                         ids=["q-latent", "q-direct-half"])
+def test_yarn_deepseek_v3_attention_from_hf_agrees(rope, config):
+    """rope_parameters -> rope_base + rope_scaling; the module's forward (YaRN frequencies,
+    its attention factor on cos/sin, yarn_apply_mscale's m^2) equals the NumPy mla's at
+    positions 0.. and 6.., and to_hf(from_hf(m)) is bit identical."""
+    m = deepseek(rope_parameters=dict(rope), max_position_embeddings=2560, **config)
+    attributes, params = hf.from_hf(m)
+    want_scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
+    assert attributes["rope_scaling"] == want_scaling and attributes["rope_base"] == 10.0
+    x = x_of(2, 5, 12)
+    for offset in (0, 6):
+        want = mla(x.numpy(), params=_np(params), offset=offset, **attributes)
+        got = hf_mla.forward(m, x, offset=offset).numpy()
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+    back = hf.to_hf(params, attributes)
+    assert back.scaling == m.scaling
+    assert torch.equal(hf_mla.forward(back, x), hf_mla.forward(m, x))
+
+
+def test_yarn_mscale_matters_in_the_comparison():
+    """The comparison can fail: m^2 dropped from the spec's side (rope_scaling's
+    mscale_all_dim removed, the frequencies kept) disagrees with the module."""
+    m = deepseek(rope_parameters=dict(V3_YARN), max_position_embeddings=2560)
+    attributes, params = hf.from_hf(m)
+    attributes["rope_scaling"] = {k: v for k, v in attributes["rope_scaling"].items()
+                                  if k not in ("mscale_all_dim", "mscale")}
+    attributes["rope_scaling"]["attention_factor"] = 1.0
+    x = x_of(2, 5, 12)
+    want = mla(x.numpy(), params=_np(params), **attributes)
+    assert not np.allclose(hf_mla.forward(m, x).numpy(), want, rtol=1e-3, atol=1e-3)

@@ -223,3 +223,24 @@ def test_deepseek_model_from_hf_agrees_and_round_trips():
     assert type(m2) is DeepseekV3ForCausalLM
     s, s2 = m.state_dict(), m2.state_dict()
     assert set(s) == set(s2) and all(torch.equal(s[k], s2[k]) for k in s)
+
+
+def test_deepseek_model_dtypes_float64_needs_eager_experts():
+    """transformers 5.24 with torch's CPU grouped_mm: a DeepseekV3ForCausalLM built directly
+    runs its experts through grouped_mm (experts_implementation's default), which refuses
+    float64; set_experts_implementation("eager") lifts it, and the float64 model then agrees
+    with the float64 spec to float32's rounding (RMSNorm, RoPE and the router in float32).
+    to_hf's model holds standalone layers whose experts run eagerly (the suite's extra runs
+    it in float64 at the float32 tolerance and in bfloat16 at the bfloat16 tolerance)."""
+    m = deepseek_model().to(torch.float64)
+    ids = torch.tensor([[1, 5, 7, 0, 3], [2, 9, 0, 0, 0]])
+    if m.config._experts_implementation == "grouped_mm":
+        with pytest.raises(RuntimeError, match="Double"):
+            hf.forward(m, ids, pad_id=0)
+    m.set_experts_implementation("eager")
+    a, p = hf.from_hf(m)
+    want = deepseek_decoder_only(ids.numpy(), pad_id=0, params={k: v.numpy() for k, v in p.items()},
+                                 **a)
+    got = hf.forward(m, ids, pad_id=0).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert np.abs(got - want).max() > 1e-12  # float32's rounding, not float64's
