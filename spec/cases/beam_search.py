@@ -340,7 +340,8 @@ def _gpt2_cases():
     yield value("beam_search/gpt2-001", "beam_search",
                 "GPT-2 (GPT2LMHeadModel): decoder_only with tie_embeddings (logits = h "
                 "embed.table^T, no bias, no lm_head.*), GELU tanh, N = 2, D = 16, H = 4, "
-                "vocabulary 20 (embed.table[EOS] x 1.2, final_norm.gamma x 3), prompt (2, 2), K = 2, max_len 7: "
+                "vocabulary 20 (embed.table[EOS] x 1.2, final_norm.gamma x 3), prompt (2, 2), "
+                "K = 2, max_len 7: "
                 "hypotheses that end at EOS and others that run to max_len.",
                 inputs=inputs, attributes=a, params=p,
                 flags=["tied-embeddings", "gelu_tanh", "eos", "decoder-step"])
