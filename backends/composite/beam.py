@@ -16,10 +16,13 @@
     ids (B, R, max_len): the best R finished, padded with pad_id; scores (B, R) theirs.
 
 Every ordering is an arg-max (the lowest index among equal values), so the tie rule is the
-ops' ``argmax`` rule. The log-probabilities are ``-cross_entropy(logits, j)`` for every
-token j (the spec's own log-softmax). The model is recomputed on the whole prefix of every
-beam each step (no cache to reorder); a batch of B rows holds its K*B beams beam-major
-(beam k of row b at k*B + b).
+ops' ``argmax`` rule. The log-probabilities are the spec's own log-softmax, from one
+cross-entropy per row at its arg-max m: ``(x_j - x_m) - cross_entropy(x, m)`` (O(V)). A
+batch of B rows holds its K*B beams beam-major (beam k of row b at k*B + b).
+decoder_only and llama_decoder_only run through their key/value-cache steps (the prompt of
+every beam once, then one token a step), every cache entry's rows gathered by the slot
+each new beam extends (``_reorder``); the transformer's decoder recomputes every beam's
+whole prefix (its encoder runs once).
 """
 
 from __future__ import annotations
