@@ -13,7 +13,7 @@ EXTRA_FUNCTIONS = (
      "*, batch_size, num_layers, num_heads, params", "cache"),
     ("decoder_only_step", "decoding",
      "ids, cache, *, pad_id, num_layers, num_heads, norm='pre', eps=1e-05, activation='gelu', "
-     "params", "(logits, new_cache)"),
+     "tie_embeddings=False, params", "(logits, new_cache)"),
     ("llama_init_cache", "decoding",
      "*, batch_size, num_layers, num_heads, num_kv_heads=None, params", "cache"),
     ("llama_step", "decoding",

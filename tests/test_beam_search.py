@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from attnspec.backends.composite.beam import BeamSearch, beam_attributes
 from attnspec.backends.numpy import decoding
-from attnspec.spec.errors import ConfigError
+from attnspec.spec.errors import ConfigError, ParameterError
 
 from .mutants import assert_rejected, composite_mutant, rejections
 
@@ -37,7 +37,7 @@ def _finished_still_expanded(self, cands, k):
     seqs = ops.stack([seq for _, seq, _ in cands], axis=1)
     picks = self._best(going, k)
     return (ops.stack([v for _, v in picks], axis=1),
-            [ops.take_rows(seqs, i) for i, _ in picks])
+            [ops.take_rows(seqs, i) for i, _ in picks], [i for i, _ in picks])
 
 
 def _eos_counted_against_the_live_width(self, cands, k):
@@ -49,7 +49,7 @@ def _eos_counted_against_the_live_width(self, cands, k):
     seqs = ops.stack([seq for _, seq, _ in cands], axis=1)
     picks = self._best(going, k)
     return (ops.stack([v for _, v in picks], axis=1),
-            [ops.take_rows(seqs, i) for i, _ in picks])
+            [ops.take_rows(seqs, i) for i, _ in picks], [i for i, _ in picks])
 
 
 def _stop_at_first_finished(self, live, fin, g, longest, alpha, early_stopping, k):
@@ -78,6 +78,9 @@ METHODS = {
     "log_probs_not_normalised": {"_log_probs": lambda self, logits: logits},
     "every_slot_starts_live": {"_initial": lambda self, zero, k: zero},
     "stop_at_the_first_finished": {"_done": _stop_at_first_finished},
+    # the cached step (decoder_only, llama_decoder_only): the cache rows kept in slot order,
+    # not gathered by the slot each new beam extends (a beam then reads another's keys)
+    "cache_rows_not_reordered": {"_reorder": lambda self, cache, parents, b: cache},
     "early_stopping_true_ignored": {"_done": _early_stopping_ignored},
     # early_stopping "never" bounds with the current length, as False does
     "never_bound_at_the_current_length": {"_bound_length": staticmethod(
@@ -169,6 +172,7 @@ def test_attributes_are_checked_with_the_spec_errors():
             beam_attributes(**kw)
 
 
-def test_tie_embeddings_is_refused_for_a_decoder_only_model():
-    with pytest.raises(ConfigError, match="tie_embeddings"):
+def test_tie_embeddings_is_allowed_for_a_decoder_only_model_without_lm_head():
+    """GPT-2's tied head (tests/test_greedy_tie.py): refused only where lm_head.* is given."""
+    with pytest.raises(ParameterError, match="tie_embeddings"):
         _search(np.zeros((8, 8)), [[1, 3]], tie_embeddings=True)

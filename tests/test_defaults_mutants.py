@@ -98,7 +98,7 @@ WRONG = [
     ("beam_search", {"length_penalty": 2.0}),
     ("beam_search", {"early_stopping": True}),
     ("beam_search", {"num_return_sequences": 2}),
-    ("beam_search", {"tie_embeddings": True}),  # refused for decoder_only
+    ("beam_search", {"tie_embeddings": True}),  # a tie with lm_head.* given: refused
     ("greedy_decode", {"tie_embeddings": True}),
     *[(f, {"eps": 1e-5}) for f in ("llama_layer", "llama_decoder_only")],
     *[(f, {"rope_base": 500000.0}) for f in ("llama_layer", "llama_decoder_only")],

@@ -16,10 +16,13 @@
     ids (B, R, max_len): the best R finished, padded with pad_id; scores (B, R) theirs.
 
 Every ordering is an arg-max (the lowest index among equal values), so the tie rule is the
-ops' ``argmax`` rule. The log-probabilities are ``-cross_entropy(logits, j)`` for every
-token j (the spec's own log-softmax). The model is recomputed on the whole prefix of every
-beam each step (no cache to reorder); a batch of B rows holds its K*B beams beam-major
-(beam k of row b at k*B + b).
+ops' ``argmax`` rule. The log-probabilities are the spec's own log-softmax, from one
+cross-entropy per row at its arg-max m: ``(x_j - x_m) - cross_entropy(x, m)`` (O(V)). A
+batch of B rows holds its K*B beams beam-major (beam k of row b at k*B + b).
+decoder_only and llama_decoder_only run through their key/value-cache steps (the prompt of
+every beam once, then one token a step), every cache entry's rows gathered by the slot
+each new beam extends (``_reorder``); the transformer's decoder recomputes every beam's
+whole prefix (its encoder runs once).
 """
 
 from __future__ import annotations
@@ -54,12 +57,14 @@ class BeamSearch(Decoding):
     EXPORTS = ("beam_search",)
 
     def _log_probs(self, logits):
-        """(N, V) -> (N, V): log_softmax over the vocabulary, as -cross_entropy(logits, j)."""
+        """(N, V) -> (N, V): log_softmax over the vocabulary in O(V), from one cross-entropy
+        at the row's arg-max m: log p_j = x_j - lse = (x_j - x_m) - (lse - x_m), where
+        lse - x_m = cross_entropy(x, m). Relative to the maximum, the likely tokens' terms
+        are small and exact (x_j - x_m is exact where x_j is within a factor 2 of x_m)."""
         ops = self.ops
-        n, v = logits.shape
-        every = ops.stack([logits] * v, axis=1)  # (N, V, V): row j asks for token j
-        targets = ops.arange(0, v, like=every)[None, :] + ops.full((n, 1), 0, like=every)
-        return -self.k.cross_entropy(every, targets, reduction="none")  # (N, V)
+        top = ops.argmax(logits, axis=1)  # (N,)
+        lse_m = self.k.cross_entropy(logits, top, reduction="none")  # (N,) lse - x_m
+        return (logits - ops.take_rows(logits, top)[:, None]) - lse_m[:, None]
 
     @staticmethod
     def _penalty_length(n: int, p0: int) -> int:
@@ -137,13 +142,27 @@ class BeamSearch(Decoding):
 
     def _live(self, cands, k: int):
         """The first K candidates that do not end, in rank order: (scores (B, K), their
-        sequences [(B, n)] per slot)."""
+        sequences [(B, n)] per slot, their ranks among the 2K [(B,)] per slot)."""
         ops = self.ops
         going = ops.stack([ops.where(ends, -INF, val) for val, _, ends in cands], axis=1)
         seqs = ops.stack([seq for _, seq, _ in cands], axis=1)  # (B, 2K, max_len)
         picks = self._best(going, k)
         return (ops.stack([v for _, v in picks], axis=1),
-                [ops.take_rows(seqs, i) for i, _ in picks])
+                [ops.take_rows(seqs, i) for i, _ in picks], [i for i, _ in picks])
+
+    def _reorder(self, cache, parents, b: int):
+        """The cache rows of the new live beams: beam-major row i*B + b of the result is row
+        parents[i][b]*B + b of ``cache`` (every entry but "length", gathered by slot)."""
+        ops = self.ops
+        k = len(parents)
+        out = {}
+        for key, c in cache.items():
+            if key == "length":
+                out[key] = c
+                continue
+            slots = ops.stack([c[i * b:(i + 1) * b] for i in range(k)], axis=1)  # (B, K, ...)
+            out[key] = ops.concat([ops.take_rows(slots, par) for par in parents], axis=0)
+        return out
 
     def _done(self, live, fin, g, longest, alpha, early_stopping, k):
         """(B,) rows with K finished that stop: early_stopping True, or no live beam can
@@ -171,10 +190,7 @@ class BeamSearch(Decoding):
         check.choice("norm", norm, NORMS)
         k, r, alpha, early_stopping = beam_attributes(num_beams, num_return_sequences,
                                                       length_penalty, early_stopping)
-        tie = check.flag("tie_embeddings", tie_embeddings)
-        if tie and model != "transformer":
-            raise ConfigError(f"tie_embeddings is an attribute of model 'transformer', not of "
-                              f"{model!r}")
+        tie = self._tie(model, tie_embeddings)
         cfg = dict(num_layers=num_layers, num_heads=num_heads, norm=norm, eps=eps,
                    activation=activation)
         llama = self._llama_config(model, norm, activation, num_kv_heads, rope_base, window)
@@ -185,18 +201,16 @@ class BeamSearch(Decoding):
             memory, m_src = ops.concat([memory] * k, axis=0), ops.concat([m_src] * k, axis=0)
             seq = ops.full((src_ids.shape[0], 1), bos_id, like=src_ids)  # (B, 1)
 
-            def last(ids):
-                return self.decode(ids, memory, m_src, pad_id, cfg, tie, p)[:, -1]
+            def step(beams, tok, parents):  # the decoder on every beam's whole prefix
+                return self.decode(beams, memory, m_src, pad_id, cfg, tie, p)[:, -1]
         else:
             seq, max_len = self._prompt(prompt, src_ids, eos_id, pad_id, max_len, p, model)
             vocab = check.shape(p.require("embed.table", (None, None)))[0]
-
-            def last(ids):
-                if model == "llama_decoder_only":
-                    return self.k.llama_decoder_only(ids, pad_id=pad_id, num_layers=num_layers,
-                                                     num_heads=num_heads, eps=eps, params=p,
-                                                     **llama)[:, -1]
-                return self.k.decoder_only(ids, pad_id=pad_id, params=p, **cfg)[:, -1]
+            b = seq.shape[0]
+            step = self._cached_beam_step(
+                self._llama_steps if model == "llama_decoder_only" else self._decoder_only_steps,
+                pad_id, {**llama, "num_layers": num_layers, "num_heads": num_heads, "eps": eps}
+                if model == "llama_decoder_only" else {**cfg, "tie_embeddings": tie}, p, b)
         seq = ops.int64(seq)
         b, p0 = seq.shape
         if max_len <= p0:
@@ -205,10 +219,23 @@ class BeamSearch(Decoding):
         if 2 * k > vocab:
             raise ConfigError(f"num_beams={k}: the 2*num_beams = {2 * k} candidates of a step "
                               f"need a vocabulary of at least {2 * k} tokens, got {vocab}")
-        return self._search(seq, last, b, p0, k, r, vocab, eos_id, pad_id, max_len, alpha,
+        return self._search(seq, step, b, p0, k, r, vocab, eos_id, pad_id, max_len, alpha,
                             early_stopping)
 
-    def _search(self, seq, last, b, p0, k, r, vocab, eos_id, pad_id, max_len, alpha,
+    def _cached_beam_step(self, steps_of, pad_id, cfg: dict, p, b: int):
+        """step(beams, tok, parents) -> next-token logits (K*B, V) through the model's cache:
+        the prompt of every beam once, then each step the chosen beams' cache rows gathered
+        (``_reorder``) and extended by their new token."""
+        state = {}
+
+        def step(beams, tok, parents):
+            if tok is None:
+                state["steps"] = steps_of(beams, pad_id, cfg, p)
+                return next(state["steps"])
+            return state["steps"].send((tok, lambda c: self._reorder(c, parents, b)))
+        return step
+
+    def _search(self, seq, step, b, p0, k, r, vocab, eos_id, pad_id, max_len, alpha,
                 early_stopping):
         ops = self.ops
         beams = ops.concat([seq] * k, axis=0)  # (K*B, P), beam-major
@@ -216,8 +243,9 @@ class BeamSearch(Decoding):
         fin = None
         done = ops.falses((b,), like=seq)
         n = p0
+        tok = parents = None
         while n < max_len and not ops.known_all(done):
-            lp = self._log_probs(last(beams))  # (K*B, V)
+            lp = self._log_probs(step(beams, tok, parents))  # (K*B, V)
             if live is None:
                 zero = ops.zeros((b, k), like=lp)
                 live = self._initial(zero, k)
@@ -228,9 +256,10 @@ class BeamSearch(Decoding):
             slots = ops.stack([beams[i * b:(i + 1) * b] for i in range(k)], axis=1)  # (B,K,n)
             n += 1
             rest = ops.full((b, max_len - n), pad_id, like=seq)
-            cands = []
+            cands, origin = [], []
             for idx, val in self._rank(cand, 2 * k):
                 tok = idx % vocab
+                origin.append(idx // vocab)
                 grown = ops.concat([ops.take_rows(slots, idx // vocab), tok[:, None]], axis=1)
                 cands.append((val, ops.concat([grown, rest], axis=1),
                               self._ends(tok, n, eos_id, max_len)))
@@ -238,8 +267,11 @@ class BeamSearch(Decoding):
             fin = self._finish(fin, cands, ~done, g, alpha, k)
             if n == max_len:
                 break
-            live, grown = self._live(cands, k)
+            live, grown, ranks = self._live(cands, k)
+            origin = ops.stack(origin, axis=1)  # (B, 2K) the slot each candidate extends
+            parents = [ops.take_rows(origin, i) for i in ranks]  # (B,) per new slot
             beams = ops.concat([s[:, :n] for s in grown], axis=0)  # (K*B, n)
+            tok = beams[:, n - 1]  # (K*B,) the token each new beam appended
             done = done | self._done(live, fin, g, max_len - p0, alpha, early_stopping, k)
         scores, seqs, _ = fin
         return seqs[:, :r], scores[:, :r]

@@ -67,11 +67,15 @@ class Decoding(Models):
         return f
 
     def decoder_only_step(self, ids, cache, *, pad_id, num_layers, num_heads, norm="pre",
-                          eps=1e-5, activation="gelu", params):
+                          eps=1e-5, activation="gelu", tie_embeddings=False, params):
         """(logits (B, t, L), new cache) for the t new tokens ``ids`` (B, t) at positions
-        n..n+t-1, n = cache["length"]: equal to decoder_only(all ids so far)[:, n:]."""
+        n..n+t-1, n = cache["length"]: equal to decoder_only(all ids so far)[:, n:] (with the
+        same tie_embeddings: the head is decoder_only's own, decoder_only_head)."""
         ops = self.ops
         p = check.params_of(params)
+        tie = check.flag("tie_embeddings", tie_embeddings)
+        if tie:
+            self.no_head_params(p)
         L, _ = check.shape(p.require("embed.table", (None, None)))
         ids = self.token_ids("ids", ids, L, p.path("embed.table"))
         pad_id = check.integer("pad_id", pad_id)
@@ -94,7 +98,7 @@ class Decoding(Models):
             h = self._sublayer(h, self._ffn(activation, lp, None), lp, "norm2", norm, eps)
         if norm == "pre":
             h = self.k.layer_norm(h, eps=eps, params=p.scope("final_norm"))
-        return self.k.lm_head(h, params=p.scope("lm_head")), new_cache
+        return self.decoder_only_head(h, tie, p), new_cache
 
     def llama_init_cache(self, *, batch_size, num_layers, num_heads, num_kv_heads=None, params):
         """An empty cache (length 0) for ``batch_size`` rows: keys and values (B, H_kv, 0, K)
@@ -148,23 +152,30 @@ class Decoding(Models):
         return self.llama_head(h, eps, p), new_cache
 
     def _llama_steps(self, prompt, pad_id, cfg: dict, p):
-        """Next-token logits: the prompt once (prefill), then one token a step, via the cache."""
-        init, step = self.k.llama_init_cache, self.k.llama_step
-        cache = init(batch_size=prompt.shape[0], num_layers=cfg["num_layers"],
-                     num_heads=cfg["num_heads"], num_kv_heads=cfg["num_kv_heads"], params=p)
-        logits, cache = step(prompt, cache, pad_id=pad_id, params=p, **cfg)
-        while True:
-            nxt = yield logits[:, -1]
-            logits, cache = step(nxt[:, None], cache, pad_id=pad_id, params=p, **cfg)
+        """Next-token logits of llama_decoder_only via llama_init_cache / llama_step."""
+        init = self.k.llama_init_cache(batch_size=prompt.shape[0], num_layers=cfg["num_layers"],
+                                       num_heads=cfg["num_heads"],
+                                       num_kv_heads=cfg["num_kv_heads"], params=p)
+        return self._cached_steps(self.k.llama_step, init, prompt, pad_id, cfg, p)
 
     def _decoder_only_steps(self, prompt, pad_id, cfg: dict, p):
-        """Next-token logits: the prompt once (prefill), then one token a step, via the cache."""
-        init, step = self.k.decoder_only_init_cache, self.k.decoder_only_step
-        cache = init(batch_size=prompt.shape[0], num_layers=cfg["num_layers"],
-                     num_heads=cfg["num_heads"], params=p)
+        """Next-token logits of decoder_only via decoder_only_init_cache / decoder_only_step."""
+        init = self.k.decoder_only_init_cache(batch_size=prompt.shape[0],
+                                              num_layers=cfg["num_layers"],
+                                              num_heads=cfg["num_heads"], params=p)
+        return self._cached_steps(self.k.decoder_only_step, init, prompt, pad_id, cfg, p)
+
+    @staticmethod
+    def _cached_steps(step, cache, prompt, pad_id, cfg: dict, p):
+        """Next-token logits: the prompt once (prefill), then one token a step, via the cache.
+        Send the next tokens (rows,), or (tokens, reorder): reorder(cache) -> the cache whose
+        rows the tokens extend (beam search's gather of the chosen beams' rows)."""
         logits, cache = step(prompt, cache, pad_id=pad_id, params=p, **cfg)
         while True:
-            nxt = yield logits[:, -1]
+            sent = yield logits[:, -1]
+            nxt, reorder = sent if isinstance(sent, tuple) else (sent, None)
+            if reorder is not None:
+                cache = reorder(cache)
             logits, cache = step(nxt[:, None], cache, pad_id=pad_id, params=p, **cfg)
 
     def _transformer_steps(self, src_ids, pad_id, cfg: dict, tie: bool, p):
@@ -219,6 +230,16 @@ class Decoding(Models):
                               f"are attributes of model 'llama_decoder_only', not of {model!r}")
         return {**llama, **rope}
 
+    @staticmethod
+    def _tie(model, tie_embeddings) -> bool:
+        """tie_embeddings checked: a head tied to the (target) embedding for 'transformer' and
+        'decoder_only' (GPT-2); refused for 'llama_decoder_only', whose head is lm_head.w."""
+        tie = check.flag("tie_embeddings", tie_embeddings)
+        if tie and model == "llama_decoder_only":
+            raise ConfigError("tie_embeddings is an attribute of models 'transformer' and "
+                              "'decoder_only', not of 'llama_decoder_only'")
+        return tie
+
     def greedy_decode(self, prompt=None, src_ids=None, *, model, bos_id, eos_id, pad_id, max_len,
                       num_layers, num_heads, norm, eps=1e-5, activation, tie_embeddings=False,
                       num_kv_heads=None, rope_base=10000.0, window=None, rope_scaling=None,
@@ -239,6 +260,7 @@ class Decoding(Models):
                    activation=activation)
         llama = self._llama_config(model, norm, activation, num_kv_heads, rope_base, window,
                                    rope_scaling, rotary_dim)
+        tie = self._tie(model, tie_embeddings)
         if model == "llama_decoder_only":
             seq, max_len = self._prompt(prompt, src_ids, eos_id, pad_id, max_len, p, model)
             steps = self._llama_steps(seq, pad_id, {**llama, "num_layers": num_layers,
@@ -246,11 +268,10 @@ class Decoding(Models):
             logits = next(steps)
         elif model == "decoder_only":
             seq, max_len = self._prompt(prompt, src_ids, eos_id, pad_id, max_len, p)
-            steps = self._decoder_only_steps(seq, pad_id, cfg, p)
+            steps = self._decoder_only_steps(seq, pad_id, {**cfg, "tie_embeddings": tie}, p)
             logits = next(steps)
         else:
             src_ids, max_len = self._source(prompt, src_ids, bos_id, eos_id, pad_id, max_len, p)
-            tie = check.flag("tie_embeddings", tie_embeddings)
             seq = ops.full((src_ids.shape[0], 1), bos_id, like=src_ids)  # (B, 1)
             steps = self._transformer_steps(src_ids, pad_id, cfg, tie, p)
             next(steps)

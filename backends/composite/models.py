@@ -119,6 +119,11 @@ class Models(Layers):
         mask = self.k.combined_mask(ids, pad_id=pad_id, t=ids.shape[1])  # (B, 1, T, T)
         h = self.k.encoder(e, mask, num_layers=num_layers, num_heads=num_heads, norm=norm,
                            eps=eps, activation=activation, params=p, trace=trace)
+        return self.decoder_only_head(h, tie, p)
+
+    def decoder_only_head(self, h, tie: bool, p):
+        """decoder_only's head (shared by decoder_only_step and the decoders): h lm_head.w +
+        lm_head.b, or tied (GPT-2) h embed.table^T without a bias."""
         if tie:
             return self.k.lm_head(h, tied=True, params=p.scope("embed"))
         return self.k.lm_head(h, params=p.scope("lm_head"))

@@ -224,6 +224,9 @@ class EncoderOnly(_Model):
 
 
 class DecoderOnly(_Generator):
+    """decoder_only; with ``tie_embeddings=True`` (GPT-2) built from parameters without
+    lm_head.*: the head reads the one embed.table Param, whose gradient sums both uses."""
+
     fn = staticmethod(_models.decoder_only)
     model = "decoder_only"
 

@@ -457,10 +457,15 @@ class EncoderOnly(_Model):
 @_serializable
 class DecoderOnly(_Model):
     """spec ``decoder_only`` (GPT-style, learned positions, pre-norm by default):
-    call(ids) -> logits (B, T, L); ``generate(prompt, ...)`` greedy with a KV cache."""
+    call(ids) -> logits (B, T, L); ``generate(prompt, ...)`` greedy with a KV cache.
+    ``tie_embeddings=True`` (GPT-2): no lm_head.* weights; the head is embed.table^T, the
+    one variable the embedding reads too (its gradient is the sum of both uses)."""
 
-    def __init__(self, *args, norm="pre", activation="gelu", **kw):
+    ATTRIBUTES = _Model.ATTRIBUTES + ("tie_embeddings",)
+
+    def __init__(self, *args, norm="pre", activation="gelu", tie_embeddings=False, **kw):
         super().__init__(*args, norm=norm, activation=activation, **kw)
+        self.tie_embeddings = tie_embeddings
 
     def default_shapes(self):
         d, f = self._dims()
@@ -468,7 +473,8 @@ class DecoderOnly(_Model):
              "pos.table": (_require("max_len", self.max_len), d)}
         s.update(stack_shapes(encoder_layer_shapes(d, f, self.use_bias), self.num_layers,
                               self.norm, d))
-        s.update(self._lm_head(d))
+        if not self.tie_embeddings:
+            s.update(self._lm_head(d))
         return s
 
     def call(self, ids):

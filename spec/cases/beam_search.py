@@ -164,6 +164,7 @@ def eos_lengths_differ(start):
 def cases(rng):
     yield from _value_cases()
     yield from _error_cases(rng)
+    yield from _gpt2_cases()
 
 
 def _value_cases():
@@ -323,3 +324,55 @@ def _error_cases(rng):
                 "length_penalty = '1.0' (a string) is not a number.",
                 inputs=prompt, attributes={**a, "length_penalty": "1.0"}, params=p,
                 error="ConfigError", mentions=["length_penalty"])
+
+
+# -- GPT-2's tied head (issue 25): decoder_only(tie_embeddings) through the cached steps -------
+
+def _gpt2_cases():
+    from .greedy_decode import gpt2
+
+    def tied(max_len, **kw):
+        return {**attrs_of(max_len, activation="gelu_tanh", **kw), "tie_embeddings": True}
+    a = tied(7, n=2, heads=4)
+    inputs, p = search("gpt2-001", gpt2(2, 2, 2, 16, 20, eos_scale=1.2, gamma_scale=3.0), a,
+                       some_eos(2, also=lambda x, s: len({tuple(r) for r in x[:, 0]}) == 2),
+                       margin=RANDOM_MARGIN)
+    yield value("beam_search/gpt2-001", "beam_search",
+                "GPT-2 (GPT2LMHeadModel): decoder_only with tie_embeddings (logits = h "
+                "embed.table^T, no bias, no lm_head.*), GELU tanh, N = 2, D = 16, H = 4, "
+                "vocabulary 20 (embed.table[EOS] x 1.2, final_norm.gamma x 3), prompt (2, 2), "
+                "K = 2, max_len 7: "
+                "hypotheses that end at EOS and others that run to max_len.",
+                inputs=inputs, attributes=a, params=p,
+                flags=["tied-embeddings", "gelu_tanh", "eos", "decoder-step"])
+    a = tied(8, k=3)
+    inputs, p = search("gpt2-002", gpt2(3, 1, 1, 16, 16, eos_scale=1.5, gamma_scale=3.0), a,
+                       eos_lengths_differ(3), margin=RANDOM_MARGIN)
+    yield value("beam_search/gpt2-002", "beam_search",
+                "GPT-2's tied head, N = 1, D = 16, H = 2, vocabulary 16 (embed.table[EOS] x 1.5, "
+                "final_norm.gamma x 3), K = 3 (the cache rows "
+                "of three beams reordered every step), one row, prompt length 3, max_len 8; "
+                "the finished hypotheses of different lengths returned best first.",
+                inputs=inputs, attributes=a, params=p,
+                flags=["tied-embeddings", "eos", "decoder-step"])
+    a = {**tied(6), "activation": "gelu"}
+    inputs, p = search("gpt2-square-001", gpt2(2, 2, 1, 8, 8, gamma_scale=3.0), a,
+                       lambda x, s: no_pad(2)(x, s) and len({tuple(r) for r in x[:, 0]}) == 2,
+                       margin=RANDOM_MARGIN)
+    yield value("beam_search/gpt2-square-001", "beam_search",
+                "Tied head with a square table (vocabulary = D = 8): h embed.table (not "
+                "transposed) also runs and picks other ids; exact GELU, N = 1, K = 2, "
+                "max_len 6.",
+                inputs=inputs, attributes=a, params=p, flags=["tied-embeddings", "transpose"])
+    p = gpt2(2, 1, 1, 8, 12)(Rng(f"{COMPONENT.id}/gpt2-errors"))[1]
+    prompt = {"prompt": np.array([[BOS, 5]], dtype=np.int64)}
+    yield error("beam_search/gpt2-bias-001", "beam_search",
+                "decoder_only with tie_embeddings given an lm_head.b (12,): GPT-2's tied head has "
+                "no bias; adding it silently is wrong, so it is refused.",
+                inputs=prompt, attributes=tied(5), params={**p, "lm_head.b": np.full(12, 0.5)},
+                error="ParameterError", mentions=["lm_head.b", "(12,)", "tie_embeddings"])
+    yield error("beam_search/llama-tie-001", "beam_search",
+                "tie_embeddings = True for model='llama_decoder_only' (its head is lm_head.w).",
+                inputs=prompt, attributes={**tied(5), "model": "llama_decoder_only",
+                                           "activation": "silu", "eps": 1e-6},
+                params=p, error="ConfigError", mentions=["tie_embeddings", "llama_decoder_only"])

@@ -193,6 +193,7 @@ def cases(rng):
     yield from missed_cases()
     yield from llama_cases()
     yield from study_cases()
+    yield from gpt2_cases()
 
 
 # -- defaults (issue 9): vectors that leave every defaulted attribute out ------------------
@@ -361,3 +362,70 @@ def study_cases():
                 inputs={"prompt": np.array([[1, 5]], dtype=np.int64),
                         "src_ids": np.array([[4, 6, 3]], dtype=np.int64)},
                 attributes=a, params=p, error="ConfigError", mentions=["src_ids"])
+
+
+# -- GPT-2's tied head (issue 25): decoder_only(tie_embeddings) through decoder_only_step ------
+
+def gpt2_attrs(max_len, n=1, heads=2, activation="gelu_tanh"):
+    return {**gpt_attrs(max_len, n, heads, "pre", activation), "tie_embeddings": True}
+
+
+def gpt2(prompt_len, b, n, d, vocab, eos_scale=None, stack_scale=2.0, gamma_scale=1.0):
+    """GPT2LMHeadModel-like parameters: no lm_head.* (logits = h embed.table^T); the layers'
+    weights scaled by ``stack_scale`` (a tied head otherwise tends to repeat the last token),
+    embed.table[EOS] by ``eos_scale`` (no bias to make EOS likely) and final_norm.gamma by
+    ``gamma_scale`` (spread logits: beam search's margins)."""
+    def build(r):
+        prompt = ids(r, vocab, [prompt_len] * b, prompt_len, bos_id=BOS)
+        p = lm_params(r, n, d, 2 * d, vocab, 8, "pre", None)
+        p = {k: (v * stack_scale if k.startswith("layers.") and k.endswith(("w_q", "w_k", "w1",
+                                                                             "w2", "w_v", "w_o"))
+                 else v) for k, v in p.items() if not k.startswith("lm_head.")}
+        if eos_scale is not None:  # multiples of 2**-6 below 2: exact in bfloat16
+            p["embed.table"][EOS] = np.round(p["embed.table"][EOS] * eos_scale * 64) / 64
+        if gamma_scale != 1.0:  # multiples of 2**-5 below 8: exact in bfloat16
+            p["final_norm.gamma"] = np.round(p["final_norm.gamma"] * gamma_scale * 32) / 32
+        return {"prompt": prompt}, p
+    return build
+
+
+def gpt2_cases():
+    a = gpt2_attrs(8, n=2, heads=4)
+    inputs, p = search("gpt2-001", gpt2(2, 2, 2, 16, 20), a, no_eos(2))
+    yield value("greedy_decode/gpt2-001", "greedy_decode",
+                "GPT-2 (GPT2LMHeadModel): decoder_only with tie_embeddings (logits = h "
+                "embed.table^T, no bias, no lm_head.*), GELU tanh, N = 2, D = 16, H = 4, "
+                "vocabulary 20, prompt (2, 2); 6 cached steps to max_len = 8.",
+                inputs=inputs, attributes=a, params=p,
+                flags=["tied-embeddings", "gelu_tanh", "decoder-step"])
+    a = gpt2_attrs(8)
+    inputs, p = search("gpt2-eos-001", gpt2(3, 2, 1, 16, 16, eos_scale=1.5), a, one_ends(3))
+    yield value("greedy_decode/gpt2-eos-001", "greedy_decode",
+                "GPT-2's tied head, N = 1, D = 16, H = 2, vocabulary 16 (embed.table[EOS] x 1.5): "
+                "one row emits EOS and is padded after it, the other runs to max_len = 8.",
+                inputs=inputs, attributes=a, params=p, flags=["tied-embeddings", "eos"])
+    a = gpt2_attrs(7, activation="gelu")
+    inputs, p = search("gpt2-square-001", gpt2(2, 2, 1, 8, 8), a, no_eos(2))
+    yield value("greedy_decode/gpt2-square-001", "greedy_decode",
+                "Tied head with a square table (vocabulary = D = 8): h embed.table (not "
+                "transposed) also runs and picks other ids; exact GELU, N = 1, H = 2, "
+                "max_len = 7.",
+                inputs=inputs, attributes=a, params=p, flags=["tied-embeddings", "transpose"])
+    p = gpt2(2, 1, 1, 8, 12)(Rng(f"{COMPONENT.id}/gpt2-errors"))[1]
+    prompt = {"prompt": np.array([[BOS, 5]], dtype=np.int64)}
+    yield error("greedy_decode/gpt2-bias-001", "greedy_decode",
+                "decoder_only with tie_embeddings given an lm_head.b (12,): GPT-2's tied head has "
+                "no bias; adding it silently is wrong, so it is refused.",
+                inputs=prompt, attributes=gpt2_attrs(5),
+                params={**p, "lm_head.b": np.full(12, 0.5)},
+                error="ParameterError", mentions=["lm_head.b", "(12,)", "tie_embeddings"])
+    yield error("greedy_decode/gpt2-untied-001", "greedy_decode",
+                "decoder_only with tie_embeddings given an lm_head.w (8, 12): the tied head reads "
+                "embed.table, a W that would be ignored is refused.",
+                inputs=prompt, attributes=gpt2_attrs(5),
+                params={**p, "lm_head.w": np.full((8, 12), 0.5)},
+                error="ParameterError", mentions=["lm_head.w", "(8, 12)"])
+    yield error("greedy_decode/llama-tie-001", "greedy_decode",
+                "tie_embeddings = True for model='llama_decoder_only' (its head is lm_head.w).",
+                inputs=prompt, attributes={**llama_attrs(5), "tie_embeddings": True},
+                params=p, error="ConfigError", mentions=["tie_embeddings", "llama_decoder_only"])

@@ -72,7 +72,8 @@ def _row_models(prompt, src_ids, model, bos_id, pad_id, num_layers, num_heads, n
                                      num_heads=num_heads, eps=eps, params=params, **llama)
         else:
             out = decoder_only(ids, pad_id=pad_id, num_layers=num_layers, num_heads=num_heads,
-                               norm=norm, eps=eps, activation=activation, params=params)
+                               norm=norm, eps=eps, activation=activation, params=params,
+                               tie_embeddings=tie_embeddings)
         return out["logits"][:, -1, :]
     return [([int(t) for t in row], last) for row in np.asarray(prompt)]
 

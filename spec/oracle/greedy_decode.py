@@ -59,8 +59,8 @@ def run(prompt=None, src_ids=None, model="decoder_only", bos_id=1, eos_id=2, pad
 
         def last_logits(ids):
             return decoder_only(ids, pad_id=pad_id, num_layers=num_layers, num_heads=num_heads,
-                                norm=norm, eps=eps, activation=activation,
-                                params=params)["logits"][:, -1, :]
+                                norm=norm, eps=eps, activation=activation, params=params,
+                                tie_embeddings=tie_embeddings)["logits"][:, -1, :]
     done = [False] * b
     tops = []
     while len(seq[0]) < max_len and not all(done):
