@@ -151,12 +151,13 @@ def _router(**bug):
     import attnspec.backends.numpy.moe as M
 
     def router(logits, correction_bias=None, *, top_k, scoring="softmax", renormalize=False,
-               eps=1e-20, n_group=1, topk_group=1, routed_scaling_factor=1.0):
+               eps=1e-20, n_group=1, topk_group=1, routed_scaling_factor=1.0,
+               group_score="sum_top2"):
         x = np.asarray(logits)
         with np.errstate(all="ignore"):
             p = bug.get("scores", M._scores)(x, scoring)
             s = p if correction_bias is None else p + np.asarray(correction_bias, x.dtype)
-            idx = bug.get("select", M._select)(s, top_k, n_group, topk_group)
+            idx = bug.get("select", M._select)(s, top_k, n_group, topk_group, group_score)
             w = np.take_along_axis(p, idx, axis=-1)
             if renormalize:
                 w = w / (w.sum(-1, keepdims=True) + x.dtype.type(0.0 if bug.get("no_eps") else eps))
@@ -182,8 +183,9 @@ def _naive_sigmoid(x, scoring):  # exp(z) / (1 + exp(z)): inf / inf past 88.7 in
     return e / (1 + e)
 
 
-def _fill_zero_select(s, top_k, n_group, topk_group):
+def _fill_zero_select(s, top_k, n_group, topk_group, group_score="sum_top2"):
     """transformers' DeepseekV3 form: experts of the dropped groups set to 0 (not -inf)."""
+    assert group_score == "sum_top2", group_score  # the stress vector's (DeepSeek-V3's)
     from attnspec.backends._routing import ranked
 
     n, e = s.shape

@@ -540,18 +540,7 @@ def agree_hf_zoo(device, model):
         _close_at(name, y, v, "y", "float32")
         return True
 
-    def check(spec):
-        from . import hf_zoo
-
-        function = hf_zoo.SPEC_FUNCTION[model]
-        vectors = [v for v in spec.vectors if v.function == function and v.expect == "value"
-                   and not v.deprecated and _finite(v)]
-        if not vectors:
-            pytest.skip(f"the spec (attnspec {spec.version}) has no {function} vectors")
-        compared = sum(bool(one(v, _tensors(v.inputs, device), _tensors(v.params, device)))
-                       for v in vectors)
-        assert compared, f"{name}: no {function} vector could be expressed"
-    return check
+    return _each_value_vector(name, device, "hf_zoo", model, one)
 
 
 def agree_hf_models(device, model):
@@ -573,10 +562,15 @@ def agree_hf_models(device, model):
         _close_at(name, hf.forward(module, x["ids"], pad_id=pad_id), v, "logits", "float32")
         return True
 
-    def check(spec):
-        from . import hf_models
+    return _each_value_vector(name, device, "hf_models", model, one)
 
-        function = hf_models.SPEC_FUNCTION[model]
+
+def _each_value_vector(name: str, device, converters: str, model: str, one):
+    """A check that runs ``one(v, inputs, params)`` on every finite value vector of
+    ``model``'s spec function (``<converters>.SPEC_FUNCTION``, imported when the check runs):
+    ``one`` returns whether it could express ``v``; the check fails when none could."""
+    def check(spec):
+        function = importlib.import_module(f"{__package__}.{converters}").SPEC_FUNCTION[model]
         vectors = [v for v in spec.vectors if v.function == function and v.expect == "value"
                    and not v.deprecated and _finite(v)]
         if not vectors:

@@ -77,16 +77,11 @@ def _same(who: str, i: int, field: str, got, want):
                           f"max_window_layers)")
 
 
-# -- Mistral, Qwen2, Phi-3 <-> llama_decoder_only ------------------------------------------------
-
-
-def llama_like_from_hf(model) -> tuple[dict, dict]:
-    """A MistralForCausalLM, Qwen2ForCausalLM or Phi3ForCausalLM -> (attributes, params) of
-    llama_decoder_only; ``pad_id`` is config.pad_token_id when set."""
-    who = type(model).__name__
-    layers = list(model.model.layers)
+def _layers_from_hf(who: str, layers: list) -> tuple[dict, dict]:
+    """The layers through their layer converter: the attributes they share (a field that
+    differs between layers raises, :func:`_same`) with ``num_layers``, and ``layers.<i>.*``."""
     convert = hf_zoo.FROM[type(layers[0])]
-    attributes, params = None, {"embed.table": hf._t(model.model.embed_tokens.weight)}
+    attributes, params = None, {}
     for i, layer in enumerate(layers):
         a, p = convert(layer)
         if attributes is None:
@@ -94,7 +89,18 @@ def llama_like_from_hf(model) -> tuple[dict, dict]:
         for field in sorted(set(a) | set(attributes)):
             _same(who, i, field, a.get(field), attributes.get(field))
         params.update({f"layers.{i}.{k}": v for k, v in p.items()})
-    attributes = {**attributes, "num_layers": len(layers)}
+    return {**attributes, "num_layers": len(layers)}, params
+
+
+# -- Mistral, Qwen2, Phi-3 <-> llama_decoder_only ------------------------------------------------
+
+
+def llama_like_from_hf(model) -> tuple[dict, dict]:
+    """A MistralForCausalLM, Qwen2ForCausalLM or Phi3ForCausalLM -> (attributes, params) of
+    llama_decoder_only; ``pad_id`` is config.pad_token_id when set."""
+    who = type(model).__name__
+    attributes, params = _layers_from_hf(who, list(model.model.layers))
+    params["embed.table"] = hf._t(model.model.embed_tokens.weight)
     c = model.config
     if c.pad_token_id is not None:
         attributes["pad_id"] = int(c.pad_token_id)
@@ -150,17 +156,8 @@ def parallel_from_hf(model) -> tuple[dict, dict]:
     who = type(model).__name__
     _, base, embed, stack, final = PARALLEL[who]
     body = getattr(model, base)
-    layers = list(getattr(body, stack))
-    convert = hf_zoo.FROM[type(layers[0])]
-    attributes, params = None, {"embed.table": hf._t(getattr(body, embed).weight)}
-    for i, layer in enumerate(layers):
-        a, p = convert(layer)
-        if attributes is None:
-            attributes = a
-        for field in sorted(set(a) | set(attributes)):
-            _same(who, i, field, a.get(field), attributes.get(field))
-        params.update({f"layers.{i}.{k}": v for k, v in p.items()})
-    attributes = {**attributes, "num_layers": len(layers)}
+    attributes, params = _layers_from_hf(who, list(getattr(body, stack)))
+    params["embed.table"] = hf._t(getattr(body, embed).weight)
     c = model.config
     if c.pad_token_id is not None:
         attributes["pad_id"] = int(c.pad_token_id)
