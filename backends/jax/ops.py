@@ -27,7 +27,17 @@ def merge_heads(x):
                          lambda g: g.reshape(b, t, h, v).transpose(0, 2, 1, 3), x)
 
 
+@jax.jit
+def _matmul(a, b):
+    return a @ b
+
+
 def matmul(a, b):
+    """a @ b. With b a matrix (the composites' projections h W), each row of a is mapped on
+    its own, so the call runs at bucket sizes, and so does its VJP under jax.vjp of concrete
+    arrays (buckets.rowwise): one program per (row bucket, D, d_out), not per shape."""
+    if getattr(b, "ndim", 0) == 2 and getattr(a, "ndim", 0) >= 1 and a.shape[-1] == b.shape[0]:
+        return buckets.rowwise(_matmul, a, b)
     return a @ b
 
 
