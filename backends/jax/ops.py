@@ -9,7 +9,7 @@ import numpy as np
 from attnspec.spec.errors import DomainError
 
 from . import buckets
-from ._core import floating, host, integers  # noqa: F401  (dtype checks naming the argument)
+from ._core import concrete, floating, host, integers  # noqa: F401  (dtype checks naming the argument)
 from .multihead import _linear as linear  # noqa: F401  (x W + b from params, checked)
 from .multihead import split_heads  # noqa: F401  (B, T, H*K) -> (B, H, T, K)
 
@@ -133,13 +133,14 @@ def known_all(x) -> bool:
 
 
 def value_check(ok, message, *values, error=DomainError) -> None:
-    """Raise ``error(message(*values))`` unless ``ok`` (values as NumPy). Under a JAX
-    transformation (``ok`` traced) the check is skipped: ``vjp`` runs it on the concrete
-    forward call first."""
-    if isinstance(ok, jax.core.Tracer):
+    """Raise ``error(message(*values))`` unless ``ok`` (values as NumPy). Under ``jax.vjp``
+    of concrete arrays the values are the tracers' concrete primals (_core.concrete); under
+    ``jax.jit`` (values not known) the check is skipped."""
+    ok = concrete(ok)
+    if ok is None:
         return
     if not bool(ok):
-        raise error(message(*(np.asarray(v) for v in values)))
+        raise error(message(*(np.asarray(concrete(v)) for v in values)))
 
 
 # Constants are built on the host and copied to the device: jnp.zeros, jnp.full and
