@@ -27,6 +27,18 @@ def host(x, dtype=None):
     return jax.device_put(x if dtype is None else x.astype(dtype))
 
 
+def concrete(x):
+    """x's value where it is known: x itself when it is not a tracer; under ``jax.vjp`` (or
+    ``jax.jvp``) of concrete arrays, the concrete primal inside the tracer; None where the
+    value is not known yet (``jax.jit``). The value checks read it, so they run inside the
+    suite's ``jax.vjp`` with no concrete forward call before it."""
+    while isinstance(x, jax.core.Tracer):
+        x = getattr(x, "primal", None)  # JVPTracer, LinearizeTracer
+        if x is None:
+            return None
+    return x
+
+
 def array(name: str, x):
     if isinstance(x, jax.Array):
         return x

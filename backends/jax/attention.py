@@ -385,9 +385,10 @@ def attention_entropy(weights, *, axis=-1):
     w = floating("weights", weights)
     s = check.rank("weights", w, min_rank=1)
     axis = check.integer("axis", axis, lo=-len(s), hi=len(s) - 1)
-    if isinstance(w, jax.core.Tracer):  # under jax.vjp: checked on the concrete call first
+    known = _core.concrete(w)  # under jax.vjp of concrete arrays: the primal
+    if known is None:  # under jax.jit: the values are not known
         return _entropy(w, axis % len(s))
-    host = np.asarray(w)  # the domain check reads values: on the host, nothing compiled
+    host = np.asarray(known)  # the domain check reads values: on the host, nothing compiled
     bad = ~(np.isfinite(host) & (host >= 0))
     if bad.any():
         raise DomainError(f"weights must be finite and >= 0, got a value of "

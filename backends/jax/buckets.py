@@ -183,7 +183,8 @@ def moved(exact, forward, adjoint, x):
 def rowwise(kernel, x, *args, item_rank: int = 1, **static):
     """``kernel(x, *args, **static)`` for a kernel that maps each item of x (its last
     ``item_rank`` axes) on its own: the leading axes flattened to rows, the rows padded, the
-    result cut back to x's leading shape. At the exact shape where bucketing does not apply;
+    result (or each result of a tuple, every one with x's rows first) cut back to x's leading
+    shape. At the exact shape where bucketing does not apply;
     under ``jax.vjp`` of concrete arrays the backward pass is bucketed too (the args other
     than x are not padded: the padded rows are zeros and their cotangents zeros, so they add
     an exact 0 to the args' cotangents)."""
@@ -202,8 +203,10 @@ def _rows(kernel, x, args, item_rank, static):
     lead, item = x.shape[:x.ndim - item_rank], x.shape[x.ndim - item_rank:]
     n = math.prod(lead)
     xp = pad(np.asarray(x).reshape((n, *item)), (size(n), *item))  # (N', *item)
-    y = np.asarray(kernel(*on_device(xp), *args, **static))  # (N', ...)
-    return cut(y[:n].reshape((*lead, *y.shape[1:])), ...)
+    out = kernel(*on_device(xp), *args, **static)  # (N', ...), or a tuple of such
+    ys = [np.asarray(y) for y in (out if isinstance(out, tuple) else (out,))]
+    ys = tuple(cut(y[:n].reshape((*lead, *y.shape[1:])), ...) for y in ys)
+    return ys if isinstance(out, tuple) else ys[0]
 
 
 def _rowwise_traced(kernel, x, args, item_rank, static):
@@ -218,9 +221,11 @@ def _rowwise_traced(kernel, x, args, item_rank, static):
         lead, item = x.shape[:x.ndim - item_rank], x.shape[x.ndim - item_rank:]
         n, N = math.prod(lead), size(math.prod(lead))
         xp = pad(np.asarray(x).reshape((n, *item)), (N, *item))
-        ct = np.asarray(ct)
-        cp = pad(ct.reshape((n, *ct.shape[len(lead):])), (N, *ct.shape[len(lead):]))
-        gx, *ga = vjp_of(kernel, key)((*on_device(xp), *a), *on_device(cp))
+        cts = tuple(np.asarray(c) for c in (ct if isinstance(ct, tuple) else (ct,)))
+        cps = on_device(*(pad(c.reshape((n, *c.shape[len(lead):])), (N, *c.shape[len(lead):]))
+                          for c in cts))
+        gx, *ga = vjp_of(kernel, key)((*on_device(xp), *a), cps if isinstance(ct, tuple)
+                                      else cps[0])
         gx = None if not _float(x) else cut(np.asarray(gx)[:n].reshape(x.shape), ...)
         return (gx, *ga)
 

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 from .. import _checks as check
 from ..composite.moe import MoE
+from . import buckets
 from ._core import boolean, const, floating
 
 
@@ -40,9 +41,12 @@ def moe_router(logits, correction_bias=None, *, top_k, scoring="softmax", renorm
     top_k, n_group, topk_group = check.moe_router(
         tuple(x.shape), None if b is None else tuple(b.shape), top_k, scoring, renormalize, eps,
         n_group, topk_group, routed_scaling_factor, group_score)
-    return _router(x, b, const(x, eps), const(x, routed_scaling_factor), top_k=top_k,
-                   scoring=scoring, renormalize=bool(renormalize), n_group=n_group,
-                   topk_group=topk_group, group_score=group_score)
+    static = dict(top_k=top_k, scoring=scoring, renormalize=bool(renormalize), n_group=n_group,
+                  topk_group=topk_group, group_score=group_score)
+    args = (b, const(x, eps), const(x, routed_scaling_factor))
+    if buckets.applies(x, b):  # each row is routed on its own: rows padded to a bucket
+        return buckets.rowwise(_router, x, *args, **static)
+    return _router(x, *args, **static)
 
 
 @functools.partial(jax.jit, static_argnames=("top_k", "scoring", "renormalize", "n_group",
@@ -70,22 +74,39 @@ def _moe_scoped(x, *, params, prefix, **attributes):
     return _moe(x, params=check.Params(params, prefix), **attributes)
 
 
-_moe_jit = jax.jit(_moe_scoped, static_argnames=("prefix", "top_k", "scoring", "renormalize",
-                                                 "eps", "n_group", "topk_group",
-                                                 "routed_scaling_factor", "group_score"))
+_STATIC = ("prefix", "top_k", "scoring", "renormalize", "eps", "n_group", "topk_group",
+           "routed_scaling_factor", "group_score")
+
+
+@functools.partial(jax.jit, static_argnames=("names", *_STATIC))
+def _moe_rows(x, *leaves, names, **attributes):
+    """_moe_scoped with the parameters as positional arrays (``names`` their store keys), so
+    that buckets.rowwise sees each of them (a tracer under jax.vjp, or concrete)."""
+    return _moe_scoped(x, params=dict(zip(names, leaves)), **attributes)
 
 
 @functools.wraps(_moe)
 def moe(x, *, top_k, scoring="softmax", renormalize=False, eps=1e-20, n_group=1, topk_group=1,
         routed_scaling_factor=1.0, group_score="sum_top2", params):
-    """The composite compiled once per shape and attribute set (its checks read shapes only,
-    so they run while tracing)."""
+    """The composite compiled once per token bucket and attribute set (its checks read shapes
+    only, so they run while tracing). Each token is routed and mixed on its own, so the
+    tokens (N) are padded to a bucket size and the outputs cut back (buckets.rowwise; padded
+    tokens are zeros: finite router scores, cut off, zero cotangents), and under jax.vjp of
+    concrete arrays the pullback runs at the bucket size too."""
     p = check.params_of(params)
-    store = {k: v for k, v in p.store.items() if k.startswith(p.prefix)}
-    return _moe_jit(floating("x", x), params=store, prefix=p.prefix, top_k=top_k,
-                    scoring=scoring, renormalize=renormalize, eps=eps, n_group=n_group,
-                    topk_group=topk_group, routed_scaling_factor=routed_scaling_factor,
-                    group_score=group_score)
+    names = tuple(k for k in p.store if k.startswith(p.prefix))
+    x = floating("x", x)
+    if x.ndim != 2:  # the composite's own check names the shape
+        return _moe_scoped(x, params={k: p.store[k] for k in names}, prefix=p.prefix,
+                           top_k=top_k, scoring=scoring, renormalize=renormalize, eps=eps,
+                           n_group=n_group, topk_group=topk_group,
+                           routed_scaling_factor=routed_scaling_factor,
+                           group_score=group_score)
+    return buckets.rowwise(_moe_rows, x, *(p.store[k] for k in names), names=names,
+                           prefix=p.prefix, top_k=top_k, scoring=scoring,
+                           renormalize=renormalize, eps=eps, n_group=n_group,
+                           topk_group=topk_group, routed_scaling_factor=routed_scaling_factor,
+                           group_score=group_score)
 
 
 # -- the load-balancing loss (spec/components/moe_aux_loss.md) -------------------------------

@@ -112,35 +112,115 @@ def mha(query, key, value, mask=None, *, num_heads, params, num_kv_heads=None):
     return _mha_bucketed(query, key, value, mask, w, c, heads, kv_heads)
 
 
+W_NAMES = ("w_q", "b_q", "w_k", "b_k", "w_v", "b_v", "w_o", "b_o")
+
+
 def _mha_bucketed(query, key, value, mask, w, c, heads, kv_heads):
     """_mha at bucket sizes (buckets.py): batch, queries and keys padded (padded keys
     masked out); the model widths and each head's K and V padded with zeros, in the inputs
-    and in the weights' rows and columns alike; missing biases given as zeros."""
+    and in the weights' rows and columns alike; missing biases given as zeros. Under
+    jax.vjp of concrete arrays the forward and the pullback run at the same bucket sizes
+    (buckets.differentiable; the padding is a copy into zeros, so the cotangents are the
+    padded pullback's, cut back)."""
+    sizes = _mha_sizes(query, key, value, w, heads, kv_heads)
+    if not buckets.small(*sizes["limits"]):
+        return _mha(query, key, value, mask, w, c, heads, kv_heads)
+    if buckets.traced(query, key, value, *w.values()) and not isinstance(mask, jax.core.Tracer):
+        names = tuple(n for n in W_NAMES if w[n] is not None)
+
+        def exact(q, k, v, *ws):
+            return _mha(q, k, v, mask, {**w, **dict(zip(names, ws))}, c, heads, kv_heads)
+
+        def forward(q, k, v, *ws):
+            return _mha_padded(q, k, v, mask, {**w, **dict(zip(names, ws))}, c, heads,
+                               kv_heads, sizes)
+
+        def backward(primals, cts):
+            q, k, v, *ws = primals
+            return _mha_pullback_padded(q, k, v, mask, {**w, **dict(zip(names, ws))}, c,
+                                        heads, kv_heads, sizes, cts, names)
+
+        return buckets.differentiable(forward, backward, exact, query, key, value,
+                                      *(w[n] for n in names))
+    if not buckets.applies(query, key, value, mask, *w.values()):
+        return _mha(query, key, value, mask, w, c, heads, kv_heads)
+    return _mha_padded(query, key, value, mask, w, c, heads, kv_heads, sizes)
+
+
+def _mha_sizes(query, key, value, w, heads, kv_heads) -> dict:
     (b, t, d_q), (s, d_k), d_v = query.shape, key.shape[1:], value.shape[-1]
     k_w, v_w, d_o = w["w_q"].shape[1] // heads, w["w_v"].shape[1] // kv_heads, w["w_o"].shape[1]
-    B, T, S, DQ, DK, DV, K, V, DO = (buckets.size(n) for n in (b, t, s, d_q, d_k, d_v, k_w, v_w, d_o))
-    if not (buckets.applies(query, key, value, mask, *w.values())
-            and buckets.small((B, heads, T, S), (B, S, max(DK, DV)), (max(DQ, DK, DV, heads * V),
-                                                                       max(heads * K, heads * V, DO)))):
-        return _mha(query, key, value, mask, w, c, heads, kv_heads)
+    exact = dict(b=b, t=t, s=s, d_q=d_q, d_k=d_k, d_v=d_v, k_w=k_w, v_w=v_w, d_o=d_o)
+    B, T, S, DQ, DK, DV, K, V, DO = (buckets.size(n) for n in exact.values())
+    return {**exact, "B": B, "T": T, "S": S, "DQ": DQ, "DK": DK, "DV": DV, "K": K, "V": V,
+            "DO": DO, "limits": ((B, heads, T, S), (B, S, max(DK, DV)),
+                                 (max(DQ, DK, DV, heads * V), max(heads * K, heads * V, DO)))}
 
-    def heads_padded(x, rows, n_heads, width, rows_to, width_to):  # (R, h*W) -> (R', h*W')
-        x = np.zeros((rows, n_heads * width), query.dtype) if x is None else np.asarray(x)
-        x = buckets.pad(x.reshape(rows, n_heads, width), (rows_to, n_heads, width_to))
-        return x.reshape(rows_to, n_heads * width_to)
 
-    wp = {"w_q": heads_padded(w["w_q"], d_q, heads, k_w, DQ, K),
-          "b_q": heads_padded(w["b_q"], 1, heads, k_w, 1, K)[0],
-          "w_k": heads_padded(w["w_k"], d_k, kv_heads, k_w, DK, K),
-          "b_k": heads_padded(w["b_k"], 1, kv_heads, k_w, 1, K)[0],
-          "w_v": heads_padded(w["w_v"], d_v, kv_heads, v_w, DV, V),
-          "b_v": heads_padded(w["b_v"], 1, kv_heads, v_w, 1, V)[0],
+def _heads_padded(x, rows, n_heads, width, rows_to, width_to, dtype):  # (R, h*W) -> (R', h*W')
+    x = np.zeros((rows, n_heads * width), dtype) if x is None else np.asarray(x)
+    x = buckets.pad(x.reshape(rows, n_heads, width), (rows_to, n_heads, width_to))
+    return x.reshape(rows_to, n_heads * width_to)
+
+
+def _heads_cut(g, rows, n_heads, width, rows_to, width_to):  # the adjoint: (R', h*W') -> (R, h*W)
+    g = np.asarray(g).reshape(rows_to, n_heads, width_to)[:rows, :, :width]
+    return g.reshape(rows, n_heads * width)
+
+
+def _mha_padded_args(query, key, value, mask, w, heads, kv_heads, z):
+    """The padded inputs (query, key, value, keep) and weights, on the device."""
+    dt = query.dtype
+    hp = functools.partial(_heads_padded, dtype=dt)
+    wp = {"w_q": hp(w["w_q"], z["d_q"], heads, z["k_w"], z["DQ"], z["K"]),
+          "b_q": hp(w["b_q"], 1, heads, z["k_w"], 1, z["K"])[0],
+          "w_k": hp(w["w_k"], z["d_k"], kv_heads, z["k_w"], z["DK"], z["K"]),
+          "b_k": hp(w["b_k"], 1, kv_heads, z["k_w"], 1, z["K"])[0],
+          "w_v": hp(w["w_v"], z["d_v"], kv_heads, z["v_w"], z["DV"], z["V"]),
+          "b_v": hp(w["b_v"], 1, kv_heads, z["v_w"], 1, z["V"])[0],
           # w_o's rows are the heads' value columns: padded per head, as w_v's columns
-          "w_o": heads_padded(np.asarray(w["w_o"]).T, d_o, heads, v_w, DO, V).T,
-          "b_o": buckets.pad(np.zeros(d_o, query.dtype) if w["b_o"] is None else w["b_o"], (DO,))}
-    inputs = (buckets.pad(query, (B, T, DQ)), buckets.pad(key, (B, S, DK)),
-              buckets.pad(value, (B, S, DV)), buckets.keep(mask, (b, heads, t, s), (B, heads, T, S)))
-    out, weights = _mha(*buckets.on_device(*inputs), dict(zip(wp, buckets.on_device(*wp.values()))),
-                        c, heads, kv_heads)
-    return (buckets.cut(out, slice(0, b), slice(0, t), slice(0, d_o)),
-            buckets.cut(weights, slice(0, b), slice(None), slice(0, t), slice(0, s)))
+          "w_o": hp(np.asarray(w["w_o"]).T, z["d_o"], heads, z["v_w"], z["DO"], z["V"]).T,
+          "b_o": buckets.pad(np.zeros(z["d_o"], dt) if w["b_o"] is None else w["b_o"],
+                             (z["DO"],))}
+    inputs = (buckets.pad(query, (z["B"], z["T"], z["DQ"])),
+              buckets.pad(key, (z["B"], z["S"], z["DK"])),
+              buckets.pad(value, (z["B"], z["S"], z["DV"])),
+              buckets.keep(mask, (z["b"], heads, z["t"], z["s"]), (z["B"], heads, z["T"], z["S"])))
+    return buckets.on_device(*inputs), dict(zip(wp, buckets.on_device(*wp.values())))
+
+
+def _mha_padded(query, key, value, mask, w, c, heads, kv_heads, z):
+    inputs, wp = _mha_padded_args(query, key, value, mask, w, heads, kv_heads, z)
+    out, weights = _mha(*inputs, wp, c, heads, kv_heads)
+    return (buckets.cut(out, slice(0, z["b"]), slice(0, z["t"]), slice(0, z["d_o"])),
+            buckets.cut(weights, slice(0, z["b"]), slice(None), slice(0, z["t"]),
+                        slice(0, z["s"])))
+
+
+@functools.partial(jax.jit, static_argnames=("heads", "kv_heads"))
+def _mha_pullback(query, key, value, mask, w, c, cts, heads, kv_heads):
+    """The cotangents of (query, key, value, w) of _mha for the cotangents of (out, weights):
+    one program per bucket (c an argument, not a constant)."""
+    _, pull = jax.vjp(lambda q, k, v, w: _mha(q, k, v, mask, w, c, heads, kv_heads),
+                      query, key, value, w)
+    return pull(cts)
+
+
+def _mha_pullback_padded(query, key, value, mask, w, c, heads, kv_heads, z, cts, names):
+    (q, k, v, keep), wp = _mha_padded_args(query, key, value, mask, w, heads, kv_heads, z)
+    ct_out, ct_weights = (np.asarray(ct) for ct in cts)
+    cps = buckets.on_device(buckets.pad(ct_out, (z["B"], z["T"], z["DO"])),
+                            buckets.pad(ct_weights, (z["B"], heads, z["T"], z["S"])))
+    gq, gk, gv, gw = _mha_pullback(q, k, v, keep, wp, c, cps, heads, kv_heads)
+    hc = _heads_cut
+    cut = {"w_q": lambda g: hc(g, z["d_q"], heads, z["k_w"], z["DQ"], z["K"]),
+           "b_q": lambda g: hc(g, 1, heads, z["k_w"], 1, z["K"])[0],
+           "w_k": lambda g: hc(g, z["d_k"], kv_heads, z["k_w"], z["DK"], z["K"]),
+           "b_k": lambda g: hc(g, 1, kv_heads, z["k_w"], 1, z["K"])[0],
+           "w_v": lambda g: hc(g, z["d_v"], kv_heads, z["v_w"], z["DV"], z["V"]),
+           "b_v": lambda g: hc(g, 1, kv_heads, z["v_w"], 1, z["V"])[0],
+           "w_o": lambda g: hc(np.asarray(g).T, z["d_o"], heads, z["v_w"], z["DO"], z["V"]).T,
+           "b_o": lambda g: np.asarray(g)[:z["d_o"]]}
+    grads = (np.asarray(gq)[:z["b"], :z["t"], :z["d_q"]], np.asarray(gk)[:z["b"], :z["s"], :z["d_k"]],
+             np.asarray(gv)[:z["b"], :z["s"], :z["d_v"]], *(cut[n](gw[n]) for n in names))
+    return buckets.on_device(*(np.ascontiguousarray(g) for g in grads))

@@ -9,7 +9,7 @@ import numpy as np
 from attnspec.spec.errors import DomainError
 
 from . import buckets
-from ._core import floating, host, integers  # noqa: F401  (dtype checks naming the argument)
+from ._core import concrete, floating, host, integers  # noqa: F401  (dtype checks naming the argument)
 from .multihead import _linear as linear  # noqa: F401  (x W + b from params, checked)
 from .multihead import split_heads  # noqa: F401  (B, T, H*K) -> (B, H, T, K)
 
@@ -27,7 +27,17 @@ def merge_heads(x):
                          lambda g: g.reshape(b, t, h, v).transpose(0, 2, 1, 3), x)
 
 
+@jax.jit
+def _matmul(a, b):
+    return a @ b
+
+
 def matmul(a, b):
+    """a @ b. With b a matrix (the composites' projections h W), each row of a is mapped on
+    its own, so the call runs at bucket sizes, and so does its VJP under jax.vjp of concrete
+    arrays (buckets.rowwise): one program per (row bucket, D, d_out), not per shape."""
+    if getattr(b, "ndim", 0) == 2 and getattr(a, "ndim", 0) >= 1 and a.shape[-1] == b.shape[0]:
+        return buckets.rowwise(_matmul, a, b)
     return a @ b
 
 
@@ -123,13 +133,14 @@ def known_all(x) -> bool:
 
 
 def value_check(ok, message, *values, error=DomainError) -> None:
-    """Raise ``error(message(*values))`` unless ``ok`` (values as NumPy). Under a JAX
-    transformation (``ok`` traced) the check is skipped: ``vjp`` runs it on the concrete
-    forward call first."""
-    if isinstance(ok, jax.core.Tracer):
+    """Raise ``error(message(*values))`` unless ``ok`` (values as NumPy). Under ``jax.vjp``
+    of concrete arrays the values are the tracers' concrete primals (_core.concrete); under
+    ``jax.jit`` (values not known) the check is skipped."""
+    ok = concrete(ok)
+    if ok is None:
         return
     if not bool(ok):
-        raise error(message(*(np.asarray(v) for v in values)))
+        raise error(message(*(np.asarray(concrete(v)) for v in values)))
 
 
 # Constants are built on the host and copied to the device: jnp.zeros, jnp.full and

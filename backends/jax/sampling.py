@@ -12,7 +12,7 @@ import numpy as np
 from attnspec.spec.errors import DomainError
 
 from .. import _checks as check
-from ._core import floating, host
+from ._core import concrete, floating, host
 
 
 def _softmax(z, keep):
@@ -81,8 +81,9 @@ def sample(logits, u, *, temperature=1.0, top_k=None, top_p=1.0, min_p=0.0,
     q = _filtered(logits, temperature, top_k, top_p, min_p, min_tokens_to_keep)  # (N, V)
     u = floating("u", u, q)
     check.draws(u.shape, q.shape[0])
-    if not isinstance(u, jax.core.Tracer):  # read on the host: no compile for the check
-        got = np.asarray(u)
+    known = concrete(u)  # read on the host (no compile for the check); None under jax.jit
+    if known is not None:
+        got = np.asarray(known)
         if not np.all((got >= 0) & (got < 1)):
             raise DomainError(f"u must lie in [0, 1), got u = {got} (shape {got.shape})")
     return _draw(q, u)

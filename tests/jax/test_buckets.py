@@ -228,6 +228,32 @@ def test_gradients_under_vjp_of_concrete_arrays_run_bucketed_and_equal_the_exact
                                    "w_o": normal(8, 8)}))
 
 
+
+def test_the_gradients_of_mha_moe_and_the_composites_projections_run_bucketed_and_equal(backend):
+    """mha with every bias, a mask and odd widths (its own padded pullback), moe (tokens
+    padded; two outputs) and a Llama layer (ops.matmul's projections, row-wise) under
+    jax.vjp of concrete arrays equal their exact-shape gradients."""
+    mask = RNG.random((2, 1, 3, 5)) > 0.3
+    mask[0, 0, 1] = False  # a query with no key
+    w = {"w_q": normal(6, 6), "b_q": normal(6), "w_k": normal(5, 6), "b_k": normal(6),
+         "w_v": normal(7, 9), "b_v": normal(9), "w_o": normal(9, 5), "b_o": normal(5)}
+    same_grads(*grads_both(backend, "mha", "multihead",
+                           dict(query=normal(2, 3, 6), key=normal(2, 5, 5),
+                                value=normal(2, 5, 7), mask=mask),
+                           ("output", "weights"), num_heads=3, params=w))
+    e, d, f = 4, 6, 5
+    moe = {"router.w": normal(d, e), "experts.w_gate": normal(e, d, f),
+           "experts.w_up": normal(e, d, f), "experts.w_down": normal(e, f, d),
+           "shared.w_gate": normal(d, f), "shared.w_up": normal(d, f),
+           "shared.w_down": normal(f, d), "shared_gate.w": normal(d, 1)}
+    same_grads(*grads_both(backend, "moe", "moe", dict(x=normal(5, d)), ("y", "router_logits"),
+                           params=moe, top_k=2, renormalize=True))
+    llama = {"attn_norm.gamma": normal(8), "attn.w_q": normal(8, 8), "attn.w_k": normal(8, 4),
+             "attn.w_v": normal(8, 4), "attn.w_o": normal(8, 8), "ffn_norm.gamma": normal(8),
+             "ffn.w_gate": normal(8, 6), "ffn.w_up": normal(8, 6), "ffn.w_down": normal(6, 8)}
+    same_grads(*grads_both(backend, "llama_layer", "layers", dict(x=normal(2, 3, 8)), ("y",),
+                           params=llama, num_heads=2, num_kv_heads=1))
+
 def test_the_gradients_of_a_bucket_compile_nothing_new(backend, caplog):
     """After one gradient of sdpa at T = 3, those at T = 5, 6, 7 (the same bucket, 8) compile
     nothing: the forward and the pullback run at the bucket's shapes."""

@@ -124,3 +124,26 @@ def test_the_memory_maps_are_counted_here():
 def test_the_lowering_caches_of_the_tested_jax_are_found():
     # a jax that renamed them would keep every MLIR module: fail here, not slow down quietly
     assert len(J._lowering_caches()) == 2
+
+
+def test_value_checks_read_the_concrete_primals_under_jax_vjp_and_are_skipped_under_jit():
+    """backend.vjp runs no forward call before jax.vjp: the checks that read values read the
+    tracers' concrete primals, so a bad value is refused inside the vjp as in a plain call."""
+    import jax
+    import jax.numpy as jnp
+    from attnspec.backends.jax import ops
+    from attnspec.spec.errors import DomainError
+
+    def f(x):
+        ops.value_check(ops.all_(x >= 0), lambda v: f"x must be >= 0, got {v}", x)
+        return x * 2
+
+    jax.vjp(f, jnp.ones(3))
+    with pytest.raises(DomainError, match=r"x must be >= 0, got \[-1. -1. -1.\]"):
+        jax.vjp(f, -jnp.ones(3))
+    assert np.asarray(jax.jit(f)(-jnp.ones(3))).tolist() == [-2, -2, -2]  # not known: skipped
+    backend = J.JaxBackend()
+    w = backend.asarray(np.array([[0.5, -0.5]]), dtype="float64")
+    ct = backend.asarray(np.ones(1), dtype="float64")
+    with pytest.raises(DomainError, match="weights must be finite and >= 0"):
+        backend.vjp("attention_entropy", "attention", {"weights": w}, {"entropy": ct})
