@@ -185,13 +185,13 @@ def _naive_sigmoid(x, scoring):  # exp(z) / (1 + exp(z)): inf / inf past 88.7 in
 
 def _fill_zero_select(s, top_k, n_group, topk_group, group_score="sum_top2"):
     """transformers' DeepseekV3 form: experts of the dropped groups set to 0 (not -inf)."""
-    assert group_score == "sum_top2", group_score  # the stress vector's (DeepSeek-V3's)
     from attnspec.backends._routing import ranked
 
     n, e = s.shape
     if n_group > 1:
         grouped = np.sort(s.reshape(n, n_group, e // n_group), axis=-1)
-        chosen = ranked(grouped[..., -1] + grouped[..., -2])[:, :topk_group]
+        g = grouped[..., -1] + (grouped[..., -2] if group_score == "sum_top2" else 0)
+        chosen = ranked(g)[:, :topk_group]
         allowed = np.zeros((n, n_group), dtype=bool)
         np.put_along_axis(allowed, chosen, True, axis=-1)
         s = np.where(np.repeat(allowed, e // n_group, axis=-1), s, 0.0)
