@@ -218,7 +218,7 @@ def model_cases(r):
                 inputs={"src_ids": model_ids(r, 12, [5, 3], 5),
                         "tgt_ids": model_ids(r, 12, [5, 4], 5, start=0)},
                 attributes=a, params=model_params(r),
-                flags=["basic", "tied-embeddings", "padding", "causal", "cross-attention", "encoder-decoder"])
+                flags=["encoder-decoder", "basic", "tied-embeddings", "padding", "causal", "cross-attention"])
     yield value("t5/model-untied-001", "t5_model",
                 "Untied head (T5 v1.1 / flan-t5): logits = h lm_head.w, no rescale; gated-GELU, "
                 "S = 4, T = 6 > S, B = 2, target row 0 padded after 4 (causal keeps the pads "
@@ -227,7 +227,7 @@ def model_cases(r):
                         "tgt_ids": model_ids(r, 12, [4, 6], 6, start=0)},
                 attributes={**a, "feed_forward": "gated-gelu", "tie_embeddings": False},
                 params=model_params(r, feed_forward="gated-gelu", tied=False),
-                flags=["lm-head", "gelu_tanh", "t-ne-s"])
+                flags=["encoder-decoder", "lm-head", "gelu_tanh", "t-ne-s"])
     yield value("t5/model-two-layers-001", "t5_model",
                 "2 layers in each stack, tied, gated-GELU, B = 1, S = 6, T = 3 < S, vocabulary "
                 "16: layer 0's tables give both layers' bias in each stack.",
@@ -235,14 +235,14 @@ def model_cases(r):
                         "tgt_ids": model_ids(r, 16, [3], 3, start=0)},
                 attributes={**a, "num_layers": 2, "feed_forward": "gated-gelu"},
                 params=model_params(r, vocab=16, layers=2, feed_forward="gated-gelu"),
-                flags=["two-layers", "tied-embeddings", "gelu_tanh"])
+                flags=["encoder-decoder", "two-layers", "tied-embeddings", "gelu_tanh"])
     yield value("t5/model-defaults-001", "t5_model",
                 "num_buckets, max_distance, eps, feed_forward, tie_embeddings left out (32, "
                 "128, 1e-6, relu, tied: the head rescales), (32, 2) tables, S = 3, T = 4.",
                 inputs={"src_ids": model_ids(r, 12, [3], 3), "tgt_ids": model_ids(r, 12, [4], 4,
                                                                                   start=0)},
                 attributes={"pad_id": 0, "num_layers": 1, "num_heads": 2},
-                params=model_params(r, buckets=32), flags=["defaults", "tied-embeddings"],
+                params=model_params(r, buckets=32), flags=["encoder-decoder", "defaults", "tied-embeddings"],
                 omit_defaults=True)
     src = model_ids(r, 12, [5, 2], 5, pad_id=1)
     src[0, 1] = 0
@@ -252,7 +252,7 @@ def model_cases(r):
                 "S = 5, T = 4.",
                 inputs={"src_ids": src, "tgt_ids": model_ids(r, 12, [4, 2], 4, pad_id=1, start=1)},
                 attributes={**a, "pad_id": 1, "tie_embeddings": False},
-                params=model_params(r, tied=False), flags=["padding", "pad-id", "lm-head"])
+                params=model_params(r, tied=False), flags=["encoder-decoder", "padding", "pad-id", "lm-head"])
     yield value("t5/model-long-001", "t5_model",
                 "T = 9, S = 7, N = 8 buckets, M = 8, tied ReLU: decoder distances 0..8 fill "
                 "every causal bucket (the last ones share bucket 7), encoder distances up to 6 "
@@ -260,7 +260,7 @@ def model_cases(r):
                 inputs={"src_ids": np.array([[5, 5, 9, 3, 7, 5, 2]], dtype=np.int64),
                         "tgt_ids": model_ids(r, 12, [9], 9, start=0)},
                 attributes={**a, "max_distance": 8}, params=model_params(r),
-                flags=["tied-embeddings", "far-position", "repeat"])
+                flags=["encoder-decoder", "tied-embeddings", "far-position", "repeat"])
 
 
 def model_error_cases(r):
