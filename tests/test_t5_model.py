@@ -1,6 +1,7 @@
 """t5_model (T5 on token ids): planted bugs in the composite, each caught by the t5_model
-vectors alone (flag encoder-decoder) at every dtype, and the model's properties against
-its parts called by hand."""
+vectors alone (flag encoder-decoder) at every dtype; planted bugs in the tied head's
+gradient, caught by the t5 gradient vectors. (Properties: conformance/suite/
+test_properties_t5.py.)"""
 
 import numpy as np
 import pytest
@@ -8,8 +9,9 @@ from attnspec.backends.composite.models import T5
 from attnspec.backends.numpy.attention import causal_mask as numpy_causal_mask
 from attnspec.backends.numpy.embedding import embedding as numpy_embedding
 from attnspec.backends.numpy.embedding import lm_head as numpy_lm_head
+from attnspec.backends.numpy.embedding import lm_head_vjp as numpy_lm_head_vjp
 
-from .mutants import composite_mutant, rejections
+from .mutants import composite_mutant, gradient_rejections, mutant, rejections
 from .test_t5_layers import _CrossBias
 
 
@@ -75,3 +77,30 @@ def test_the_unmutated_t5_model_passes():
 def test_planted_t5_model_bug_is_rejected(name):
     fails = rejections(_mutant(**BUGS[name]), "t5", "encoder-decoder", until_each=True)
     assert all(fails.values()), f"{name} passes the t5_model vectors at some dtype: {fails}"
+
+
+# -- gradients -------------------------------------------------------------------------------
+
+
+def _tied_table_grad_dropped(cot, x, *, tied=False, params):
+    """The tied head's dlogits^T (h D^-0.5) lost: shared.table gets the two scatter-adds only."""
+    gi, gp = numpy_lm_head_vjp(cot, x, tied=tied, params=params)
+    return gi, ({**gp, "table": 0 * gp["table"]} if tied else gp)
+
+
+def _tied_input_grad_unscaled(cot, x, *, tied=False, params):
+    """dh without the rescale's D^-0.5 (the head's input gradient times sqrt(D))."""
+    gi, gp = numpy_lm_head_vjp(cot, x, tied=tied, params=params)
+    return ({**gi, "x": gi["x"] * np.sqrt(x.shape[-1])} if tied else gi), gp
+
+
+def test_the_unmutated_t5_gradients_pass():
+    assert not any(gradient_rejections(mutant(), "t5").values())
+
+
+@pytest.mark.parametrize("bug", [_tied_table_grad_dropped, _tied_input_grad_unscaled],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_t5_model_gradient_bug_is_caught_at_every_dtype(bug):
+    with np.errstate(all="ignore"):
+        fails = gradient_rejections(mutant(lm_head_vjp=bug), "t5", until_each=True)
+    assert all(fails.values()), fails
