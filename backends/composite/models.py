@@ -342,8 +342,7 @@ class T5(Models):
         logits = (h D^-0.5) shared.table^T when tied (T5 1.0), h lm_head.w otherwise (v1.1)."""
         p = check.params_of(params)
         tie = check.flag("tie_embeddings", tie_embeddings)
-        if tie:
-            self.no_head_params(p)
+        self.t5_head_params(p, tie)
         L, D = self._vocab(p, "shared.table")
         src_ids = self.token_ids("src_ids", src_ids, L, p.path("shared.table"))
         tgt_ids = self.token_ids("tgt_ids", tgt_ids, L, p.path("shared.table"))
@@ -366,6 +365,17 @@ class T5(Models):
         if tie:
             return self.k.lm_head(h * D ** -0.5, tied=True, params=shared)  # (B, T, L)
         return self.k.lm_head(h, params=p.scope("lm_head"))  # (B, T, L)
+
+    @staticmethod
+    def t5_head_params(p, tie: bool):
+        """T5's heads have no bias: tied, no lm_head.* at all (the head is shared.table);
+        untied, lm_head.w only."""
+        extra = sorted(k for k in p.keys() if k.startswith("lm_head.") and (tie or k != "lm_head.w"))
+        if extra:
+            head = "(h D^-0.5) shared.table^T" if tie else "h lm_head.w, without a bias"
+            raise ParameterError(f"tie_embeddings={tie}: T5's head is {head}; "
+                                 f"{p.path(extra[0])!r} of shape "
+                                 f"{check.shape(p.require(extra[0]))} must not be given")
 
     @staticmethod
     def t5_attrs(num_layers, num_heads, feed_forward) -> tuple:

@@ -274,6 +274,12 @@ def model_error_cases(r):
                 "tie_embeddings=False without lm_head.w.", inputs=ids,
                 attributes={**a, "tie_embeddings": False}, params=model_params(r),
                 error="ParameterError", mentions=["lm_head.w"])
+    yield error("t5/model-head-bias-001", "t5_model",
+                "tie_embeddings=False with an lm_head.b: T5's untied head has no bias (it "
+                "must not be added silently).", inputs=ids,
+                attributes={**a, "tie_embeddings": False},
+                params={**model_params(r, tied=False), "lm_head.b": r.weights((12,), 1.0)},
+                error="ParameterError", mentions=["lm_head.b"])
     yield error("t5/model-ids-001", "t5_model", "tgt_ids holds 12 for a 12-row shared.table.",
                 inputs={**ids, "tgt_ids": np.array([[0, 12, 4]], dtype=np.int64)}, attributes=a,
                 params=model_params(r), error="DomainError", mentions=["tgt_ids", "12"])
