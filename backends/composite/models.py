@@ -283,7 +283,7 @@ class T5(Models):
     """T5's encoder and decoder stacks: pre-RMSNorm sublayers, unscaled attention, the
     bucketed position bias computed once from layer 0's table and passed to every layer."""
 
-    EXPORTS = ("t5_encoder", "t5_decoder")
+    EXPORTS = ("t5_encoder", "t5_decoder", "t5_model")
 
     def t5_encoder(self, x, mask=None, *, num_layers, num_heads, num_buckets=32,
                    max_distance=128, eps=1e-6, feed_forward="relu", params, trace=None):
@@ -333,6 +333,49 @@ class T5(Models):
                                 q.scope("ffn"))
             record(trace, f"layers.{i}.output", h)
         return self.k.rms_norm(h, eps=eps, params=p.scope("final_norm"))
+
+    def t5_model(self, src_ids, tgt_ids, *, pad_id, num_layers, num_heads, num_buckets=32,
+                 max_distance=128, eps=1e-6, feed_forward="relu", tie_embeddings=True, params,
+                 trace=None):
+        """memory = t5_encoder(shared[src], pad(src)); h = t5_decoder(shared[tgt], memory,
+        causal only, pad(src)) (no sqrt(D) scale, no positions: the bias is in the stacks);
+        logits = (h D^-0.5) shared.table^T when tied (T5 1.0), h lm_head.w otherwise (v1.1)."""
+        p = check.params_of(params)
+        tie = check.flag("tie_embeddings", tie_embeddings)
+        self.t5_head_params(p, tie)
+        L, D = self._vocab(p, "shared.table")
+        src_ids = self.token_ids("src_ids", src_ids, L, p.path("shared.table"))
+        tgt_ids = self.token_ids("tgt_ids", tgt_ids, L, p.path("shared.table"))
+        check.same("batch size", **{"src_ids.shape[0]": src_ids.shape[0],
+                                    "tgt_ids.shape[0]": tgt_ids.shape[0]})
+        pad_id = check.integer("pad_id", pad_id)
+        cfg = dict(num_layers=num_layers, num_heads=num_heads, num_buckets=num_buckets,
+                   max_distance=max_distance, eps=eps, feed_forward=feed_forward)
+        shared = p.scope("shared")
+        m_src = self.k.padding_mask(src_ids, pad_id=pad_id)  # (B, 1, 1, S)
+        e_src = self.k.embedding(src_ids, scale=False, params=shared)  # (B, S, D)
+        memory = self.t5_encoder(e_src, m_src, params=p.scope("encoder"),
+                                 trace=scope(trace, "encoder"), **cfg)
+        record(trace, "encoder.output", memory)
+        # decoder keys: causal only (T5's decoder start token is the pad id, and it is attended)
+        e_tgt = self.k.embedding(tgt_ids, scale=False, params=shared)  # (B, T, D)
+        h = self.t5_decoder(e_tgt, memory, None, m_src, params=p.scope("decoder"),
+                            trace=scope(trace, "decoder"), **cfg)
+        record(trace, "decoder.output", h)
+        if tie:
+            return self.k.lm_head(h * D ** -0.5, tied=True, params=shared)  # (B, T, L)
+        return self.k.lm_head(h, params=p.scope("lm_head"))  # (B, T, L)
+
+    @staticmethod
+    def t5_head_params(p, tie: bool):
+        """T5's heads have no bias: tied, no lm_head.* at all (the head is shared.table);
+        untied, lm_head.w only."""
+        extra = sorted(k for k in p.keys() if k.startswith("lm_head.") and (tie or k != "lm_head.w"))
+        if extra:
+            head = "(h D^-0.5) shared.table^T" if tie else "h lm_head.w, without a bias"
+            raise ParameterError(f"tie_embeddings={tie}: T5's head is {head}; "
+                                 f"{p.path(extra[0])!r} of shape "
+                                 f"{check.shape(p.require(extra[0]))} must not be given")
 
     @staticmethod
     def t5_attrs(num_layers, num_heads, feed_forward) -> tuple:

@@ -6,7 +6,8 @@ The composite runs once, unchanged, over :class:`TapeKernels`: each kernel call
 or a parameter is a :class:`Tracked` (a subclass of the backend's array class knowing its
 node on the tape). What the composites compute themselves between kernels is recorded
 too, each with its backward pass: ``x + y`` (the residual ``x + f(x)``, the positions added
-to the embeddings) by ``Tracked.__array_ufunc__``, basic slicing by ``Tracked.__getitem__``,
+to the embeddings) and ``x * c`` by a constant scalar (T5's tied head) by
+``Tracked.__array_ufunc__``, basic slicing by ``Tracked.__getitem__``,
 and the ops ``tanh``, ``matmul``, ``concat``, ``stack``, ``unstack``, ``take_rows``, ``where``,
 ``split_heads``, ``merge_heads`` by :class:`TapeOps`; a parameter the composite reads itself
 (Luong's ``decoder.combine.w``) is a leaf. The backward pass replays the tape in reverse: a
@@ -47,6 +48,13 @@ class Tracked:
         if ufunc is np.add and method == "__call__" and not kwargs:
             nodes = [a.node if isinstance(a, Tracked) else None for a in args]
             return self.tape.add([np.shape(a) for a in plain], nodes, out)
+        if ufunc is np.multiply and method == "__call__" and not kwargs \
+                and sum(isinstance(a, Tracked) for a in args) == 1 \
+                and all(isinstance(a, Tracked) or np.ndim(a) == 0 for a in args):
+            # x * c by a constant scalar (T5's tied head, h D^-0.5): dx = dout * c
+            i = [isinstance(a, Tracked) for a in args].index(True)
+            x, c = args[i], plain[1 - i]
+            return self.tape.op(lambda g: [g * c], [x], out)
         if ufunc in (np.subtract, np.multiply, np.divide, np.negative, np.matmul):
             raise NotImplementedComponent(f"the composite tape differentiates x + y only, "
                                           f"not {ufunc.__name__}")

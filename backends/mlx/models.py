@@ -6,7 +6,7 @@ from ..composite.models import T5, GemmaModels, Models
  decoder_only_loss) = Models.bind(__package__)
 
 (gemma_decoder_only,) = GemmaModels.bind(__package__)
-t5_encoder, t5_decoder = T5.bind(__package__)
+t5_encoder, t5_decoder, t5_model = T5.bind(__package__)
 
 from ..composite.moe_layers import MoeLayers  # noqa: E402
 

@@ -371,6 +371,30 @@ def _t5_rows(v, t, s) -> bool:
     return all(_no_empty_rows(m, t, width) for m, width in rows)
 
 
+def agree_hf_t5_model(device):
+    """Every t5_model value vector through ``hf.to_hf`` (a T5ForConditionalGeneration,
+    ``attention_mask = src_ids != pad_id``, ``decoder_input_ids = tgt_ids``), at the vector's
+    float32 tolerance: T5LayerNorm's variance and the eager softmax are float32 even in a
+    float64 module (spec/components/huggingface.md). A source row of pads only is not
+    expressible (the spec gives it zero attention outputs, transformers uniform weights)."""
+    name = "transformers.T5ForConditionalGeneration"
+
+    def one(v, x, p):
+        from . import hf  # when the check runs, not when it is listed
+        if v.function != "t5_model":
+            return False
+        a = dict(v.attributes)
+        src = x["src_ids"]
+        if not bool((src != a["pad_id"]).any(dim=-1).all()):
+            return False
+        model = hf.to_hf(p, a)
+        assert type(model).__name__ == "T5ForConditionalGeneration", type(model).__name__
+        logits = hf.forward(model, (src, x["tgt_ids"]), pad_id=a["pad_id"])
+        _close_at(name, logits, v, "logits", "float32")
+        return True
+    return lambda spec: _run(name, spec, "t5", one, device)
+
+
 def agree_hf_t5(device, kind):
     """Every t5_encoder (kind "encoder") or t5_decoder ("decoder") value vector through
     ``hf.to_hf`` (a T5Stack), or ("blocks") each layer through its own ``T5Block``
@@ -742,6 +766,7 @@ def hf_checks(device):
             ("agree/transformers.T5Stack.encoder", agree_hf_t5(device, "encoder")),
             ("agree/transformers.T5Stack.decoder", agree_hf_t5(device, "decoder")),
             ("agree/transformers.T5Block", agree_hf_t5(device, "blocks")),
+            ("agree/transformers.T5ForConditionalGeneration", agree_hf_t5_model(device)),
             ("agree/transformers.LlamaDecoderLayer", agree_hf_llama(device, "llama_layer")),
             ("agree/transformers.LlamaForCausalLM", agree_hf_llama(device, "llama_decoder_only")),
             ("agree/transformers.MixtralSparseMoeBlock",

@@ -289,6 +289,8 @@ def from_hf(module) -> tuple[dict, dict]:
         return hf_models.from_hf(module)
     if isinstance(module, hf_mla.DeepseekV3Attention):
         return hf_mla.mla_from_hf(module)
+    if isinstance(module, hf_t5.T5ForConditionalGeneration):  # t5_model
+        return hf_t5.t5_model_from_hf(module)
     if isinstance(module, hf_t5.T5Stack):  # t5_encoder or t5_decoder (config.is_decoder)
         return hf_t5.t5_stack_from_hf(module)[1:]
     if isinstance(module, hf_t5.T5Block):  # one layer's layers.<i>.* parameters
@@ -311,6 +313,8 @@ def to_hf(params, attributes: dict, model: str | None = None):
     ``"Gemma2ForCausalLM"`` / ``"Gemma3ForCausalLM"``."""
     if model == "T5Stack":
         return hf_t5.t5_stack_to_hf(params, attributes)
+    if model == hf_t5.MODEL or (model is None and "shared.table" in params_of(params)):
+        return hf_t5.t5_model_to_hf(params, attributes)  # t5_model
     if model in hf_models.SPEC_FUNCTION:
         return hf_models.to_hf(params, attributes, model)
     if model in _GEMMA_MODEL_FUNCTION:  # qk_norm picks the class: it must be the one named
@@ -356,7 +360,14 @@ def forward(module, x, mask=None, *, offset: int = 0, pad_id: int | None = None)
     from ``LlamaRotaryEmbedding`` for positions ``offset..offset+T-1``; a ``BertLayer`` or
     ``GPT2Block`` gets the mask as given (GPT-2 as in GPT2Model: pass ``causal(T)``).
     A ``LlamaForCausalLM`` takes ids (B, T) as ``x`` and returns the logits; its
-    ``attention_mask`` is ``ids != pad_id`` (the model adds the causal mask itself)."""
+    ``attention_mask`` is ``ids != pad_id`` (the model adds the causal mask itself).
+    A ``T5ForConditionalGeneration`` takes ``x = (src_ids, tgt_ids)`` and ``pad_id``
+    (t5_model's logits, ``hf_t5.model_forward``)."""
+    if isinstance(module, hf_t5.T5ForConditionalGeneration):  # t5_model: x = (src, tgt) ids
+        if mask is not None or offset or pad_id is None or not isinstance(x, tuple):
+            raise ConfigError("T5ForConditionalGeneration: pass x = (src_ids, tgt_ids) and "
+                              "pad_id, not mask or offset")
+        return hf_t5.model_forward(module, *x, pad_id)
     if isinstance(module, hf_deepseek_v2.CLASSES):
         if pad_id is not None:
             raise ConfigError(f"{type(module).__name__}: pad_id is the model's, not a layer's")

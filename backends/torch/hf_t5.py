@@ -8,6 +8,12 @@ spec's ``t5_encoder`` / ``t5_decoder`` (spec/components/t5.md, huggingface.md), 
 - ``feed_forward_proj``: ``relu`` -> ``wi``, ``wo`` = ``w_up``, ``w_down``;
   ``gated-gelu`` -> ``wi_0`` (gated), ``wi_1``, ``wo`` = ``w_gate``, ``w_up``, ``w_down``;
   any other activation is refused.
+``T5ForConditionalGeneration`` is ``t5_model``: ``shared.weight`` -> ``shared.table``, the
+two stacks under ``encoder.`` / ``decoder.``, ``lm_head.weight``ᵀ -> ``lm_head.w`` when untied.
+transformers 5 ties ``lm_head.weight`` to ``shared.weight`` always and reads the old
+``tie_word_embeddings=False`` as ``scale_decoder_outputs=False`` (no D^-0.5): the spec's
+``tie_embeddings`` is ``scale_decoder_outputs``, and an untied model gets its own
+``lm_head.weight`` here (the tie broken after loading).
 The stack's ``embed_tokens`` is not part of the spec function (call it with inputs_embeds;
 to_hf leaves a zero (1, D) table there).
 
@@ -23,12 +29,13 @@ from __future__ import annotations
 import torch
 from attnspec.spec.errors import ConfigError, DTypeError, ParameterError, ShapeError
 from transformers import T5Config
-from transformers.models.t5.modeling_t5 import T5Block, T5Stack
+from transformers.models.t5.modeling_t5 import T5Block, T5ForConditionalGeneration, T5Stack
 
-from .._checks import params_of
+from .._checks import flag, params_of
 from .hf_base import _check_attributes, _eps, _load, _spec_params, additive_mask
 
-SPEC_FUNCTION = {"T5Stack": "t5_encoder", "T5Block": "t5_encoder"}  # t5_decoder if is_decoder
+SPEC_FUNCTION = {"T5Stack": "t5_encoder", "T5Block": "t5_encoder",  # t5_decoder if is_decoder
+                 "T5ForConditionalGeneration": "t5_model"}
 FEED_FORWARD = {("relu", False): "relu", ("gelu_new", True): "gated-gelu"}
 FFN = {"relu": [("wi", "w_up"), ("wo", "w_down")],
        "gated-gelu": [("wi_0", "w_gate"), ("wi_1", "w_up"), ("wo", "w_down")]}
@@ -259,3 +266,90 @@ def forward_block(block: T5Block, x, mask=None, memory=None, memory_mask=None,
         out = block(x, _self_mask(x, mask, decoder, who), position_bias,
                     memory if decoder else None, cross, None)
     return out[0], out[1]
+
+
+# -- T5ForConditionalGeneration <-> t5_model -----------------------------------------------------
+
+MODEL = "T5ForConditionalGeneration"
+
+
+def _rescaled(config) -> bool:
+    """transformers 5: ``scale_decoder_outputs``; older releases: ``tie_word_embeddings``."""
+    return bool(getattr(config, "scale_decoder_outputs", config.tie_word_embeddings))
+
+
+def t5_model_from_hf(model: T5ForConditionalGeneration) -> tuple[dict, dict]:
+    """(attributes, params) of t5_model: the rescaled head is the tied one (``shared.table``
+    only); without the rescale, ``lm_head.w`` = ``lm_head.weight``ᵀ (a copy of ``shared.weight``
+    where transformers keeps the two tied)."""
+    config = model.config
+    if config.num_decoder_layers != config.num_layers:
+        raise ConfigError(f"{MODEL}: num_decoder_layers={config.num_decoder_layers} != "
+                          f"num_layers={config.num_layers}: t5_model has one num_layers")
+    tie = _rescaled(config)
+    shared, head = model.shared.weight, model.lm_head.weight
+    if tie and not torch.equal(shared, head):
+        raise ConfigError(f"{MODEL}: the rescaled (tied) head has an lm_head.weight other than "
+                          f"shared.weight: t5_model's tied head reads shared.table only")
+    _, attrs, enc = t5_stack_from_hf(model.encoder)
+    _, _, dec = t5_stack_from_hf(model.decoder)
+    p = {"shared.table": shared.detach().clone(), **{f"encoder.{k}": v for k, v in enc.items()},
+         **{f"decoder.{k}": v for k, v in dec.items()}}
+    if not tie:
+        p["lm_head.w"] = head.detach().T.contiguous()
+    return {"pad_id": config.pad_token_id, **attrs, "tie_embeddings": tie}, p
+
+
+def t5_model_to_hf(params, attributes: dict) -> T5ForConditionalGeneration:
+    """t5_model parameters and attributes -> ``T5ForConditionalGeneration`` (eager attention,
+    dropout 0, ``pad_token_id = decoder_start_token_id = pad_id``); untied: its own
+    ``lm_head.weight`` and ``scale_decoder_outputs`` False."""
+    who = MODEL
+    _check_attributes(attributes, {}, ALLOWED | {"pad_id", "tie_embeddings"}, who)
+    tie = flag("tie_embeddings", attributes.get("tie_embeddings", True))
+    pad_id = attributes.get("pad_id")
+    if isinstance(pad_id, bool) or not isinstance(pad_id, int):
+        raise ConfigError(f"{who}: pad_id must be an integer, got {pad_id!r}")
+    head = {"lm_head.w"} if not tie else set()
+    p = _spec_params(params, lambda k: k.startswith(("encoder.", "decoder."))
+                     or k in {"shared.table"} | head, who)
+    table = p.require("shared.table", (None, None))
+    vocab, d = table.shape
+    stack_attrs = {k: v for k, v in attributes.items() if k in ALLOWED}
+    stacks = {}
+    for kind in ("encoder", "decoder"):
+        sub = {k[len(kind) + 1:]: p.require(k) for k in p.keys() if k.startswith(kind + ".")}
+        stacks[kind] = t5_stack_to_hf(sub, stack_attrs, decoder=kind == "decoder")
+    c = stacks["decoder"].config
+    if stacks["encoder"].config.d_model != d:
+        raise ShapeError(f"{who}: {p.path('shared.table')} of width {d}, the encoder's "
+                         f"d_model {stacks['encoder'].config.d_model}")
+    config = T5Config(d_model=d, d_kv=c.d_kv, num_heads=c.num_heads, d_ff=c.d_ff,
+                      num_layers=c.num_layers, num_decoder_layers=c.num_layers,
+                      relative_attention_num_buckets=c.relative_attention_num_buckets,
+                      relative_attention_max_distance=c.relative_attention_max_distance,
+                      layer_norm_epsilon=c.layer_norm_epsilon, feed_forward_proj=c.feed_forward_proj,
+                      dropout_rate=0.0, vocab_size=vocab, pad_token_id=pad_id,
+                      decoder_start_token_id=pad_id, eos_token_id=None, tie_word_embeddings=tie,
+                      use_cache=False, attn_implementation="eager")
+    model = T5ForConditionalGeneration(config)
+    state = {"shared.weight": table, "encoder.embed_tokens.weight": table,
+             "decoder.embed_tokens.weight": table, "lm_head.weight": table}
+    for kind, stack in stacks.items():
+        state.update({f"{kind}.{k}": v for k, v in stack.state_dict().items()
+                      if k != "embed_tokens.weight"})
+    model = _load(model, state, table.dtype, table.device)
+    if not tie:  # transformers 5 keeps lm_head tied to shared: give it its own weight
+        w = p.require("lm_head.w", (d, vocab))
+        model.lm_head.weight = torch.nn.Parameter(w.T.detach().clone().to(table.dtype))
+    return model
+
+
+def model_forward(model: T5ForConditionalGeneration, src_ids, tgt_ids, pad_id) -> torch.Tensor:
+    """t5_model's logits: ``attention_mask = src_ids != pad_id`` (the encoder's and the
+    cross-attention's keys), ``decoder_input_ids = tgt_ids`` as given (the caller shifted
+    them), no ``decoder_attention_mask`` (causal only, as the spec)."""
+    src, tgt = torch.as_tensor(src_ids), torch.as_tensor(tgt_ids)
+    with torch.no_grad():
+        return model(input_ids=src, attention_mask=(src != pad_id).long(),
+                     decoder_input_ids=tgt).logits

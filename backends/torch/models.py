@@ -8,7 +8,7 @@ from ._core import no_weights_unless_traced as _fast
  decoder_only_loss) = map(_fast, Models.bind(__package__))
 
 (gemma_decoder_only,) = map(_fast, GemmaModels.bind(__package__))
-t5_encoder, t5_decoder = map(_fast, T5.bind(__package__))
+t5_encoder, t5_decoder, t5_model = map(_fast, T5.bind(__package__))
 
 from ..composite.moe_layers import MoeLayers  # noqa: E402
 

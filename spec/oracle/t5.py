@@ -23,9 +23,10 @@ import mpmath
 import numpy as np
 
 from .core import add, emap, linear_vjp, matmul, merge, mpa, prefixed, sub, zeros
+from .embedding import embedding, embedding_vjp, lm_head, lm_head_vjp
 from .gated_feedforward import gated_feedforward, gated_feedforward_vjp
 from .llama import heads_of, merge_heads
-from .masks import _causal
+from .masks import _causal, padding_mask
 from .rms_norm import rms_norm, rms_norm_vjp
 from .sdpa import sdpa, sdpa_vjp
 from .t5_bias import t5_bias, t5_bias_vjp
@@ -213,4 +214,66 @@ def t5_decoder_vjp(cot, x, memory, self_mask=None, memory_mask=None, num_layers=
     return {"x": dx, "memory": dmem}, grads
 
 
-VJPS = {"t5_encoder": t5_encoder_vjp, "t5_decoder": t5_decoder_vjp}
+# -- t5_model: ids -> logits ---------------------------------------------------------------
+#   e_src = shared.table[src_ids], e_tgt = shared.table[tgt_ids]   (no sqrt(D), no positions)
+#   memory = t5_encoder(e_src, padding(src), encoder.*)
+#   h      = t5_decoder(e_tgt, memory, causal only, padding(src), decoder.*)
+#   logits = (h D^-0.5) shared.table^T  (tied, T5 1.0)   or   h lm_head.w  (untied, v1.1)
+
+
+def _model_parts(src_ids, tgt_ids, pad_id, attrs, params):
+    shared = sub(params, "shared")
+    e_src = embedding(src_ids, scale=False, params=shared)["y"]
+    e_tgt = embedding(tgt_ids, scale=False, params=shared)["y"]
+    m_src = padding_mask(src_ids, pad_id)["mask"]  # (B, 1, 1, S)
+    memory = t5_encoder(e_src, m_src, **attrs, params=sub(params, "encoder"))["y"]
+    h = t5_decoder(e_tgt, memory, None, m_src, **attrs, params=sub(params, "decoder"))["y"]
+    return e_src, e_tgt, m_src, memory, h
+
+
+def _head_input(h, tie, d):
+    return h * mpmath.power(d, mpmath.mpf(-0.5)) if tie else h
+
+
+def _head_params(params, tie):
+    return sub(params, "shared") if tie else sub(params, "lm_head")
+
+
+def t5_model(src_ids, tgt_ids, pad_id=0, num_layers=1, num_heads=1, num_buckets=32,
+             max_distance=128, eps=1e-6, feed_forward="relu", tie_embeddings=True, params=None):
+    attrs = dict(num_layers=num_layers, num_heads=num_heads, num_buckets=num_buckets,
+                 max_distance=max_distance, eps=eps, feed_forward=feed_forward)
+    tie = bool(tie_embeddings)
+    *_, memory, h = _model_parts(src_ids, tgt_ids, pad_id, attrs, params)
+    d = h.shape[-1]
+    return {"logits": lm_head(_head_input(h, tie, d), tied=tie,
+                              params=_head_params(params, tie))["logits"]}
+
+
+def t5_model_vjp(cot, src_ids, tgt_ids, pad_id=0, num_layers=1, num_heads=1, num_buckets=32,
+                 max_distance=128, eps=1e-6, feed_forward="relu", tie_embeddings=True,
+                 params=None):
+    """dh = LMHead^T dlogits (* D^-0.5 when tied); (de_tgt, dmemory) = decoder^T dh;
+    de_src = encoder^T dmemory; shared.table sums the two scatter-adds and, tied, the head's
+    dlogits^T (h D^-0.5) (one table read three times)."""
+    attrs = dict(num_layers=num_layers, num_heads=num_heads, num_buckets=num_buckets,
+                 max_distance=max_distance, eps=eps, feed_forward=feed_forward)
+    tie = bool(tie_embeddings)
+    e_src, e_tgt, m_src, memory, h = _model_parts(src_ids, tgt_ids, pad_id, attrs, params)
+    d = h.shape[-1]
+    gi, g_head = lm_head_vjp({"logits": cot["logits"]}, _head_input(h, tie, d), tied=tie,
+                             params=_head_params(params, tie))
+    dh = _head_input(gi["x"], tie, d)
+    g_dec, p_dec = t5_decoder_vjp({"y": dh}, e_tgt, memory, None, m_src, **attrs,
+                                  params=sub(params, "decoder"))
+    g_enc, p_enc = t5_encoder_vjp({"y": g_dec["memory"]}, e_src, m_src, **attrs,
+                                  params=sub(params, "encoder"))
+    shared = sub(params, "shared")
+    _, g_tgt = embedding_vjp({"y": g_dec["x"]}, tgt_ids, scale=False, params=shared)
+    _, g_src = embedding_vjp({"y": g_enc["x"]}, src_ids, scale=False, params=shared)
+    return {}, merge(prefixed("shared" if tie else "lm_head", g_head), prefixed("shared", g_tgt),
+                     prefixed("shared", g_src), prefixed("decoder", p_dec),
+                     prefixed("encoder", p_enc))
+
+
+VJPS = {"t5_encoder": t5_encoder_vjp, "t5_decoder": t5_decoder_vjp, "t5_model": t5_model_vjp}
