@@ -374,8 +374,8 @@ def _t5_rows(v, t, s) -> bool:
 def agree_hf_t5_model(device):
     """Every t5_model value vector through ``hf.to_hf`` (a T5ForConditionalGeneration,
     ``attention_mask = src_ids != pad_id``, ``decoder_input_ids = tgt_ids``), at the vector's
-    float32 tolerance: T5LayerNorm's variance and the eager softmax are float32 even in a
-    float64 module (spec/components/huggingface.md). A source row of pads only is not
+    float32 tolerance: T5LayerNorm's variance is float32 even in a float64 module
+    (spec/components/huggingface.md). A source row of pads only is not
     expressible (the spec gives it zero attention outputs, transformers uniform weights)."""
     name = "transformers.T5ForConditionalGeneration"
 
@@ -399,8 +399,8 @@ def agree_hf_t5(device, kind):
     """Every t5_encoder (kind "encoder") or t5_decoder ("decoder") value vector through
     ``hf.to_hf`` (a T5Stack), or ("blocks") each layer through its own ``T5Block``
     (``hf_t5.t5_block_to_hf``; block 0 computes the position bias, the later blocks are given
-    it, then final_norm), at the vector's float32 tolerance: T5LayerNorm's variance and the
-    eager softmax are float32 even in a float64 module (spec/components/huggingface.md)."""
+    it, then final_norm), at the vector's float32 tolerance: T5LayerNorm's variance is float32
+    even in a float64 module (spec/components/huggingface.md)."""
     name = "transformers." + ("T5Block" if kind == "blocks" else f"T5Stack.{kind}")
 
     def one(v, x, p):

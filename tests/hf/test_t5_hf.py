@@ -26,8 +26,9 @@ def _stack(decoder: bool, feed_forward: str, seed: int = 0) -> T5Stack:
     return stack
 
 
-# transformers computes T5LayerNorm's variance and the attention softmax in float32 even for a
-# float64 module: judged at the t5 vectors' float32 tolerance (spec/cases/encoder_layer.py "stack").
+# transformers computes T5LayerNorm's variance in float32 even for a float64 module (older
+# releases the attention softmax too): judged at the t5 vectors' float32 tolerance
+# (spec/cases/encoder_layer.py "stack").
 F32 = {"rtol": 2e-5, "atol": 1e-5}
 
 
