@@ -43,11 +43,12 @@ def test_parallel_decoder_only_vjp_matches_central_differences(num_norms, tie):
 
 
 def test_a_tied_head_without_its_table_gradient_is_caught(monkeypatch):
-    """The check can fail: the tied head's dE dropped from the oracle's VJP."""
-    from attnspec.spec.oracle import parallel_layer
+    """The check can fail: the tied head's dE dropped from the oracle's VJP (the decoder
+    stack's, shared by llama_decoder_only and parallel_decoder_only)."""
+    from attnspec.spec.oracle import llama
 
-    real = parallel_layer.lm_head_vjp
-    monkeypatch.setattr(parallel_layer, "lm_head_vjp",
+    real = llama.lm_head_vjp
+    monkeypatch.setattr(llama, "lm_head_vjp",
                         lambda *a, **kw: (real(*a, **kw)[0], {"table": 0 * real(*a, **kw)[1]["table"]}))
     r = Rng("test/grad/parallel_decoder_only/caught")
     with pytest.raises(AssertionError):

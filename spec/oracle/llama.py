@@ -206,22 +206,32 @@ def llama_decoder_only_vjp(cot, ids, pad_id=0, num_layers=1, num_heads=1, num_kv
              "rope_base": rope_base, "window": window, "offset": 0,
              "rope_scaling": rope_scaling, "rotary_dim": rotary_dim,
              "attention_bias": attention_bias}
+    return decoder_stack_vjp(cot, ids, pad_id, num_layers, (llama_layer, llama_layer_vjp), attrs,
+                             (rms_norm, rms_norm_vjp, "norm"), eps, tie_embeddings, params)
+
+
+def decoder_stack_vjp(cot, ids, pad_id, num_layers, layer, attrs: dict, norm, eps,
+                      tie_embeddings, params):
+    """The VJP of logits = Norm(h_N) W_lm (or E^T tied), h_i+1 = layer_i(h_i, pad(ids)),
+    h_0 = E[ids] unscaled: ``layer`` is (forward, vjp), ``norm`` (forward, vjp, its
+    parameters' prefix). The llama and parallel decoder-only models share it."""
+    layer_fn, layer_vjp = layer
+    norm_fn, norm_vjp, norm_name = norm
     hs = [embedding(ids, scale=False, params=sub(params, "embed"))["y"]]  # h_0 (B, T, D)
     pad = _padding(ids, pad_id)  # (B, 1, 1, T)
     for i in range(int(num_layers)):
-        hs.append(llama_layer(hs[-1], pad, **attrs, params=sub(params, f"layers.{i}"))["y"])
-    n = rms_norm(hs[-1], eps=eps, params=sub(params, "norm"))["y"]
+        hs.append(layer_fn(hs[-1], pad, **attrs, params=sub(params, f"layers.{i}"))["y"])
+    n = norm_fn(hs[-1], eps=eps, params=sub(params, norm_name))["y"]
     if tie_embeddings:
         gl, ph = lm_head_vjp({"logits": cot["logits"]}, n, tied=True, params=sub(params, "embed"))
         dn, head = gl["x"], prefixed("embed", ph)
     else:
         dn, dw, _ = linear_vjp(n, params["lm_head.w"], cot["logits"])
         head = {"lm_head.w": dw}
-    gh, pn = rms_norm_vjp({"y": dn}, hs[-1], eps=eps, params=sub(params, "norm"))
-    dh, grads = gh["x"], [head, prefixed("norm", pn)]
+    gh, pn = norm_vjp({"y": dn}, hs[-1], eps=eps, params=sub(params, norm_name))
+    dh, grads = gh["x"], [head, prefixed(norm_name, pn)]
     for i in reversed(range(int(num_layers))):
-        gi, pl = llama_layer_vjp({"y": dh}, hs[i], pad, **attrs,
-                                 params=sub(params, f"layers.{i}"))
+        gi, pl = layer_vjp({"y": dh}, hs[i], pad, **attrs, params=sub(params, f"layers.{i}"))
         dh = gi["x"]
         grads.append(prefixed(f"layers.{i}", pl))
     _, pe = embedding_vjp({"y": dh}, ids, scale=False, params=sub(params, "embed"))

@@ -14,11 +14,11 @@ parallel_layer, x (B, T, D), H query heads and H_kv key/value heads of width K:
     y  = x + A + F                                       (both branches read x, not x + A)
 """
 
-from .core import add, fsum_axes, linear_vjp, matmul, merge, mpa, prefixed, sub
-from .embedding import embedding, embedding_vjp, lm_head, lm_head_vjp
+from .core import add, fsum_axes, matmul, merge, mpa, prefixed, sub
+from .embedding import embedding, lm_head
 from .feedforward import feedforward, feedforward_vjp
 from .layer_norm import layer_norm, layer_norm_vjp
-from .llama import attention, attention_vjp, keep_mask
+from .llama import attention, attention_vjp, decoder_stack_vjp, keep_mask
 from .masks import _padding
 
 ORDER = ["attn.weights", "attn.output", "ffn.output"]
@@ -103,26 +103,9 @@ def parallel_decoder_only_vjp(cot, ids, pad_id=0, num_layers=1, num_heads=1, num
     tie_embeddings (W_lm = E^T): dE gets dlogits^T LN(h_N) as well (the two summed)."""
     attrs = dict(num_heads=num_heads, num_kv_heads=num_kv_heads, num_norms=num_norms, eps=eps,
                  activation=activation, rope_base=rope_base, offset=0, rotary_dim=rotary_dim)
-    hs = [embedding(ids, scale=False, params=sub(params, "embed"))["y"]]  # h_0 (B, T, D)
-    pad = _padding(ids, pad_id)
-    for i in range(int(num_layers)):
-        hs.append(parallel_layer(hs[-1], pad, **attrs, params=sub(params, f"layers.{i}"))["y"])
-    n = layer_norm(hs[-1], eps=eps, params=sub(params, "final_norm"))["y"]
-    if tie_embeddings:
-        gl, ph = lm_head_vjp({"logits": cot["logits"]}, n, tied=True, params=sub(params, "embed"))
-        dn, head = gl["x"], prefixed("embed", ph)
-    else:
-        dn, dw, _ = linear_vjp(n, params["lm_head.w"], cot["logits"])
-        head = {"lm_head.w": dw}
-    gh, pn = layer_norm_vjp({"y": dn}, hs[-1], eps=eps, params=sub(params, "final_norm"))
-    dh, grads = gh["x"], [head, prefixed("final_norm", pn)]
-    for i in reversed(range(int(num_layers))):
-        gi, pl = parallel_layer_vjp({"y": dh}, hs[i], pad, **attrs,
-                                    params=sub(params, f"layers.{i}"))
-        dh = gi["x"]
-        grads.append(prefixed(f"layers.{i}", pl))
-    _, pe = embedding_vjp({"y": dh}, ids, scale=False, params=sub(params, "embed"))
-    return {}, merge(*grads, prefixed("embed", pe))
+    return decoder_stack_vjp(cot, ids, pad_id, num_layers, (parallel_layer, parallel_layer_vjp),
+                             attrs, (layer_norm, layer_norm_vjp, "final_norm"), eps,
+                             tie_embeddings, params)
 
 
 VJPS = {"parallel_layer": parallel_layer_vjp, "parallel_decoder_only": parallel_decoder_only_vjp}
