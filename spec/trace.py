@@ -27,6 +27,11 @@ class Trace:
     def as_dict(self) -> dict:
         return dict(self._store)
 
+    def convert(self, fn) -> None:
+        """Every value recorded (under any prefix) replaced by fn(value), in place."""
+        for name, value in list(self._store.items()):
+            self._store[name] = fn(value)
+
 
 def scope(trace: Trace | None, name: str) -> Trace | None:
     """``trace.scope(name)``, or None when no trace is kept."""

@@ -19,6 +19,7 @@ from attnspec.spec.errors import DomainError
 from .. import _checks as check
 from . import _core, buckets
 from ._core import boolean, const, floating, host, integers, weighted_sum
+from .host import bind as _bind
 
 
 def _softmax_core(x, keep, axis: int):
@@ -549,15 +550,25 @@ def paged_kv_append(k_cache, v_cache, block_table, seq_lens, k, v):
 # sdpa over a packed batch of variable-length sequences: the shared composite over this sdpa.
 from ..composite.varlen import Varlen  # noqa: E402
 
-(sdpa_varlen,) = Varlen.bind(__package__, "sdpa_varlen")
+(sdpa_varlen,) = _bind(Varlen, __package__, "sdpa_varlen")
 
 
 # == float8 inputs with descales (issue 22 item 6) =========================================
 
-def fp8_grid(x, fp8_format):
-    """x cast to JAX's float8 of the format (jnp.float8_e4m3fn, jnp.float8_e5m2) and back."""
+@functools.partial(jax.jit, static_argnames="fp8_format")
+def _fp8_grid(x, fp8_format):
     f8 = {"e4m3fn": jnp.float8_e4m3fn, "e5m2": jnp.float8_e5m2}[fp8_format]
     return jax.lax.stop_gradient(x).astype(f8).astype(x.dtype)
+
+
+def fp8_grid(x, fp8_format):
+    """x cast to JAX's float8 of the format (jnp.float8_e4m3fn, jnp.float8_e5m2) and back,
+    row-wise bucketed where x is concrete; a NumPy x (the composite's glue on the host,
+    host.py) gets a NumPy result."""
+    if getattr(x, "ndim", 0) < 1 or buckets.traced(x) or not buckets.applies(x):
+        return jax.lax.stop_gradient(_fp8_grid(x, fp8_format))
+    out = buckets.rowwise(_fp8_grid, x, fp8_format=fp8_format)
+    return np.asarray(out) if isinstance(x, np.ndarray) else out
 
 
 # sdpa on float8 inputs: the shared composite over this sdpa (one path for every backend;
@@ -565,4 +576,4 @@ def fp8_grid(x, fp8_format):
 # through JAX's float8 and dequantised explicitly (x * descale), then this sdpa.
 from ..composite.fp8 import Fp8  # noqa: E402
 
-(sdpa_fp8,) = Fp8.bind(__package__, "sdpa_fp8")
+(sdpa_fp8,) = _bind(Fp8, __package__, "sdpa_fp8")

@@ -144,7 +144,7 @@ def _rope_rows(x, cos, sin, half):
                                   buckets.pad(sin, (T, kw // 2))), *buckets.on_device(cp))[0]
             return buckets.cut(np.asarray(g)[:n, :t].reshape(x.shape), ...), None, None
         return buckets.differentiable(lambda x, c, s: _rope_rows(x, c, s, half), backward,
-                                      lambda x, c, s: _rotate(x, host(c), host(s), half),
+                                      lambda x, c, s: _rotate(x, c, s, half),  # c, s: traced under jax.jit
                                       x, cos, sin)
     if not (buckets.applies(x) and buckets.small((N, T, kw))):
         return _rotate(x, host(cos), host(sin), half)

@@ -13,6 +13,7 @@ from .. import _checks as check
 from ..composite.rnn import Seq2Seq
 from . import _core
 from ._core import floating, host
+from .host import bind as _bind
 
 
 class GRUWeights(NamedTuple):
@@ -83,4 +84,4 @@ def gru(x, h0=None, *, params):
     return _run(x, h, w)
 
 
-seq2seq_attention, seq2seq_greedy_decode = Seq2Seq.bind(__package__)  # backends/composite/rnn.py
+seq2seq_attention, seq2seq_greedy_decode = _bind(Seq2Seq, __package__)  # backends/composite/rnn.py
