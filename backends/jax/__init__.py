@@ -33,8 +33,9 @@ Devices: ``cpu``, and ``gpu`` (alias ``cuda``) when JAX sees a GPU (install
                        Outside a backend: ``with attention_path("fused"): ...``.
   buckets=on|off       on (the default; also ATTNSPEC_JAX_BUCKETS; process-wide, the last
                        backend made decides): a kernel called on concrete CPU arrays
-                       compiles once per shape bucket, not once per shape (buckets.py);
-                       off: every shape compiles at its own size.
+                       compiles once per shape bucket, not once per shape (buckets.py),
+                       and a composite's glue between its kernels runs on the host
+                       (host.py); off: every shape compiles at its own size, all in JAX.
 
 What a long run keeps (see _bound_compiled_executables): every DROP_LOWERINGS_EVERY
 compilations the backend drops the MLIR modules JAX keeps after compiling (each with an
