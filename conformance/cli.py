@@ -136,6 +136,22 @@ def verify_session(args):
     return session
 
 
+def jax_compile_cache() -> str:
+    """Where ``attnspec verify --backend jax`` keeps JAX's compiled programs between runs
+    (JAX's persistent compilation cache; keyed by the program, jaxlib, XLA flags and
+    device): $XDG_CACHE_HOME/attnspec/jax-compile, else ~/.cache/attnspec/jax-compile."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "attnspec", "jax-compile")
+
+
+def verify_environment(backend: str) -> dict[str, str]:
+    """What ``attnspec verify`` sets for a backend's processes, each unless already set (an
+    empty value included, which turns it off): the JAX backend's compile cache, so a
+    second run on a machine compiles nearly nothing (the ci hypothesis profile draws the
+    same shapes every run)."""
+    return {"ATTNSPEC_JAX_COMPILE_CACHE": jax_compile_cache()} if backend == "jax" else {}
+
+
 def default_jobs(device: str) -> str:
     """``--jobs`` when neither it nor ATTNSPEC_JOBS is given: a process per CPU on the cpu
     device; one on an accelerator, which the processes would share."""
@@ -362,6 +378,11 @@ def cmd_verify(args) -> int:
                        args.backend_option, vectors_dir=_absolute(args.vectors_dir),
                        known_failures=_absolute(args.known_failures), timeout=_timeout(args))
     os.environ["ATTNSPEC_HYPOTHESIS_PROFILE"] = args.hypothesis_profile  # workers inherit it
+    for name, value in verify_environment(args.backend).items():
+        if name not in os.environ:
+            os.environ[name] = value
+            print(f"attnspec verify: {name}={value} (compiled programs kept between runs; "
+                  f"{name}= turns it off)", flush=True)
     if args.jobs > 1:
         for name in WORKER_THREADS_ENV:  # workers inherit it; a value the user set is kept
             os.environ.setdefault(name, "1")

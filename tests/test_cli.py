@@ -69,3 +69,15 @@ def test_verify_fails_naming_a_tampered_file(tmp_path):
 def test_verify_with_an_unknown_backend_fails(backend):
     p = attnspec("verify", "--backend", backend, "-k", "completeness")
     assert p.returncode != 0 and "unknown backend" in p.stdout + p.stderr
+
+
+def test_verify_sets_the_jax_compile_cache_only_for_jax(monkeypatch, tmp_path):
+    from attnspec.conformance.cli import jax_compile_cache, verify_environment
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert jax_compile_cache() == str(tmp_path / "attnspec" / "jax-compile")
+    assert verify_environment("jax") == {"ATTNSPEC_JAX_COMPILE_CACHE": jax_compile_cache()}
+    assert verify_environment("numpy") == {} and verify_environment("torch") == {}
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert jax_compile_cache() == str(tmp_path / ".cache" / "attnspec" / "jax-compile")

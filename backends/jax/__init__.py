@@ -14,7 +14,10 @@ Devices: ``cpu``, and ``gpu`` (alias ``cuda``) when JAX sees a GPU (install
                        ATTNSPEC_JAX_COMPILE_CACHE; a relative DIR is taken from the folder
                        `attnspec` was called from): the suite's shapes are the same on every
                        run (the ci hypothesis profile is derandomised), so a second run
-                       compiles almost nothing. Default: none.
+                       compiles almost nothing. off: none. Default: none for a backend
+                       made in your code; `attnspec verify --backend jax` sets
+                       ATTNSPEC_JAX_COMPILE_CACHE to ~/.cache/attnspec/jax-compile
+                       unless it is set (empty: off).
   compile=fast|default how XLA compiles, for the whole process (also from ATTNSPEC_JAX_COMPILE;
                        the process's first backend decides, a later one asking otherwise is a
                        ConfigError). fast (the default): FAST_COMPILE is added to XLA_FLAGS
@@ -79,7 +82,9 @@ _since_clear = [0]  # since the last clear of every cache
 
 
 def _count_compiles(event: str, duration: float, **_) -> None:
-    if event == "/jax/core/compile/backend_compile_duration":
+    # a lowering: each makes an MLIR module and an executable, compiled or read from the
+    # persistent cache
+    if event == "/jax/core/compile/jaxpr_to_mlir_module_duration":
         _compiles[0] += 1
         _since_clear[0] += 1
 
@@ -199,6 +204,7 @@ class JaxBackend(Backend):
             raise ConfigError(f"jax backend option device={device!r}: expected one of "
                               f"{', '.join(DEVICES)}")
         cache = _option(options, "compile_cache", "ATTNSPEC_JAX_COMPILE_CACHE", None)
+        cache = None if cache == "off" else cache
         buckets.enable(on == "on")
         self.compile_note = _configure_compile(mode)
         if not getattr(JaxBackend, "_counting", False):

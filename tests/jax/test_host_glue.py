@@ -41,11 +41,11 @@ def on_device(backend, arrays: dict) -> dict:
 
 
 def compilations(fn):
-    """The XLA compilations fn() makes."""
+    """The programs fn() builds (lowered, then compiled or read from a compile cache)."""
     seen = []
 
     def listen(event, duration, **_):
-        if event == "/jax/core/compile/backend_compile_duration":
+        if event == "/jax/core/compile/jaxpr_to_mlir_module_duration":
             seen.append(event)
     jax.monitoring.register_event_duration_secs_listener(listen)
     try:
