@@ -178,10 +178,10 @@ def _scores(q, k, c, bias, full, cap=None):
     return jnp.broadcast_to(scores, full)
 
 
-@functools.partial(jax.jit, static_argnames="full")
-def _sdpa(q, k, v, mask, bias, c, full, cap=None):
+@functools.partial(jax.jit, static_argnames=("full", "finite"))
+def _sdpa(q, k, v, mask, bias, c, full, cap=None, finite=None):
     weights = _softmax_core(_scores(q, k, c, bias, full, cap), True if mask is None else mask, -1)
-    return weighted_sum(weights, v), weights  # (..., T, V), (..., T, S)
+    return weighted_sum(weights, v, finite), weights  # (..., T, V), (..., T, S)
 
 
 def sdpa(q, k, v, mask=None, bias=None, *, scale=None, num_kv_heads=None, softcap=None):
@@ -262,10 +262,16 @@ def _bucketed(kernel, q, k, v, mask, full, scores_like: dict, columns: dict | No
         return kernel(q=q, k=k, v=v, mask=mask, full=full, **scores_like, **columns, **rest)
     padded = _bucket_inputs(q, k, v, mask, full, scores_like, columns)
     out, second = kernel(**dict(zip(padded, buckets.on_device(*padded.values()))),
-                         full=(N, T, S), **rest)
+                         full=(N, T, S), finite=_finite(padded["v"]), **rest)
     second = (np.asarray(second)[:n, :t].reshape(*batch, t) if lse
               else np.asarray(second)[:n, :t, :s].reshape(full))
     return buckets.cut(np.asarray(out)[:n, :t, :vw].reshape(*batch, t, vw), ...), buckets.cut(second, ...)
+
+
+def _finite(v: np.ndarray) -> bool:
+    """Whether the values hold no NaN or infinity (read on the host: the kernel then holds
+    one branch of weighted_sum, not a lax.cond of two)."""
+    return bool(np.isfinite(v).all())
 
 
 def _bucket_inputs(q, k, v, mask, full, scores_like: dict, columns: dict) -> dict:
@@ -318,7 +324,8 @@ def _bucketed_traced(kernel, q, k, v, mask, full, scores_like, columns, lse, res
         # numbers (the scale, the cap) are arguments of the pullback, not constants in it: one
         # program for every value, and none shared across dtypes
         numbers = {m: y for m, y in rest.items() if isinstance(y, np.ndarray | np.generic)}
-        static = (("full", (N, T, S)), *sorted((m, y) for m, y in rest.items() if m not in numbers))
+        static = (("finite", _finite(padded["v"])), ("full", (N, T, S)),
+                  *sorted((m, y) for m, y in rest.items() if m not in numbers))
         grads = buckets.vjp_of(_by_name(kernel, (*padded, *numbers)), static)(
             (*buckets.on_device(*padded.values()), *numbers.values()),
             tuple(buckets.on_device(c_out, c_second)))
@@ -349,8 +356,8 @@ def _by_name(kernel, names: tuple):
 TIES = ("lower_index", "keep_all")
 
 
-@functools.partial(jax.jit, static_argnames=("full", "top_k", "keep_all"))
-def _topk(q, k, v, mask, c, full, top_k, keep_all):
+@functools.partial(jax.jit, static_argnames=("full", "top_k", "keep_all", "finite"))
+def _topk(q, k, v, mask, c, full, top_k, keep_all, finite=None):
     scores = _scores(q, k, c, None, full)  # (..., T, S)
     allowed = jnp.ones(full, dtype=bool) if mask is None else jnp.broadcast_to(mask, full)
     # a stable sort of -score ranks equal scores by key index; masked keys go last
@@ -363,7 +370,7 @@ def _topk(q, k, v, mask, c, full, top_k, keep_all):
     weights = _softmax_core(scores, chosen, -1)
     nan = jnp.any(allowed & jnp.isnan(scores), axis=-1, keepdims=True)
     weights = jnp.where(nan & allowed, jnp.nan, weights).astype(q.dtype)
-    return weighted_sum(weights, v), weights  # (..., T, V), (..., T, S)
+    return weighted_sum(weights, v, finite), weights  # (..., T, V), (..., T, S)
 
 
 def topk_attention(q, k, v, mask=None, *, top_k, scale=None, ties="lower_index"):
@@ -424,11 +431,11 @@ def _logsumexp_core(x, keep, axis: int):
     return jnp.where(nan, jnp.nan, lse).astype(x.dtype)
 
 
-@functools.partial(jax.jit, static_argnames="full")
-def _sdpa_lse(q, k, v, mask, bias, c, full, cap=None):
+@functools.partial(jax.jit, static_argnames=("full", "finite"))
+def _sdpa_lse(q, k, v, mask, bias, c, full, cap=None, finite=None):
     scores = _scores(q, k, c, bias, full, cap)  # (..., T, S)
     keep = jnp.broadcast_to(True if mask is None else mask, full)
-    output = weighted_sum(_softmax_core(scores, keep, -1), v)  # (..., T, V)
+    output = weighted_sum(_softmax_core(scores, keep, -1), v, finite)  # (..., T, V)
     return output, _logsumexp_core(scores, keep, -1)  # (..., T)
 
 
@@ -476,8 +483,8 @@ def _sdpa_sinks(q, k, v, sinks, mask, bias, c, full, cap=None):
     return _sdpa_sink_column(q, k, v, column, mask, bias, c, full, cap)
 
 
-@functools.partial(jax.jit, static_argnames="full")
-def _sdpa_sink_column(q, k, v, column, mask, bias, c, full, cap=None):
+@functools.partial(jax.jit, static_argnames=("full", "finite"))
+def _sdpa_sink_column(q, k, v, column, mask, bias, c, full, cap=None, finite=None):
     """_sdpa_sinks with each row's sink given: column (..., T, 1) (bucketed: the heads are
     flattened into the batch, so each row carries its head's sink)."""
     scores = _scores(q, k, c, bias, full, cap)  # (..., T, S)
@@ -485,7 +492,7 @@ def _sdpa_sink_column(q, k, v, column, mask, bias, c, full, cap=None):
     kept = jnp.concatenate([keep, jnp.ones(full[:-1] + (1,), bool)], axis=-1)
     column = jnp.broadcast_to(column, full[:-1] + (1,))  # (H, 1, 1) where no bucket applies
     weights = _softmax_core(jnp.concatenate([scores, column], axis=-1), kept, -1)[..., :-1]
-    return weighted_sum(weights, v), weights  # (..., T, V), (..., T, S)
+    return weighted_sum(weights, v, finite), weights  # (..., T, V), (..., T, S)
 
 
 def sdpa_sinks(q, k, v, sinks, mask=None, bias=None, *, scale=None, num_kv_heads=None,
