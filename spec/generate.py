@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
-import multiprocessing
 import pkgutil
 import re
 from pathlib import Path
@@ -32,6 +31,7 @@ from .oracle import vjps
 from .oracle.core import DPS, mp, precision, tofloat
 from .tensor import FLOAT_DTYPES, decode, encode, representable
 from .vectors import MANIFEST, VECTORS_DIR, content_hash
+from .workers import run_tasks
 
 ID_RE = re.compile(r"^[a-z0-9_]+/[a-z0-9][a-z0-9-]*-\d{3}(r\d+)?$")
 REVISION_RE = re.compile(r"^(.*-\d{3})(?:r(\d+))?$")
@@ -515,15 +515,11 @@ def generate(directory: Path | str = VECTORS_DIR, check: bool = False, jobs: int
 def _run(tasks: list, jobs: int, weights: list[float]) -> list:
     """``[f(*args) for f, args in tasks]``, on ``jobs`` processes the heaviest first (the
     run ends with the last task to finish: a heavy one started last would keep one process
-    busy while the others wait)."""
+    busy while the others wait). Any exception (Ctrl-C, or SIGTERM made one by the caller)
+    stops the workers: none outlives the run (spec/workers.py says why not a Pool)."""
     if jobs <= 1 or len(tasks) <= 1:
         return [f(*args) for f, args in tasks]
-    order = sorted(range(len(tasks)), key=lambda i: -weights[i])
-    # Leaving the block by any exception (Ctrl-C, or SIGTERM made one by the caller)
-    # terminates the workers: none outlives the run.
-    with multiprocessing.Pool(min(jobs, len(tasks)), initializer=_worker_ignores_ctrl_c) as pool:
-        pending = {i: pool.apply_async(tasks[i][0], tasks[i][1]) for i in order}
-        return [pending[i].get() for i in range(len(tasks))]
+    return run_tasks(tasks, jobs, sorted(range(len(tasks)), key=lambda i: -weights[i]))
 
 
 # Seconds one process took to build these modules (2026-11-28, 2-core CI machine); the
@@ -555,18 +551,6 @@ def _stress_on_disk() -> tuple[list[dict], str]:
     index_sha = hashlib.sha256(read_bounded(INDEX_PATH, MAX_INDEX_BYTES, "stress index")).hexdigest()
     return [{"id": e["id"], "file": f"stress/{INDEX_PATH.name}", "sha256": e["sha256"],
              "tolerances": e["tolerances"], "deprecated": False} for e in doc["vectors"]], index_sha
-
-
-def _worker_ignores_ctrl_c() -> None:
-    """Ctrl-C reaches the whole process group: the parent stops the pool, so a worker
-    prints no traceback of its own. SIGTERM and SIGHUP end a worker (the pool's
-    terminate sends SIGTERM), whatever handler the parent had when it forked."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for name in ("SIGTERM", "SIGHUP"):
-        if hasattr(signal, name):
-            signal.signal(getattr(signal, name), signal.SIG_DFL)
 
 
 def _check_derived(derived: dict, entries: list[dict], modules: list[str]) -> None:
