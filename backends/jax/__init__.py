@@ -25,9 +25,11 @@ Devices: ``cpu``, and ``gpu`` (alias ``cuda``) when JAX sees a GPU (install
                        emitters, one LLVM module per program (not split for parallel
                        codegen: -28 % XLA time per program on the suite's kernels);
                        compiling is ~3x quicker and the compiled code ~5x slower
-                       (benchmarks/bench_jax.py). The spec's arrays are tiny, so compiling is
-                       nearly all of a suite run's time. default: XLA as configured (for
-                       timing kernels).
+                       (benchmarks/bench_jax.py); and DROP_LOWERINGS_EVERY lowerings in a
+                       row share one MLIR context (_share_mlir_contexts; JAX makes one per
+                       program). The spec's arrays are tiny, so compiling is nearly all of
+                       a suite run's time. default: XLA as configured, JAX's own MLIR
+                       contexts (for timing kernels).
   attention=explicit|fused  explicit (the default): softmax(q k^T) v written out. fused: the
                        composites (layers, models, decoding) called without a trace compute
                        no weights, and their attention runs jax.nn.dot_product_attention
@@ -41,9 +43,10 @@ Devices: ``cpu``, and ``gpu`` (alias ``cuda``) when JAX sees a GPU (install
                        (host.py); off: every shape compiles at its own size, all in JAX.
 
 What a long run keeps (see _bound_compiled_executables): every DROP_LOWERINGS_EVERY
-compilations the backend drops the MLIR modules JAX keeps after compiling (each with an
-MLIR context of its own, ~1.7 MB; as they pile up every later lowering slows, 6 ms -> 17 ms
-at 2,000), and keeps the executables, so a shape seen before still runs without
+compilations the backend drops the MLIR modules JAX keeps after compiling (with JAX's own
+contexts each has an MLIR context of its own, ~1.7 MB; as they pile up every later lowering
+slows, 6 ms -> 17 ms at 2,000; with compile=fast the modules of one drop share one), and
+keeps the executables, so a shape seen before still runs without
 compiling. It clears all of JAX's caches only when the process's memory maps pass
 MAPS_FRACTION of vm.max_map_count (each executable holds ~10 maps, and a process past
 Linux's limit, 65,530 by default, crashes inside XLA: the segfault once seen at 98 % of
