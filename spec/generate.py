@@ -522,9 +522,11 @@ def _run(tasks: list, jobs: int, weights: list[float]) -> list:
     return run_tasks(tasks, jobs, sorted(range(len(tasks)), key=lambda i: -weights[i]))
 
 
-# Seconds one process took to build these modules (2026-11-28, 2-core CI machine); the
-# others cost about their vector file's size / 1e5. Only the order of the work uses it.
-SLOW_MODULES = {"greedy_decode": 100.0, "seq2seq_attention": 25.0}
+# CPU seconds one process took to build these modules (2026-11-29, the 2-core machine,
+# `generate --check`); the others cost about their vector file's size / 1e5 or less. Only
+# the order of the work uses it: beam_search, started last, kept the run going ~20 s
+# after every other module was built.
+SLOW_MODULES = {"beam_search": 65.0, "greedy_decode": 16.0, "seq2seq_attention": 4.0}
 
 
 def _weight(directory: Path, module: str) -> float:
