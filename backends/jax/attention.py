@@ -525,16 +525,38 @@ def _paged_kv(cache, index):
     return jnp.swapaxes(jnp.take(flat, index, axis=0), 1, 2)
 
 
+def _gather_pages(cache, index):
+    """_paged_kv(cache, index), a gather: on the host where the cache is concrete
+    (buckets.moved), so no program is compiled per (pages, slots) shape; under jax.vjp of
+    concrete arrays its adjoint adds each cotangent row into the slot it was read from."""
+    index = np.asarray(index)
+    n, p = cache.shape[:2]
+
+    def forward(c):
+        return np.swapaxes(c.reshape((n * p,) + c.shape[2:])[index], 1, 2)
+
+    def adjoint(g):  # (B, H_kv, S, D) -> (N, P, H_kv, D)
+        grad = np.zeros((n * p,) + g.shape[1:2] + g.shape[3:], g.dtype)
+        np.add.at(grad, index, np.swapaxes(g, 1, 2))
+        return grad.reshape((n, p) + grad.shape[1:])
+    return buckets.moved(lambda c: _paged_kv(c, index), forward, adjoint, cache)
+
+
 def paged_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale=None, causal=False):
     """sdpa of q (B, T, H, K) over the keys and values of each sequence gathered through its
     block table (key j of sequence b at block_table[b, j // P], offset j % P, j < seq_lens[b]);
     causal: query t sits at position seq_lens[b] - T + t. Output (B, T, H, V)."""
     q, kc, vc, index, keep = check.paged_attention_plan(_core, q, k_cache, v_cache, block_table,
                                                         seq_lens, causal)
-    index = jnp.asarray(index)
-    out, _ = sdpa(jnp.swapaxes(q, 1, 2), _paged_kv(kc, index), _paged_kv(vc, index),
+    out, _ = sdpa(_swapped(q), _gather_pages(kc, index), _gather_pages(vc, index),
                   jnp.asarray(keep[:, None]), scale=scale, num_kv_heads=kc.shape[2])
-    return jnp.swapaxes(out, 1, 2)  # (B, T, H, V)
+    return _swapped(out)  # (B, T, H, V)
+
+
+def _swapped(x):
+    """x with axes 1 and 2 swapped, on the host where x is concrete (buckets.moved)."""
+    return buckets.moved(lambda x: jnp.swapaxes(x, 1, 2), lambda x: np.swapaxes(x, 1, 2),
+                         lambda g: np.swapaxes(g, 1, 2), x)
 
 
 @jax.jit
@@ -550,8 +572,16 @@ def paged_kv_append(k_cache, v_cache, block_table, seq_lens, k, v):
     the block table, and seq_lens + T; the inputs are not modified."""
     kc, vc, k, v, index, lens = check.paged_append_plan(_core, k_cache, v_cache, block_table,
                                                         seq_lens, k, v)
-    index = jnp.asarray(index)
-    return _written(kc, index, k), _written(vc, index, v), jnp.asarray(lens)
+    return _write(kc, index, k), _write(vc, index, v), jnp.asarray(lens)
+
+
+def _write(cache, index, new):
+    """_written: on the host (a copy, then the slots set) where the arrays are concrete."""
+    if not buckets.applies(cache, new):
+        return _written(cache, jnp.asarray(index), new)
+    flat = np.array(cache).reshape((-1,) + cache.shape[2:])  # (N*P, H_kv, D), a copy
+    flat[np.asarray(index)] = np.asarray(new).reshape((-1,) + new.shape[2:])
+    return host(flat.reshape(cache.shape))
 
 
 # sdpa over a packed batch of variable-length sequences: the shared composite over this sdpa.

@@ -180,6 +180,30 @@ def moved(exact, forward, adjoint, x):
     return exact(x)
 
 
+def sliced(x, index: tuple):
+    """``x[index]`` for a tuple of static slices, as :func:`moved`: the adjoint puts the
+    cotangent back into zeros of x's shape."""
+    def adjoint(g):
+        grad = np.zeros(np.shape(x), g.dtype)
+        grad[index] = g
+        return grad
+    return moved(lambda x: x[index], lambda x: x[index], adjoint, x)
+
+
+def gathered(exact, table, index):
+    """``table[index]`` (rows of table along its first axis, index any int array on the
+    host) as :func:`moved`: a NumPy gather where table is concrete, ``exact(table)`` under a
+    transformation, and under ``jax.vjp`` of concrete arrays the adjoint on the host, each
+    cotangent row added into the row it was read from (``np.add.at``, in index order)."""
+    index = np.asarray(index)
+
+    def adjoint(ct):
+        grad = np.zeros(np.shape(table), ct.dtype)
+        np.add.at(grad, index, ct)
+        return grad
+    return moved(exact, lambda t: t[index], adjoint, table)
+
+
 def rowwise(kernel, x, *args, item_rank: int = 1, **static):
     """``kernel(x, *args, **static)`` for a kernel that maps each item of x (its last
     ``item_rank`` axes) on its own: the leading axes flattened to rows, the rows padded, the

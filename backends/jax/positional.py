@@ -14,7 +14,7 @@ from attnspec.spec.errors import DomainError
 from .. import _checks as check
 from .. import _rope as rope_rules
 from ..numpy import positional as numpy_positional  # the host-built tables
-from . import buckets
+from . import buckets, ops
 from ._core import boolean, const, floating, host, integers, weighted_sum
 from .attention import _softmax_core
 
@@ -49,7 +49,8 @@ def learned_pe(positions, *, params):
         raise DomainError(f"positions must be in [0, max_len) with max_len={max_len} "
                           f"(table {table.shape}), got values in [{values.min()}, "
                           f"{values.max()}]")
-    return _rows(table, positions)  # (..., D)
+    # a gather: on the host where the table is concrete (buckets.gathered)
+    return buckets.gathered(lambda t: _rows(t, positions), table, values)  # (..., D)
 
 
 @jax.jit
@@ -128,7 +129,9 @@ def rope(x, *, offset=0, base=10000.0, convention="interleaved", rotary_dim=None
     cos, sin = cos.astype(x.dtype), sin.astype(x.dtype)  # (T, R/2)
     if r == x.shape[-1]:
         return _rope_rows(x, cos, sin, convention == "half")
-    return jnp.concatenate([_rope_rows(x[..., :r], cos, sin, convention == "half"), x[..., r:]], axis=-1)
+    # the rotated features and the rest, sliced and joined on the host where x is concrete
+    head, rest = (buckets.sliced(x, (Ellipsis, part)) for part in (slice(0, r), slice(r, None)))
+    return ops.concat([_rope_rows(head, cos, sin, convention == "half"), rest], axis=-1)
 
 
 def _rope_rows(x, cos, sin, half):
@@ -174,4 +177,8 @@ def t5_bias(*, t, s, bidirectional=True, num_buckets=32, max_distance=128, offse
     """
     b = check.t5_buckets(t, s, bidirectional, num_buckets, max_distance, offset)  # (T, S)
     table = floating("table", check.params_of(params).require("table", (num_buckets, None)))
-    return jnp.transpose(_rows(table, jnp.asarray(b)), (2, 0, 1))  # (H, T, S)
+    # a gather and a transpose: on the host where the table is concrete (buckets.moved)
+    rows = buckets.gathered(lambda t: _rows(t, b), table, b)  # (T, S, H)
+    return buckets.moved(lambda r: jnp.transpose(r, (2, 0, 1)),
+                         lambda r: np.transpose(r, (2, 0, 1)),
+                         lambda g: np.transpose(g, (1, 2, 0)), rows)  # (H, T, S)

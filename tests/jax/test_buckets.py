@@ -336,3 +336,52 @@ def test_the_lse_sinks_and_merge_shapes_of_a_bucket_share_one_compilation(backen
                 sinks = backend.asarray(normal(2), dtype="float32")
                 backend.function("sdpa_sinks", "attention")(q, k, k, sinks)
     assert kernel._cache_size() - before <= 1  # 24 shapes, one program
+
+
+def test_gathers_slices_and_transposes_on_the_host_equal_jax_s_values_and_gradients(backend):
+    """The maps that only move values run on the host where the arrays are concrete
+    (buckets.gathered, sliced, moved), with host adjoints under jax.vjp: paged_attention
+    (pages gathered through a block table, one page read by both sequences, so its
+    cotangents add up), learned_pe (a position read twice), t5_bias (a gather and a
+    transpose) and rope with rotary_dim < K (the rotated features sliced off and joined
+    back) equal JAX's own values and cotangents (buckets off)."""
+    paged = dict(q=normal(2, 3, 4, 8), k_cache=normal(5, 4, 2, 8), v_cache=normal(5, 4, 2, 6),
+                 block_table=np.array([[3, 1, 0], [3, 4, 2]]), seq_lens=np.array([10, 7]))
+    same(*both(backend, "paged_attention", "attention", paged, causal=True))
+    same_grads(*grads_both(backend, "paged_attention", "attention", paged, ("output",),
+                           causal=True))
+    pe = dict(positions=np.array([[0, 3, 3, 1], [2, 0, 1, 4]]))
+    table = {"table": normal(6, 5)}
+    same(*both(backend, "learned_pe", "positional", pe, params=table))
+    same_grads(*grads_both(backend, "learned_pe", "positional", pe, ("pe",), params=table))
+    bias = {"table": normal(8, 3)}
+    same(*both(backend, "t5_bias", "positional", {}, t=4, s=6, num_buckets=8, max_distance=16,
+               params=bias))
+    same_grads(*grads_both(backend, "t5_bias", "positional", {}, ("bias",), t=4, s=6,
+                           num_buckets=8, max_distance=16, params=bias))
+    x = dict(x=normal(2, 5, 8))
+    same(*both(backend, "rope", "positional", x, convention="half", rotary_dim=4, offset=2))
+    same_grads(*grads_both(backend, "rope", "positional", x, ("y",), convention="half",
+                           rotary_dim=4, offset=2))
+
+
+def test_paged_attention_at_new_shapes_of_its_buckets_compiles_nothing(backend, caplog):
+    """After one call, paged_attention with other page counts, block tables and lengths
+    (the same sdpa buckets) compiles nothing: the pages are gathered on the host."""
+    def call(pages, lens):
+        table = np.arange(2 * 3).reshape(2, 3) % pages
+        return {"q": backend.asarray(normal(2, 2, 4, 8), dtype="float64"),
+                "k_cache": backend.asarray(normal(pages, 2, 2, 8), dtype="float64"),
+                "v_cache": backend.asarray(normal(pages, 2, 2, 8), dtype="float64"),
+                "block_table": backend.asarray(table), "seq_lens": backend.asarray(np.array(lens))}
+    fn = backend.function("paged_attention", "attention")
+    fn(**call(6, [5, 6]))
+    jax.config.update("jax_log_compiles", True)
+    try:
+        with caplog.at_level("WARNING", logger="jax"):
+            for pages, lens in ((7, [4, 6]), (9, [3, 5]), (3, [6, 2])):
+                fn(**call(pages, lens))
+    finally:
+        jax.config.update("jax_log_compiles", False)
+    compiled = [r.getMessage()[:80] for r in caplog.records if "Compiling" in r.getMessage()]
+    assert not compiled
