@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import _checks as check
 from ..composite.rnn import Seq2Seq
-from . import _core
+from . import _core, buckets
 from ._core import floating, host
 from .host import bind as _bind
 
@@ -81,7 +81,22 @@ def gru(x, h0=None, *, params):
         h = host(np.zeros((b, hid), dtype=x.dtype))  # on the host: nothing to compile
     else:
         h = check.gru_state(_core, "h0", h0, b, hid, x)
-    return _run(x, h, w)
+    return _run_bucketed(x, h, w)
+
+
+def _run_bucketed(x, h, w: GRUWeights):
+    """_run with the batch rows and the time steps padded to bucket sizes where the arrays
+    are concrete (buckets.py): each row is its own recurrence, and a step sees only the
+    steps before it, so the padded rows and the padded last steps are cut off; h_last is
+    the output of step T (the scan's carry after it, the same value)."""
+    b, t, i = x.shape
+    shape = (buckets.size(b), buckets.size(t), max(i, h.shape[-1]))
+    if t == 0 or not (buckets.applies(x, h, *w) and buckets.small(shape)):
+        return _run(x, h, w)
+    xp = buckets.pad(np.asarray(x), shape[:2] + (i,))
+    out, _ = _run(*buckets.on_device(xp, buckets.pad(np.asarray(h), (shape[0], h.shape[-1]))), w)
+    out = np.asarray(out)  # (B', T', H)
+    return buckets.cut(out, slice(0, b), slice(0, t)), buckets.cut(out, slice(0, b), t - 1)
 
 
 seq2seq_attention, seq2seq_greedy_decode = _bind(Seq2Seq, __package__)  # backends/composite/rnn.py

@@ -374,6 +374,7 @@ def test_paged_attention_at_new_shapes_of_its_buckets_compiles_nothing(backend, 
                 "k_cache": backend.asarray(normal(pages, 2, 2, 8), dtype="float64"),
                 "v_cache": backend.asarray(normal(pages, 2, 2, 8), dtype="float64"),
                 "block_table": backend.asarray(table), "seq_lens": backend.asarray(np.array(lens))}
+    buckets.enable(True)  # both() leaves them off
     fn = backend.function("paged_attention", "attention")
     fn(**call(6, [5, 6]))
     jax.config.update("jax_log_compiles", True)
@@ -381,6 +382,29 @@ def test_paged_attention_at_new_shapes_of_its_buckets_compiles_nothing(backend, 
         with caplog.at_level("WARNING", logger="jax"):
             for pages, lens in ((7, [4, 6]), (9, [3, 5]), (3, [6, 2])):
                 fn(**call(pages, lens))
+    finally:
+        jax.config.update("jax_log_compiles", False)
+    compiled = [r.getMessage()[:80] for r in caplog.records if "Compiling" in r.getMessage()]
+    assert not compiled
+
+
+def test_gru_runs_padded_rows_and_steps_and_a_new_length_in_its_bucket_compiles_nothing(
+        backend, caplog):
+    """gru over concrete arrays runs at bucket sizes (rows and time steps padded, then cut;
+    h_last is step T's output): the same outputs as at the exact shape, with and without h0,
+    and lengths 5, 6, 7 after 3 (bucket 8) compile nothing."""
+    w = {"w_ih": normal(4, 9), "w_hh": normal(3, 9), "b_ih": normal(9), "b_hh": normal(9)}
+    same(*both(backend, "gru", "rnn", dict(x=normal(3, 5, 4)), params=w))
+    same(*both(backend, "gru", "rnn", dict(x=normal(2, 1, 4), h0=normal(2, 3)), params=w))
+    buckets.enable(True)  # both() leaves them off
+    fn = backend.function("gru", "rnn")
+    params = {k: backend.asarray(v, dtype="float64") for k, v in w.items()}
+    fn(backend.asarray(normal(2, 3, 4), dtype="float64"), params=params)
+    jax.config.update("jax_log_compiles", True)
+    try:
+        with caplog.at_level("WARNING", logger="jax"):
+            for t in (5, 6, 7):
+                fn(backend.asarray(normal(2, t, 4), dtype="float64"), params=params)
     finally:
         jax.config.update("jax_log_compiles", False)
     compiled = [r.getMessage()[:80] for r in caplog.records if "Compiling" in r.getMessage()]
