@@ -549,7 +549,7 @@ def paged_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale=None, c
     q, kc, vc, index, keep = check.paged_attention_plan(_core, q, k_cache, v_cache, block_table,
                                                         seq_lens, causal)
     out, _ = sdpa(_swapped(q), _gather_pages(kc, index), _gather_pages(vc, index),
-                  jnp.asarray(keep[:, None]), scale=scale, num_kv_heads=kc.shape[2])
+                  host(keep[:, None]), scale=scale, num_kv_heads=kc.shape[2])
     return _swapped(out)  # (B, T, H, V)
 
 
@@ -572,13 +572,13 @@ def paged_kv_append(k_cache, v_cache, block_table, seq_lens, k, v):
     the block table, and seq_lens + T; the inputs are not modified."""
     kc, vc, k, v, index, lens = check.paged_append_plan(_core, k_cache, v_cache, block_table,
                                                         seq_lens, k, v)
-    return _write(kc, index, k), _write(vc, index, v), jnp.asarray(lens)
+    return _write(kc, index, k), _write(vc, index, v), host(lens)
 
 
 def _write(cache, index, new):
     """_written: on the host (a copy, then the slots set) where the arrays are concrete."""
     if not buckets.applies(cache, new):
-        return _written(cache, jnp.asarray(index), new)
+        return _written(cache, np.asarray(index), new)
     flat = np.array(cache).reshape((-1,) + cache.shape[2:])  # (N*P, H_kv, D), a copy
     flat[np.asarray(index)] = np.asarray(new).reshape((-1,) + new.shape[2:])
     return host(flat.reshape(cache.shape))
