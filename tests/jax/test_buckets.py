@@ -34,6 +34,7 @@ def both(backend, name, module, inputs: dict, **kw):
         buckets.enable(on)
         y = fn(**arrays, **kw)
         out.append([backend.to_numpy(a) for a in (y if isinstance(y, tuple) else (y,))])
+    buckets.enable(True)  # the default, for the tests after
     return out
 
 
@@ -374,7 +375,6 @@ def test_paged_attention_at_new_shapes_of_its_buckets_compiles_nothing(backend, 
                 "k_cache": backend.asarray(normal(pages, 2, 2, 8), dtype="float64"),
                 "v_cache": backend.asarray(normal(pages, 2, 2, 8), dtype="float64"),
                 "block_table": backend.asarray(table), "seq_lens": backend.asarray(np.array(lens))}
-    buckets.enable(True)  # both() leaves them off
     fn = backend.function("paged_attention", "attention")
     fn(**call(6, [5, 6]))
     jax.config.update("jax_log_compiles", True)
@@ -396,7 +396,6 @@ def test_gru_runs_padded_rows_and_steps_and_a_new_length_in_its_bucket_compiles_
     w = {"w_ih": normal(4, 9), "w_hh": normal(3, 9), "b_ih": normal(9), "b_hh": normal(9)}
     same(*both(backend, "gru", "rnn", dict(x=normal(3, 5, 4)), params=w))
     same(*both(backend, "gru", "rnn", dict(x=normal(2, 1, 4), h0=normal(2, 3)), params=w))
-    buckets.enable(True)  # both() leaves them off
     fn = backend.function("gru", "rnn")
     params = {k: backend.asarray(v, dtype="float64") for k, v in w.items()}
     fn(backend.asarray(normal(2, 3, 4), dtype="float64"), params=params)
