@@ -480,11 +480,11 @@ def generate(check: bool = False, derived: dict | None = None, jobs: int = 1,
     """Build every stress vector; returns the files (relative to spec/) that changed or would,
     the release-record entries of the vectors and the SHA-256 of the index."""
     cases = stress_cases()
-    if jobs > 1:
-        from concurrent.futures import ProcessPoolExecutor
+    if jobs > 1:  # the pool of `attnspec generate` (spec/workers.py)
+        from ..workers import run_tasks
 
-        with ProcessPoolExecutor(jobs) as pool:
-            built = list(pool.map(build_vector, cases, [derived or {}] * len(cases)))
+        built = run_tasks([(build_vector, (c, derived or {})) for c in cases], jobs,
+                          list(range(len(cases))))
     else:
         built = [build_vector(c, derived or {}) for c in cases]
     return finish(built, check, log)
